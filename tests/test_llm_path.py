@@ -8,10 +8,13 @@ import asyncio
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -95,9 +98,65 @@ def test_the_api_refuses_to_nest_in_a_running_loop() -> None:
     assert run_command(inner()) == 1
 
 
-def test_refine_with_the_tool_agent(make_repo: MakeRepo, endpoint: FakeOpenAI) -> None:
+def test_refine_with_the_tool_agent_for_each_strategy(make_repo: MakeRepo, endpoint: FakeOpenAI) -> None:
     root = shop_kb(make_repo)
-    out = brewkb(root, endpoint, "refine", "--run", "r", "--json")
+    for strategy in ("mcts", "greedy", "iterative"):  # later runs replay the stages' calls from the cache
+        out = brewkb(root, endpoint, "refine", "--run", strategy, "--strategy", strategy, "--json")
+        assert_clean_run(root, out, strategy)
+        result = json.loads(out.stdout.splitlines()[-1])
+        assert result["nodes"] > len(result["concepts"])  # the search made children, not only roots
+        spec = json.loads((root / "runs" / strategy / "manifest.json").read_text())["search_spec"]["spec"]
+        assert spec["strategy"] == strategy
+
+
+def test_demo_with_an_llm_backend(tmp_path: Path, endpoint: FakeOpenAI) -> None:
+    out = brewkb(tmp_path, endpoint, "demo", "--backend", "openai", "--small", "--dir", str(tmp_path / "demo"))
+    assert_clean_run(tmp_path / "demo", out, "demo")
+    assert "openai backend" in out.stdout and "brew/demo/pr" in out.stdout
+
+
+class Gate:
+    """Holds the first integrator request made once the run's ``kb`` branch
+    exists (so inside a search iteration) until released."""
+
+    def __init__(self, root: Path, run: str) -> None:
+        self.kb_ref = root / ".git" / "refs" / "heads" / "brew" / run / "kb"
+        self.holding, self.released = threading.Event(), threading.Event()
+
+    def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
+        schema = (body.get("response_format") or {}).get("json_schema", {}).get("name")
+        if schema == "recipe" and self.kb_ref.exists() and not self.released.is_set():
+            self.holding.set()
+            self.released.wait(60)
+        return role_player(body)
+
+
+def test_sigkill_mid_refine_then_resume(make_repo: MakeRepo) -> None:
+    root = shop_kb(make_repo)
+    gate = Gate(root, "r")
+    with FakeOpenAI(default=gate, embed=embed) as fake:
+        env = {**os.environ, "OPENAI_BASE_URL": fake.base_url, "OPENAI_API_KEY": "sk-test"}
+        process = subprocess.Popen([sys.executable, "-m", "brewkb", "refine", "--run", "r"], cwd=root, env=env,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            assert gate.holding.wait(120), "the search never reached an expansion"
+            process.send_signal(signal.SIGKILL)
+            process.wait(30)
+        finally:
+            gate.released.set()
+            process.kill()
+        assert process.returncode == -signal.SIGKILL
+        assert not (root / ".git" / "refs" / "heads" / "brew" / "r" / "pr").exists()
+        nodes_before = len(git(root, "for-each-ref", "refs/heads/brew/r/").splitlines())
+        out = brewkb(root, fake, "refine", "--resume", "r")
     assert_clean_run(root, out, "r")
-    result = json.loads(out.stdout.splitlines()[-1])
-    assert result["nodes"] > len(result["concepts"])  # the search made children, not only roots
+    assert len(git(root, "for-each-ref", "refs/heads/brew/r/").splitlines()) > nodes_before
+
+
+def test_ray_executor_with_the_tool_agent(make_repo: MakeRepo, endpoint: FakeOpenAI) -> None:
+    pytest.importorskip("ray")
+    root = shop_kb(make_repo, extra='[executor]\nname = "ray"\nworkers = 2\n')
+    out = brewkb(root, endpoint, "refine", "--run", "r", "--no-cache")
+    assert_clean_run(root, out, "r")
+    # with Ray the driver runs no episode: the agent's calls were recorded by the workers
+    assert any(e.role == "agent" for e in read_ledger(root / "runs" / "r" / "ledger.jsonl"))
