@@ -234,3 +234,15 @@ def test_commands_that_need_a_kb_refuse_a_folder_without_brewkb_toml(make_repo: 
         assert out.stderr.strip().endswith("no brewkb.toml there or above, up to " + str(root) +
                                            "); run `brewkb init` there first"), out.stderr
     assert not (root / "runs").exists()
+
+
+def test_episodes_that_fail_to_run_are_counted_and_named(make_repo: MakeRepo) -> None:
+    root = shop_kb(make_repo)
+    config = (root / "brewkb.toml").read_text().replace('backend = "openai"', 'backend = "openai"\nmax_retries = 0')
+    (root / "brewkb.toml").write_text(config)
+    with FakeOpenAI(default=Outage(calls=3), embed=embed) as fake:
+        out = brewkb(root, fake, "rollout", "--run", "r", "--split", "train")
+    assert out.returncode == 0, out.stderr
+    assert "rollouts: 3 of 10 episodes failed to run (agent or endpoint errors); the first: agent: " in out.stderr
+    assert "rollouts: 10 episodes (3 failed to run), success rate" in out.stdout
+    assert stages_done(root, "r")["rollouts"]["failed_to_run"] == 3
