@@ -15,6 +15,7 @@ Every message says what went wrong and what to do next. The CLI prints a
     ├── TrajectoryError    a trajectory or an import file is malformed
     ├── AgentError         an agent adapter is misconfigured
     └── RunError           a run folder is missing or inconsistent
+        └── AllFailedError every item of a stage (or every episode of a batch) failed
 """
 
 from __future__ import annotations
@@ -71,3 +72,8 @@ class AgentError(BrewError):
 
 class RunError(BrewError):
     pass
+
+
+class AllFailedError(RunError):
+    """Every item of a stage, or every episode of a batch, failed: nothing of
+    it is recorded as done, and running again retries the items."""

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from brewkb.config import CONFIG_FILE, Config, load_config, parse_config
-from brewkb.errors import BrewError, RecipeError
+from brewkb.errors import BrewError, ConfigError, RecipeError
 from brewkb.gitstore import GitStore
 from brewkb.recipes import Recipe, parse_recipe, read_recipe
 
@@ -41,9 +41,12 @@ class KB:
     store: GitStore
 
     @classmethod
-    def open(cls, start: Path | str = ".") -> KB:
+    def open(cls, start: Path | str = ".", *, require_config: bool = False) -> KB:
         """The KB that ``start`` is in. In a bare repository the config is read
-        from ``HEAD:brewkb.toml`` and only revisions can be read."""
+        from ``HEAD:brewkb.toml`` and only revisions can be read.
+        ``require_config``: refuse a work tree without a ``brewkb.toml`` (for
+        commands that run an agent or the LLM roles, which would otherwise
+        quietly use the defaults: the shop simulation)."""
         store = GitStore(start)
         if store.work_tree is None:
             config = Config()
@@ -56,6 +59,10 @@ class KB:
                 config = parse_config(store.read_blob(entry.sha).decode(), f"HEAD:{CONFIG_FILE}")
             return cls(root=store.git_dir, config=config, store=store)
         root = find_root(Path(start), store.work_tree.resolve())
+        if require_config and not (root / CONFIG_FILE).is_file():
+            store.close()
+            raise ConfigError(f"{Path(start).resolve()} is not in a brewkb KB (no {CONFIG_FILE} there or above, up to {root}); "
+                              "run `brewkb init` there first")
         return cls(root=root, config=load_config(root), store=store)
 
     def close(self) -> None:

@@ -6,6 +6,12 @@ process loses at most the item in flight; the same command run again skips
 finished items, and a finished stage (recorded in the manifest) is skipped
 whole. ``force`` redoes a stage and every stage after it.
 
+Failures are loud and recoverable: an item that failed (an LLM call that
+failed or kept answering invalid JSON, an episode the agent or endpoint could
+not run) is not persisted, so the same command run again retries exactly the
+failed items; a stage whose items all failed is not recorded as done and
+raises ``AllFailedError`` with the count and the first error.
+
 The stages are coroutines run on the command's one event loop (the API
 function owns it, see docs/pipeline.md); ``aclose`` releases the executor and
 the LLM client on that loop when the command ends.
@@ -22,11 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from brewkb.agents import load_agent
+from brewkb.agents.base import episode_error
 from brewkb.config import Config
 from brewkb.context import ContextProvider, NoContext, RecipeContext
 from brewkb.envs import load_environment
 from brewkb.envs.base import Environment, Task
-from brewkb.errors import BrewError, LLMError, RunError
+from brewkb.errors import AllFailedError, BrewError, LLMError, RunError
 from brewkb.events import Event, Events, EventSink, null_sink
 from brewkb.executors import Executor, Job, make_executor
 from brewkb.fsutil import append_line, write_atomic
@@ -43,6 +50,10 @@ from brewkb.trajectories import Trajectory
 
 __all__ = ["Pipeline", "STAGES"]
 
+NOUNS = {"grades": "grades", "relabel-tasks": "relabelled tasks", "reflections": "reflections",
+         "integrate": "recipes"}
+RETRY = "fix the cause and run the same command again: finished items are kept and only the failed ones run"
+
 
 
 @dataclass
@@ -53,6 +64,8 @@ class Pipeline:
     backend: Backend
     client: Any
     events: EventSink = null_sink
+    retry: str = RETRY
+    """What the error of a failed stage tells the user to do next."""
     _env: Environment | None = None
     _agent: Any = None
     _executor: Executor | None = None
@@ -66,7 +79,7 @@ class Pipeline:
             write_atomic(snapshot, source.read_text(encoding="utf-8") if source.exists() else "")
         config = kb.config
         backend, client = open_backend(config.llm, cache_dir=kb.cache_dir, ledger_path=run.file("ledger.jsonl"),
-                                       no_cache=no_cache, seed=config.stages.seed)
+                                       no_cache=no_cache, seed=config.stages.seed, run=run.id)
         # every event also goes to the run's event log
         return cls(kb, run, config, backend, client, Events(run.file("events.jsonl"), events))
 
@@ -139,6 +152,8 @@ class Pipeline:
                     record = json.loads(line)
                 except json.JSONDecodeError:
                     continue  # a line cut by a kill; its item runs again
+                if isinstance(record["value"], dict) and "failed" in record["value"]:
+                    continue  # a failure kept by an earlier brewkb: retried
                 done[record["key"]] = record["value"]
         return done
 
@@ -162,12 +177,22 @@ class Pipeline:
             return True
         return False
 
+    def _episodes_failed(self, stage: str, errors: Sequence[str], total: int) -> None:
+        """Say how many of the ``total`` episodes run failed to run; raise when all did."""
+        if errors and len(errors) == total:
+            raise AllFailedError(f"all {total} episodes failed to run: {errors[0]}; {self.retry}")
+        if errors:
+            self.events(Event("note", stage, message=f"{len(errors)} of {total} episodes failed to run (agent "
+                                                     f"or endpoint errors); the first: {errors[0]}"))
+
     async def _map(self, stage: str, keys: Sequence[str], work: Callable[[str], Awaitable[Any]]) -> dict[str, Any]:
-        """Run ``work`` on every key not already done; persist each result."""
+        """Run ``work`` on every key not already done; persist each good result.
+        Failed items stay unpersisted, so running again retries them."""
         done = self._partial(stage)
         todo = [k for k in keys if k not in done]
         self.events(Event("stage_started", stage, done=len(keys) - len(todo), total=len(keys)))
         limit = asyncio.Semaphore(max(1, self.config.llm.concurrency))
+        errors: list[str] = []
 
         async def one(key: str) -> None:
             async with limit:
@@ -175,12 +200,21 @@ class Pipeline:
                     value = await work(key)
                 except LLMError as exc:
                     self._failure(stage, key, str(exc))
+                    errors.append(str(exc))
                     value = {"failed": str(exc)}
-            self._record(stage, key, value)
+                else:
+                    self._record(stage, key, value)
             done[key] = value
             self.events(Event("item_done", stage, done=len(done), total=len(keys)))
 
         await asyncio.gather(*(one(k) for k in todo))
+        if errors and len(errors) == len(todo):
+            left = " left" if len(todo) < len(keys) else ""
+            raise AllFailedError(f"all {len(todo)} {NOUNS.get(stage, 'items')}{left} failed: {errors[0]}; "
+                                 f"{self.retry}")
+        if errors:
+            self.events(Event("note", stage, message=f"{len(errors)} of {len(keys)} {NOUNS.get(stage, 'items')} "
+                                                     f"failed; the first: {errors[0]}"))
         return {k: done[k] for k in keys}
 
     # -------------------------------------------------------------- stages
@@ -200,16 +234,22 @@ class Pipeline:
         todo = [(k, j) for k, j in zip(keys, jobs, strict=True) if k not in done]
         self.events(Event("stage_started", stage, done=len(done), total=len(jobs)))
         wins = sum(Trajectory.from_json(v).success for v in done.values())
+        errors: list[str] = []
 
         def on_result(i: int, trajectory: Trajectory) -> None:
             nonlocal wins
             key = todo[i][0]
-            self._record(stage, key, trajectory.to_json())
+            error = episode_error(trajectory)
+            if error is None:  # an episode that could not run is retried by the next run of the command
+                self._record(stage, key, trajectory.to_json())
+            else:
+                errors.append(error)
             done[key] = trajectory.to_json()
             wins += trajectory.success
             self.events(Event("item_done", stage, done=len(done), total=len(jobs), successes=wins))
 
         await self.executor.run(self.agent, self.env, [j for _, j in todo], on_result)
+        self._episodes_failed(stage, errors, len(todo))
         result = [Trajectory.from_json(done[k]) for k in keys]
         self._finish(stage, (t.to_line() for t in result), started, context=context, rev=rev,
                      **rollouts.summarise(result))
@@ -275,12 +315,19 @@ class Pipeline:
         provider = self.provider("kb", None)
         jobs = [Job(new[key], *provider.context(new[key].text)) for key in todo]
 
+        errors: list[str] = []
+
         def on_result(i: int, trajectory: Trajectory) -> None:
             value = trajectory.derived(relabelled_from=todo[i]).to_json()  # the id covers the link to its source
-            self._record("relabel", todo[i], value)
+            error = episode_error(trajectory)
+            if error is None:
+                self._record("relabel", todo[i], value)
+            else:
+                errors.append(error)
             done[todo[i]] = value
 
         await self.executor.run(self.agent, self.env, jobs, on_result)
+        self._episodes_failed("relabel", errors, len(todo))
         out = [Trajectory.from_json(done[key]) for key in new]
         self._partial_path("relabel-tasks").unlink(missing_ok=True)
         passed = sum(t.success for t in out)
@@ -354,10 +401,12 @@ class Pipeline:
         async def work(slug: str) -> Any:
             c = by_slug[slug]
             mine = [i for i in train if mapping.get(i.concept) == slug]
+            problems: list[str] = []
             made = await integrate.integrate(self.backend, slug, c.title, c.aliases, mine, current.get(slug),
-                                             samples, self.config.stages.integrate_retries)
+                                             samples, self.config.stages.integrate_retries, errors=problems)
             if not made:
-                raise LLMError(f"no valid recipe for {slug} after retries")
+                raise LLMError(f"no valid recipe for {slug} after {len(problems)} attempts; the last: "
+                               f"{problems[-1] if problems else 'none'}")
             return {"text": render_recipe(made[0])}
 
         results = await self._map("integrate", sorted(by_slug), work)

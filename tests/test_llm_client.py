@@ -261,3 +261,63 @@ def test_cache_and_ledger_commands(tmp_path: Path, make_repo: MakeRepo) -> None:
     assert totals["reflector"]["calls"] == 2 and totals["reflector"]["cached"] == 1
     assert totals["reflector"]["cost"] == pytest.approx(3.0)  # only the paid call: 3 tokens at $1 each
     assert "no run 'nope'" in cli("ledger", "nope").stderr
+
+
+def test_only_good_replies_are_cached(fake: FakeOpenAI, tmp_path: Path) -> None:
+    fake.reply({"content": ""}, {"content": "not json"}, {"content": '{"answer": -1}'}, {"content": '{"answer": 42}'})
+    client = client_for(fake, tmp_path)
+
+    async def go() -> tuple[Any, Any, Any]:
+        try:
+            empty = await client.chat(client.request("agent", USER))
+            reply = await client.complete_json(client.request("reflector", USER, schema=SCHEMA))
+            again = await client.complete_json(client.request("reflector", USER, schema=SCHEMA))
+            return empty, reply, again
+        finally:
+            await client.aclose()
+
+    empty, reply, again = run(go())
+    assert empty.content == "" and not reply.ok and "returned invalid JSON, also after one repair" in reply.error
+    assert again.value == {"answer": 42} and fake.count == 4  # nothing bad was replayed from the cache
+    errors = [e.error for e in read_ledger(tmp_path / "ledger.jsonl")]
+    assert errors[0] == "invalid reply: the reply is empty"
+    assert errors[1].startswith("invalid reply: it is not JSON") and errors[2].startswith("invalid reply: $.answer")
+    assert errors[3] is None
+    assert client.cache is not None and client.cache.stats().entries == 1
+
+
+def test_the_cache_key_includes_the_endpoint(tmp_path: Path) -> None:
+    with FakeOpenAI(default={"content": "from a"}) as a, FakeOpenAI(default={"content": "from b"}) as b:
+        first = run(_chat(client_for(a, tmp_path)))
+        second = run(_chat(client_for(b, tmp_path)))
+        replay = run(_chat(client_for(a, tmp_path)))
+    assert (first.content, second.content, replay.content) == ("from a", "from b", "from a")
+    assert (a.count, b.count, replay.cached) == (1, 1, True)
+
+
+def test_cache_clear_by_run_and_by_role(make_repo: MakeRepo) -> None:
+    root = make_repo({"brewkb.toml": "", "recipes/.gitkeep": ""})
+    (root / "runs" / "a").mkdir(parents=True)
+    from brewkb.api.llm import cache_clear, cache_stats
+    from brewkb.errors import ConfigError, RunError
+    from brewkb.llm import cache_path
+
+    for run_id, role, key in [("a", "judge", "1"), ("a", "reflector", "2"), ("b", "judge", "3"), ("b", "agent", "4")]:
+        cache = ResponseCache(cache_path(root / ".brewkb"), run=run_id)
+        cache.put(key, "chat", "{}", role)
+        cache.close()
+    ResponseCache(cache_path(root / ".brewkb"), run="b").get("2")  # b replayed one of a's replies
+    assert cache_stats(start=root).by_role == {"agent": 1, "judge": 2, "reflector": 1}
+    with pytest.raises(ConfigError, match="roles are agent, reflector"):
+        cache_clear(role="juge", start=root)
+    with pytest.raises(RunError, match="no run 'nope'"):
+        cache_clear(run="nope", start=root)
+
+    def cli(*args: str) -> str:
+        return subprocess.run([sys.executable, "-m", "brewkb", "cache", "clear", *args, "--yes"], cwd=root,
+                              capture_output=True, text=True).stdout.strip()
+
+    assert cli("--role", "judge", "--run", "a") == "Deleted 1 entries."
+    assert cli("--run", "a") == "Deleted 1 entries."  # key 2, b's use of it included
+    assert cache_stats(start=root).by_role == {"agent": 1, "judge": 1}
+    assert cache_clear(role="agent", start=root) == 1 and cache_stats(start=root).entries == 1

@@ -8,19 +8,23 @@ import asyncio
 import json
 import os
 import re
+import signal
+import sqlite3
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from brewkb.api.loop import run_command
 from brewkb.errors import BrewError
-from brewkb.llm.ledger import read_ledger
+from brewkb.llm.ledger import read_ledger, summarise
 from tests.conftest import MakeRepo, git
 from tests.fakes.openai_server import FakeOpenAI
-from tests.fakes.roles import embed, role_player
+from tests.fakes.roles import InvalidFirst, Outage, embed, role_player
 
 PACKAGE = Path(__file__).resolve().parents[1] / "brewkb"
 TRACEBACK = re.compile(r"Traceback|Task exception was never retrieved|Event loop is closed|never awaited"
@@ -95,9 +99,150 @@ def test_the_api_refuses_to_nest_in_a_running_loop() -> None:
     assert run_command(inner()) == 1
 
 
-def test_refine_with_the_tool_agent(make_repo: MakeRepo, endpoint: FakeOpenAI) -> None:
+def test_refine_with_the_tool_agent_for_each_strategy(make_repo: MakeRepo, endpoint: FakeOpenAI) -> None:
     root = shop_kb(make_repo)
-    out = brewkb(root, endpoint, "refine", "--run", "r", "--json")
+    for strategy in ("mcts", "greedy", "iterative"):  # later runs replay the stages' calls from the cache
+        out = brewkb(root, endpoint, "refine", "--run", strategy, "--strategy", strategy, "--json")
+        assert_clean_run(root, out, strategy)
+        result = json.loads(out.stdout.splitlines()[-1])
+        assert result["nodes"] > len(result["concepts"])  # the search made children, not only roots
+        spec = json.loads((root / "runs" / strategy / "manifest.json").read_text())["search_spec"]["spec"]
+        assert spec["strategy"] == strategy
+
+
+def test_demo_with_an_llm_backend(tmp_path: Path, endpoint: FakeOpenAI) -> None:
+    out = brewkb(tmp_path, endpoint, "demo", "--backend", "openai", "--small", "--dir", str(tmp_path / "demo"))
+    assert_clean_run(tmp_path / "demo", out, "demo")
+    assert "openai backend" in out.stdout and "brew/demo/pr" in out.stdout
+
+
+class Gate:
+    """Holds the first integrator request made once the run's ``kb`` branch
+    exists (so inside a search iteration) until released."""
+
+    def __init__(self, root: Path, run: str) -> None:
+        self.kb_ref = root / ".git" / "refs" / "heads" / "brew" / run / "kb"
+        self.holding, self.released = threading.Event(), threading.Event()
+
+    def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
+        schema = (body.get("response_format") or {}).get("json_schema", {}).get("name")
+        if schema == "recipe" and self.kb_ref.exists() and not self.released.is_set():
+            self.holding.set()
+            self.released.wait(60)
+        return role_player(body)
+
+
+def test_sigkill_mid_refine_then_resume(make_repo: MakeRepo) -> None:
+    root = shop_kb(make_repo)
+    gate = Gate(root, "r")
+    with FakeOpenAI(default=gate, embed=embed) as fake:
+        env = {**os.environ, "OPENAI_BASE_URL": fake.base_url, "OPENAI_API_KEY": "sk-test"}
+        process = subprocess.Popen([sys.executable, "-m", "brewkb", "refine", "--run", "r"], cwd=root, env=env,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            assert gate.holding.wait(120), "the search never reached an expansion"
+            process.send_signal(signal.SIGKILL)
+            process.wait(30)
+        finally:
+            gate.released.set()
+            process.kill()
+        assert process.returncode == -signal.SIGKILL
+        assert not (root / ".git" / "refs" / "heads" / "brew" / "r" / "pr").exists()
+        nodes_before = len(git(root, "for-each-ref", "refs/heads/brew/r/").splitlines())
+        out = brewkb(root, fake, "refine", "--resume", "r")
     assert_clean_run(root, out, "r")
-    result = json.loads(out.stdout.splitlines()[-1])
-    assert result["nodes"] > len(result["concepts"])  # the search made children, not only roots
+    assert len(git(root, "for-each-ref", "refs/heads/brew/r/").splitlines()) > nodes_before
+
+
+def test_ray_executor_with_the_tool_agent(make_repo: MakeRepo, endpoint: FakeOpenAI) -> None:
+    pytest.importorskip("ray")
+    root = shop_kb(make_repo, extra='[executor]\nname = "ray"\nworkers = 2\n')
+    out = brewkb(root, endpoint, "refine", "--run", "r", "--no-cache")
+    assert_clean_run(root, out, "r")
+    # with Ray the driver runs no episode: the agent's calls were recorded by the workers
+    assert any(e.role == "agent" for e in read_ledger(root / "runs" / "r" / "ledger.jsonl"))
+
+
+def cached_contents(root: Path) -> list[str]:
+    with sqlite3.connect(root / ".brewkb" / "llm-cache.sqlite") as db:
+        return [json.loads(v).get("content") or "" for (v,) in db.execute(
+            "SELECT value FROM responses WHERE kind = 'chat'")]
+
+
+def test_invalid_json_replies_are_repaired_counted_and_never_cached(make_repo: MakeRepo) -> None:
+    root = shop_kb(make_repo)
+    with FakeOpenAI(default=InvalidFirst(6), embed=embed) as fake:
+        out = brewkb(root, fake, "refine", "--run", "r")
+    assert_clean_run(root, out, "r")
+    errors = [e.error for e in read_ledger(root / "runs" / "r" / "ledger.jsonl") if e.error]
+    assert len(errors) == 6 and all(e.startswith("invalid reply: it is not JSON") for e in errors)
+    contents = cached_contents(root)
+    assert contents and not any("Here is the JSON" in c for c in contents)
+    entries = json.loads(brewkb(root, fake, "cache", "stats", "--json").stdout)["entries"]
+    cleared = brewkb(root, fake, "cache", "clear", "--run", "r", "--yes")
+    assert cleared.stdout.strip() == f"Deleted {entries} entries." and entries > len(contents)  # chat + embeddings
+
+
+def stages_done(root: Path, run: str) -> dict[str, Any]:
+    manifest = root / "runs" / run / "manifest.json"
+    return json.loads(manifest.read_text()).get("stages", {}) if manifest.exists() else {}
+
+
+def test_a_dead_endpoint_fails_loudly_and_the_same_command_recovers(make_repo: MakeRepo) -> None:
+    root = shop_kb(make_repo)
+    config = (root / "brewkb.toml").read_text().replace('backend = "openai"', 'backend = "openai"\nmax_retries = 0')
+    (root / "brewkb.toml").write_text(config)
+    outage = Outage()
+    with FakeOpenAI(default=outage, embed=embed) as fake:
+        down = brewkb(root, fake, "rollout", "--run", "r")
+        assert down.returncode == 1 and not TRACEBACK.search(down.stderr)
+        assert "all 10 episodes failed to run: " in down.stderr and "HTTP 500: the model is overloaded" in down.stderr
+        assert "run the same command again" in down.stderr
+        assert "rollouts" not in stages_done(root, "r")
+        assert summarise(read_ledger(root / "runs" / "r" / "ledger.jsonl"), {})["agent"].errors == 10
+        outage.recover()
+        assert brewkb(root, fake, "rollout", "--run", "r").returncode == 0
+        outage.down = True
+        failed = brewkb(root, fake, "reflect", "r")
+        assert failed.returncode == 1 and "all 10 grades failed: judge: " in failed.stderr
+        outage.recover()
+        before = len(fake.requests)
+        again = brewkb(root, fake, "reflect", "r")
+        assert again.returncode == 0, again.stderr
+        asked = [body for _, body in fake.requests[before:]]
+    # the finished rollouts were kept; each failed grade was asked for once more
+    assert not any(body.get("tools") for body in asked)
+    judged = [b for b in asked if b.get("response_format", {}).get("json_schema", {}).get("name") == "judge"]
+    assert len(judged) == 10 + stages_done(root, "r")["relabel"]["relabelled"]
+
+
+def test_a_missing_key_is_not_a_zero_success_rate(make_repo: MakeRepo) -> None:
+    root = shop_kb(make_repo)
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL")}
+    out = subprocess.run([sys.executable, "-m", "brewkb", "eval"], cwd=root, capture_output=True, text=True,
+                         env=env, timeout=120)
+    assert out.returncode == 1 and not TRACEBACK.search(out.stderr)
+    assert "all 6 episodes of 'none' failed to run: " in out.stderr and "no API key: set OPENAI_API_KEY" in out.stderr
+    assert "success" not in out.stdout
+
+
+def test_commands_that_need_a_kb_refuse_a_folder_without_brewkb_toml(make_repo: MakeRepo) -> None:
+    root = make_repo({"README.md": "not a KB\n"})
+    for args in (["refine"], ["rollout"], ["reflect", "r"], ["eval"]):
+        out = subprocess.run([sys.executable, "-m", "brewkb", *args], cwd=root, capture_output=True, text=True)
+        assert out.returncode == 1, args
+        assert out.stderr.strip().endswith("no brewkb.toml there or above, up to " + str(root) +
+                                           "); run `brewkb init` there first"), out.stderr
+    assert not (root / "runs").exists()
+
+
+def test_episodes_that_fail_to_run_are_counted_and_named(make_repo: MakeRepo) -> None:
+    root = shop_kb(make_repo)
+    config = (root / "brewkb.toml").read_text().replace('backend = "openai"', 'backend = "openai"\nmax_retries = 0')
+    (root / "brewkb.toml").write_text(config)
+    with FakeOpenAI(default=Outage(calls=3), embed=embed) as fake:
+        out = brewkb(root, fake, "rollout", "--run", "r", "--split", "train")
+    assert out.returncode == 0, out.stderr
+    assert "rollouts: 3 of 10 episodes failed to run (agent or endpoint errors); the first: agent: " in out.stderr
+    assert "rollouts: 10 episodes (3 failed to run), success rate" in out.stdout
+    assert stages_done(root, "r")["rollouts"]["failed_to_run"] == 3

@@ -15,9 +15,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from brewkb.envs.base import Environment, Task
+from brewkb.errors import BrewError
 from brewkb.trajectories import KBUse, Outcome, Trajectory
 
-__all__ = ["Agent", "AsyncAgent", "failed", "finish", "run_episode", "arun_episode"]
+__all__ = ["Agent", "AsyncAgent", "failed", "finish", "run_episode", "arun_episode", "episode_error"]
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,13 @@ def failed(task: Task, error: str, *, messages: Sequence[Mapping[str, Any]] = ()
                       outcome=Outcome(False, 0.0, {"error": error}), meta={**(meta or {}), "error": error})
 
 
+def episode_error(trajectory: Trajectory) -> str | None:
+    """Why an episode could not run (the agent or its endpoint broke, see
+    ``failed``), or ``None`` for an episode that ran, whether it passed or not."""
+    error = trajectory.meta.get("error")
+    return str(error) if error else None
+
+
 def finish(task: Task, trajectory: Trajectory, env: Environment, kb: KBUse, seconds: float) -> Trajectory:
     """Grade an episode and stamp the task, split and KB it ran with."""
     graded = trajectory.with_(task_id=task.id, task=task.text, split=task.split, kb=kb)
@@ -78,6 +86,8 @@ async def arun_episode(agent: AsyncAgent, task: Task, context: str, env: Environ
     start = time.monotonic()
     try:
         trajectory = await agent.arun(task, context, env)
+    except BrewError as exc:  # e.g. the agent's endpoint failed: its message says what to do
+        trajectory = failed(task, str(exc))
     except Exception as exc:
         trajectory = failed(task, f"agent crashed: {type(exc).__name__}: {exc}",
                             meta={"traceback": traceback.format_exc(limit=5)})

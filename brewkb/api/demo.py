@@ -23,10 +23,11 @@ __all__ = ["DemoResult", "demo", "demo_config", "RUN"]
 RUN = "demo"
 
 
-def demo_config(backend: str) -> str:
+def demo_config(backend: str, small: bool = False) -> str:
     """The demo's brewkb.toml: the shop world, the offline backend and scripted
     agent (or an LLM and the tool-calling agent), sized to finish in about two
-    minutes on two cores."""
+    minutes on two cores; ``small``: a tenth of the tasks and two search
+    iterations, to try an endpoint cheaply."""
     llm = ('backend = "openai"         # endpoint and key from OPENAI_BASE_URL / OPENAI_API_KEY'
            if backend == "openai" else 'backend = "offline"        # deterministic rules; no model is called')
     agent = "tool-agent" if backend == "openai" else "shop-scripted"
@@ -38,14 +39,14 @@ def demo_config(backend: str) -> str:
 [env]
 name = "shop"
 seed = 0
-options = {{ train = 160, eval = 80, test = 200 }}
+options = {{ train = {16 if small else 160}, eval = {8 if small else 80}, test = {20 if small else 200} }}
 
 [agent]
 name = "{agent}"
 
 [search]
 strategy = "mcts"
-iterations = 10
+iterations = {2 if small else 10}
 width = 3
 depth = 3
 """
@@ -74,9 +75,10 @@ def _inside_repo(path: Path) -> Path | None:
 
 
 def demo(*, directory: Path | None = None, backend: str = "offline", confirm: Callable[[str], bool] = lambda _: False,
-         publish: Path | None = None, events: EventSink = null_sink) -> DemoResult:
+         publish: Path | None = None, small: bool = False, events: EventSink = null_sink) -> DemoResult:
     """Create a KB in ``directory`` (default ``./brewkb-demo``), refine it on the
-    shop world, and compare the learned KB with no KB on the test split."""
+    shop world, and compare the learned KB with no KB on the test split
+    (``small``: a tenth of the tasks, see ``demo_config``)."""
     root = (directory or Path.cwd() / "brewkb-demo").resolve()
     if root.exists() and any(root.iterdir()):
         raise BrewError(f"{root} exists and is not empty; pass another --dir")
@@ -86,7 +88,7 @@ def demo(*, directory: Path | None = None, backend: str = "offline", confirm: Ca
         raise BrewError(f"{root} is inside the git repository {enclosing}; pass --dir outside it (or --yes)")
     root.mkdir(parents=True, exist_ok=True)
     init_kb(root)
-    write_atomic(root / CONFIG_FILE, demo_config(backend))
+    write_atomic(root / CONFIG_FILE, demo_config(backend, small))
     with GitStore(root, search_parent=False) as store:
         store.commit_all("Start a brewkb knowledge base for the shop demo")
     result, columns = run_command(_refine_and_evaluate(root, events))

@@ -11,9 +11,10 @@ from typing import Any
 
 import numpy as np
 
+from brewkb.agents.base import episode_error
 from brewkb.api.loop import run_command
 from brewkb.context import NoContext, RecipeContext, TrajectoryContext
-from brewkb.errors import BrewError
+from brewkb.errors import AllFailedError, BrewError
 from brewkb.events import EventSink, null_sink
 from brewkb.executors import make_executor
 from brewkb.fsutil import write_atomic
@@ -44,6 +45,9 @@ class Column:
     llm_calls: int
     tokens: int
     recipes: int | None
+    failed_to_run: int = 0
+    """Episodes the agent or its endpoint could not run (counted as failures)."""
+    first_error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -64,6 +68,10 @@ def _column(label: str, runs: Sequence[Trajectory], recipes: int | None) -> Colu
         by_task.setdefault(t.task_id, []).append(t.success)
     per_task = np.array([np.mean(v) for v in by_task.values()], dtype=float)
     wins = [t for t in runs if t.success]
+    errors = [e for t in runs if (e := episode_error(t)) is not None]
+    if runs and len(errors) == len(runs):
+        raise AllFailedError(f"all {len(runs)} episodes of '{label}' failed to run: {errors[0]}; fix the agent or "
+                             "its endpoint and run the evaluation again")
     low, high = _ci(per_task)
     return Column(label=label, episodes=len(runs), tasks=len(by_task),
                   success_rate=round(float(per_task.mean()) if len(per_task) else 0.0, 4),
@@ -71,7 +79,7 @@ def _column(label: str, runs: Sequence[Trajectory], recipes: int | None) -> Colu
                   mean_steps_success=round(sum(t.steps for t in wins) / len(wins), 2) if wins else None,
                   llm_calls=sum(int(t.usage.get("calls", 0)) for t in runs),
                   tokens=sum(int(t.usage.get("tokens_in", 0)) + int(t.usage.get("tokens_out", 0)) for t in runs),
-                  recipes=recipes)
+                  recipes=recipes, failed_to_run=len(errors), first_error=errors[0] if errors else None)
 
 
 def _pool(kb: KB, from_run: str | None) -> list[Trajectory]:
@@ -106,7 +114,7 @@ async def aevaluate(*, revs: Sequence[str] = (), contexts: Sequence[str] = (), s
     ``agent_name`` and ``data`` override the config for this evaluation."""
     if not revs and not contexts:
         contexts, revs = ("none",), (".",)
-    with KB.open(start) as kb:
+    with KB.open(start, require_config=True) as kb:
         config = kb.config
         if env_name or data is not None:
             config = dataclasses.replace(config, env=dataclasses.replace(
@@ -114,7 +122,7 @@ async def aevaluate(*, revs: Sequence[str] = (), contexts: Sequence[str] = (), s
                 data=str(data.resolve()) if data is not None else config.env.data))
         if agent_name:
             config = dataclasses.replace(config, agent=dataclasses.replace(config.agent, name=agent_name))
-        _, client = open_backend(config.llm, cache_dir=kb.cache_dir, seed=config.stages.seed)
+        _, client = open_backend(config.llm, cache_dir=kb.cache_dir, seed=config.stages.seed, run=save_to or "")
         from brewkb.agents import load_agent
         from brewkb.envs import load_environment
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
-from brewkb.errors import RunError
+from brewkb.config import RolesConfig
+from brewkb.errors import ConfigError, RunError
 from brewkb.kb import KB
 from brewkb.llm import cache_path
 from brewkb.llm.cache import CacheStats, ResponseCache
@@ -27,14 +29,21 @@ def cache_stats(*, start: Path = Path(".")) -> CacheStats:
             cache.close()
 
 
-def cache_clear(*, start: Path = Path(".")) -> int:
+def cache_clear(*, run: str | None = None, role: str | None = None, start: Path = Path(".")) -> int:
+    """Delete every cached reply, or those ``run`` used, or those ``role`` asked
+    for (both: the role's replies that the run used); returns how many."""
+    roles = [f.name for f in dataclasses.fields(RolesConfig)]
+    if role is not None and role not in roles:
+        raise ConfigError(f"--role {role!r}: roles are {', '.join(roles)}")
     with KB.open(start) as kb:
         path = cache_path(kb.cache_dir)
         if not path.exists():
             return 0
         cache = ResponseCache(path)
         try:
-            return cache.clear()
+            if run is not None and run not in cache.runs() and not (kb.runs_dir / run).is_dir():
+                raise RunError(f"no run {run!r} in {kb.runs_dir} and no cached reply of it; `brewkb runs` lists runs")
+            return cache.clear(run=run, role=role)
         finally:
             cache.close()
 

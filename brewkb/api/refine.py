@@ -11,7 +11,7 @@ from typing import Any
 
 from brewkb.api.loop import run_command
 from brewkb.config import SearchConfig
-from brewkb.errors import RunError
+from brewkb.errors import AllFailedError, RunError
 from brewkb.events import EventSink, null_sink
 from brewkb.kb import KB
 from brewkb.llm.ledger import Ledger, LedgerEntry
@@ -81,7 +81,7 @@ async def arefine(*, run: str | None = None, resume: str | None = None, base: st
                   depth: int | None = None, relabel: bool | None = None, no_cache: bool = False,
                   events: EventSink = null_sink, start: Path = Path(".")) -> RefineResult:
     """``refine`` on the caller's event loop."""
-    with KB.open(start) as kb:
+    with KB.open(start, require_config=True) as kb:
         run_id = resume or run or new_run_id("refine")
         folder = Run.at(kb.runs_dir, run_id, create=resume is None)
         recorded = folder.manifest().get("search_spec")
@@ -97,6 +97,8 @@ async def arefine(*, run: str | None = None, resume: str | None = None, base: st
         if not recorded:
             folder.set_manifest("search_spec", {"base": base_commit, "spec": dataclasses.asdict(spec)})
         async with Pipeline.open(kb, folder, no_cache=no_cache, events=events) as pipeline:
+            pipeline.retry = (f"fix the cause, then continue with `brewkb refine --resume {run_id}` (finished work "
+                              "is kept)")
             await pipeline.rollouts("train", context="kb", rev=base_commit)
             await pipeline.rollouts("eval", context="kb", rev=base_commit)
             await pipeline.grades()
@@ -108,7 +110,10 @@ async def arefine(*, run: str | None = None, resume: str | None = None, base: st
             if not concepts:
                 raise RunError(f"run {run_id} found no concept to refine (see runs/{run_id}/manifest.json); "
                                "more or more varied trajectories are needed")
-            result = await _search(kb, pipeline, folder, spec, base_commit, concepts, roots, events)
+            try:
+                result = await _search(kb, pipeline, folder, spec, base_commit, concepts, roots, events)
+            except AllFailedError as exc:
+                raise AllFailedError(f"{exc}; {pipeline.retry}") from None
         store = SearchStore(kb.store, run_id, base_commit, kb.recipes_prefix())
         pr = store.write_pr(pr_message(run_id, spec, result, base_commit), spec.rounds)
         nodes = sum(len(t.nodes) for t in result.trees.values())

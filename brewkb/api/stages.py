@@ -38,7 +38,7 @@ def rollout(*, run: str | None = None, splits: tuple[str, ...] = ("train", "eval
             rev: str | None = None, no_cache: bool = False, force: str | None = None,
             events: EventSink = null_sink, start: Path = Path(".")) -> tuple[str, dict[str, Any]]:
     """Run the agent on the train and eval tasks; returns the run id and stage summaries."""
-    with KB.open(start) as kb:
+    with KB.open(start, require_config=True) as kb:
         run_id = run or new_run_id()
 
         async def main(pipeline: Pipeline) -> dict[str, Any]:
@@ -61,7 +61,7 @@ def reflect(run: str, *, no_cache: bool = False, force: str | None = None, event
         stages = pipeline.run.manifest()["stages"]
         return {s: stages[s] for s in ("grades", "relabel", "reflections") if s in stages}
 
-    with KB.open(start) as kb:
+    with KB.open(start, require_config=True) as kb:
         return run_command(_with(_pipeline(kb, run, create=False, no_cache=no_cache, events=events, force=force),
                                  main))
 
@@ -71,7 +71,7 @@ def concepts(run: str, *, no_cache: bool = False, force: str | None = None, even
     async def main(pipeline: Pipeline) -> list[Concept]:
         return await pipeline.concepts()
 
-    with KB.open(start) as kb:
+    with KB.open(start, require_config=True) as kb:
         return run_command(_with(_pipeline(kb, run, create=False, no_cache=no_cache, events=events, force=force),
                                  main))
 
@@ -80,7 +80,7 @@ def integrate(run: str, *, write: bool = False, no_cache: bool = False, force: s
               events: EventSink = null_sink, start: Path = Path(".")) -> tuple[list[Recipe], list[str]]:
     """Write one recipe per concept into the run (and into the KB's recipes
     folder with ``write``); returns the recipes and the KB files changed."""
-    with KB.open(start) as kb:
+    with KB.open(start, require_config=True) as kb:
         async def main(pipeline: Pipeline) -> list[Recipe]:
             return await pipeline.integrate()
 

@@ -17,11 +17,14 @@ from brewkb.cli.progress import close, renderer
               help="Where to create the demo KB (default: ./brewkb-demo).")
 @click.option("--backend", type=click.Choice(["offline", "openai"]), default="offline", show_default=True,
               help="offline: rules and the scripted agent; openai: LLM roles and the tool-calling agent.")
+@click.option("--small", is_flag=True,
+              help="A tenth of the tasks and 2 search iterations: a quick, cheap try of an endpoint.")
 @click.option("--yes", is_flag=True, help="Create the demo even inside an existing git repository.")
 @click.option("--publish", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Also copy the learned recipes and the run's report into this folder's recipes/ and runs/demo/.")
-def demo_cmd(directory: Path | None, backend: str, yes: bool, publish: Path | None) -> None:
-    """Run the whole BREW loop offline on the shop world and compare no KB with the learned one."""
+def demo_cmd(directory: Path | None, backend: str, small: bool, yes: bool, publish: Path | None) -> None:
+    """Run the whole BREW loop on the shop world (offline unless --backend openai) and compare no KB with
+    the learned one."""
     from brewkb.api.demo import RUN, demo
 
     def confirm(question: str) -> bool:
@@ -29,7 +32,8 @@ def demo_cmd(directory: Path | None, backend: str, yes: bool, publish: Path | No
 
     sink = renderer(False)
     try:
-        result = demo(directory=directory, backend=backend, confirm=confirm, publish=publish, events=sink)
+        result = demo(directory=directory, backend=backend, confirm=confirm, publish=publish, small=small,
+                      events=sink)
     finally:
         close(sink)
     echo()

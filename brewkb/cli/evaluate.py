@@ -52,3 +52,7 @@ def eval_cmd(revs: tuple[str, ...], contexts: tuple[str, ...], split: str, repea
         return
     for line in table(columns):
         echo(line)
+    for c in columns:
+        if c.failed_to_run:
+            click.echo(f"{c.label}: {c.failed_to_run} of {c.episodes} episodes failed to run (agent or endpoint "
+                       f"errors), counted as failures; the first: {c.first_error}", err=True)

@@ -27,17 +27,24 @@ def cache_stats_cmd(as_json: bool) -> None:
     echo(f"{stats.entries} entries, {stats.bytes / 1024:.1f} KiB in {stats.path}")
     for kind, count in sorted(stats.by_kind.items()):
         echo(f"  {kind}: {count}")
+    for role, count in sorted(stats.by_role.items()):
+        echo(f"  role {role}: {count}")
 
 
 @cache_cmd.command("clear")
+@click.option("--run", default=None, metavar="RUN", help="Only the replies RUN used (read or stored).")
+@click.option("--role", default=None, metavar="ROLE",
+              help="Only the replies of one role: agent, reflector, integrator, relabeller, judge, embeddings.")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
-def cache_clear_cmd(yes: bool) -> None:
-    """Delete every cached reply (the next run pays for its calls again)."""
+def cache_clear_cmd(run: str | None, role: str | None, yes: bool) -> None:
+    """Delete cached replies (the next run pays for those calls again): every
+    one, or those of --run and/or --role."""
     from brewkb.api.llm import cache_clear
 
     if not yes:
-        click.confirm("Delete every cached LLM reply?", abort=True)
-    echo(f"Deleted {cache_clear()} entries.")
+        which = " ".join(filter(None, [f"the {role}'s" if role else "", f"run {run}'s" if run else ""])) or "every"
+        click.confirm(f"Delete {which} cached LLM replies?", abort=True)
+    echo(f"Deleted {cache_clear(run=run, role=role)} entries.")
 
 
 @click.command("ledger")

@@ -47,7 +47,8 @@ def rollout_cmd(run: str | None, splits: tuple[str, ...], context: str, rev: str
         echo(json.dumps({"run": run_id, "stages": summary}, sort_keys=True))
         return
     for stage, info in summary.items():
-        echo(f"{stage}: {info['episodes']} episodes, success rate {info['success_rate']:.1%}")
+        broken = f" ({info['failed_to_run']} failed to run)" if info.get("failed_to_run") else ""
+        echo(f"{stage}: {info['episodes']} episodes{broken}, success rate {info['success_rate']:.1%}")
     echo(f"Run {run_id}. Next: brewkb reflect {run_id}")
 
 

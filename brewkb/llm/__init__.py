@@ -22,8 +22,9 @@ def cache_path(cache_dir: Path) -> Path:
 
 
 def open_backend(config: LLMConfig, *, cache_dir: Path, ledger_path: Path | None = None,
-                 no_cache: bool = False, seed: int = 0) -> tuple[Backend, Any]:
-    """The configured backend and its ``LLMClient`` (``None`` for offline)."""
+                 no_cache: bool = False, seed: int = 0, run: str = "") -> tuple[Backend, Any]:
+    """The configured backend and its ``LLMClient`` (``None`` for offline);
+    ``run`` is recorded with the cache entries its calls use."""
     cls = load_backend(config.backend)
     if config.backend == "offline":
         return cls(seed=seed), None
@@ -31,6 +32,6 @@ def open_backend(config: LLMConfig, *, cache_dir: Path, ledger_path: Path | None
     from brewkb.llm.client import LLMClient
     from brewkb.llm.ledger import Ledger
 
-    cache = None if no_cache or not config.cache else ResponseCache(cache_path(cache_dir))
+    cache = None if no_cache or not config.cache else ResponseCache(cache_path(cache_dir), run=run)
     client = LLMClient(config, cache=cache, ledger=Ledger(ledger_path))
     return cls(client), client

@@ -1,8 +1,11 @@
 """A persistent response cache: SQLite in WAL mode, shared safely by processes.
 
-Keys are SHA-256 digests of the canonical JSON of a request, so an identical
-call is never paid for twice and a run with a warm cache replays exactly. The
-cache holds replies only; no key, header or endpoint address is stored.
+Keys are SHA-256 digests of the canonical JSON of a request (endpoint
+included), so an identical call is never paid for twice and a run with a warm
+cache replays exactly. The client stores good replies only. Each entry keeps
+the role that asked, and ``uses`` records which runs used which entry, so one
+run's or one role's entries can be dropped. No key, header or endpoint address
+is stored in clear.
 """
 
 from __future__ import annotations
@@ -11,8 +14,9 @@ import hashlib
 import sqlite3
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from brewkb.errors import LLMError
 
@@ -25,10 +29,13 @@ class CacheStats:
     bytes: int
     by_kind: dict[str, int]
     path: str
+    by_role: dict[str, int] = field(default_factory=dict)
 
 
 class ResponseCache:
-    def __init__(self, path: Path) -> None:
+    """``run``: the run whose calls use this cache, recorded with every entry it reads or writes."""
+
+    def __init__(self, path: Path, *, run: str = "") -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -37,45 +44,76 @@ class ResponseCache:
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute(
                 "CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, kind TEXT NOT NULL, "
-                "value TEXT NOT NULL, created REAL NOT NULL)"
+                "value TEXT NOT NULL, created REAL NOT NULL, role TEXT NOT NULL DEFAULT '')"
             )
+            columns = {row[1] for row in self._db.execute("PRAGMA table_info(responses)")}
+            if "role" not in columns:  # a cache made by an earlier brewkb
+                self._db.execute("ALTER TABLE responses ADD COLUMN role TEXT NOT NULL DEFAULT ''")
+            self._db.execute("CREATE TABLE IF NOT EXISTS uses (key TEXT NOT NULL, run TEXT NOT NULL, "
+                             "PRIMARY KEY (key, run))")
         except sqlite3.DatabaseError as exc:
             raise LLMError(f"the LLM cache {path} is unusable ({exc}); delete it or run `brewkb cache clear`") from None
         self._lock = threading.Lock()
+        self.run = run
 
-    def __getstate__(self) -> dict[str, Path]:
-        return {"path": self.path}  # the connection is reopened where the cache is unpickled
+    def __getstate__(self) -> dict[str, Any]:
+        return {"path": self.path, "run": self.run}  # the connection is reopened where the cache is unpickled
 
-    def __setstate__(self, state: dict[str, Path]) -> None:
-        self.__init__(state["path"])  # type: ignore[misc]
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["path"], run=state["run"])  # type: ignore[misc]
 
     @staticmethod
     def digest(canonical: str) -> str:
         return hashlib.sha256(canonical.encode()).hexdigest()
 
     def get(self, canonical: str) -> str | None:
+        key = self.digest(canonical)
         with self._lock:
-            row = self._db.execute("SELECT value FROM responses WHERE key = ?", (self.digest(canonical),)).fetchone()
+            row = self._db.execute("SELECT value FROM responses WHERE key = ?", (key,)).fetchone()
+            if row and self.run:
+                self._db.execute("INSERT OR IGNORE INTO uses VALUES (?, ?)", (key, self.run))
         return row[0] if row else None
 
-    def put(self, canonical: str, kind: str, value: str) -> None:
+    def put(self, canonical: str, kind: str, value: str, role: str = "") -> None:
+        key = self.digest(canonical)
         with self._lock:
-            self._db.execute("INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?)",
-                             (self.digest(canonical), kind, value, time.time()))
+            self._db.execute("INSERT OR REPLACE INTO responses (key, kind, value, created, role) "
+                             "VALUES (?, ?, ?, ?, ?)", (key, kind, value, time.time(), role))
+            if self.run:
+                self._db.execute("INSERT OR IGNORE INTO uses VALUES (?, ?)", (key, self.run))
 
     def stats(self) -> CacheStats:
         with self._lock:
             rows = self._db.execute("SELECT kind, COUNT(*), COALESCE(SUM(LENGTH(value)), 0) "
                                     "FROM responses GROUP BY kind").fetchall()
+            roles = self._db.execute("SELECT role, COUNT(*) FROM responses GROUP BY role").fetchall()
         return CacheStats(entries=sum(r[1] for r in rows), bytes=sum(r[2] for r in rows),
-                          by_kind={r[0]: r[1] for r in rows}, path=str(self.path))
+                          by_kind={r[0]: r[1] for r in rows}, path=str(self.path),
+                          by_role={r[0] or "unknown": r[1] for r in roles})
 
-    def clear(self) -> int:
+    def clear(self, *, run: str | None = None, role: str | None = None) -> int:
+        """Delete every entry, or those ``run`` used, or those ``role`` asked for
+        (both: those of the role that the run used); returns how many."""
+        where, args = [], []
+        if run is not None:
+            where.append("key IN (SELECT key FROM uses WHERE run = ?)")
+            args.append(run)
+        if role is not None:
+            where.append("role = ?")
+            args.append(role)
+        condition = " WHERE " + " AND ".join(where) if where else ""
         with self._lock:
-            count = self._db.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
-            self._db.execute("DELETE FROM responses")
-            self._db.execute("VACUUM")
+            count = self._db.execute(f"SELECT COUNT(*) FROM responses{condition}", args).fetchone()[0]
+            self._db.execute(f"DELETE FROM responses{condition}", args)
+            self._db.execute("DELETE FROM uses WHERE key NOT IN (SELECT key FROM responses)")
+            if not where:
+                self._db.execute("VACUUM")
         return int(count)
+
+    def runs(self) -> set[str]:
+        """The runs recorded as using an entry."""
+        with self._lock:
+            return {row[0] for row in self._db.execute("SELECT DISTINCT run FROM uses")}
 
     def close(self) -> None:
         self._db.close()

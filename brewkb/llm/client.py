@@ -24,7 +24,9 @@ from brewkb.llm.ledger import Ledger, LedgerEntry
 from brewkb.llm.schema import validate
 from brewkb.llm.types import ChatRequest, ChatResult, canonical_json
 
-__all__ = ["LLMClient", "JSONReply"]
+__all__ = ["LLMClient", "JSONReply", "OPENAI_API"]
+
+OPENAI_API = "https://api.openai.com/v1"
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,11 @@ class LLMClient:
 
     def _base_url(self, role: RoleConfig) -> str | None:
         return role.base_url or self.config.base_url or self._environ.get("OPENAI_BASE_URL") or None
+
+    def endpoint(self, role: str) -> str:
+        """The base URL ``role`` calls: part of every cache key, so another
+        server's answers are never replayed."""
+        return (self._base_url(self.role(role)) or OPENAI_API).rstrip("/")
 
     def _bind_loop(self) -> None:
         # SDK clients and semaphores belong to one event loop: the command's
@@ -132,15 +139,24 @@ class LLMClient:
                            sample=sample)
 
     async def chat(self, request: ChatRequest) -> ChatResult:
-        """One completion, from the cache when an identical request was made."""
-        key = request.cache_key()
+        """One completion, from the cache when an identical request got a good
+        reply before. A reply that is empty, or does not parse or match the
+        request's schema, is returned but neither cached nor counted as good:
+        the ledger records it as an error."""
+        result, _ = await self._reply(request)
+        return result
+
+    async def _reply(self, request: ChatRequest) -> tuple[ChatResult, str | None]:
+        """The reply and what is wrong with it (``None``: a good reply)."""
+        key = request.cache_key(self.endpoint(request.role))
         if self.cache is not None:
             hit = self.cache.get(key)
             if hit is not None:
                 result = ChatResult.from_json(json.loads(hit), cached=True)
-                self.ledger.record(LedgerEntry(request.role, request.model, result.tokens_in,
-                                               result.tokens_out, cached=True))
-                return result
+                if _problem(result, request) is None:  # an earlier brewkb may have cached a bad one
+                    self.ledger.record(LedgerEntry(request.role, request.model, result.tokens_in,
+                                                   result.tokens_out, cached=True))
+                    return result, None
         start = time.perf_counter()
         try:
             async with self._limit():
@@ -149,11 +165,13 @@ class LLMClient:
             self.ledger.record(LedgerEntry(request.role, request.model, latency=time.perf_counter() - start,
                                            error=str(exc)))
             raise
+        problem = _problem(result, request)
         self.ledger.record(LedgerEntry(request.role, request.model, result.tokens_in, result.tokens_out,
-                                       latency=time.perf_counter() - start))
-        if self.cache is not None:
-            self.cache.put(key, "chat", canonical_json(result.to_json()))
-        return result
+                                       latency=time.perf_counter() - start,
+                                       error=None if problem is None else f"invalid reply: {problem}"))
+        if problem is None and self.cache is not None:
+            self.cache.put(key, "chat", canonical_json(result.to_json()), request.role)
+        return result, problem
 
     async def _call(self, request: ChatRequest) -> ChatResult:
         import openai
@@ -198,27 +216,30 @@ class LLMClient:
         if request.schema is None:
             raise LLMError("complete_json needs a request with a schema")
         messages = list(request.messages)
+        problem = ""
         for attempt in range(2):
             try:
-                result = await self.chat(_with_messages(request, messages))
+                result, problem_or_none = await self._reply(_with_messages(request, messages))
             except LLMError as exc:
                 return JSONReply(None, str(exc), attempt + 1)
-            problem = _check(result.content, request.schema)
-            if problem is None:
+            if problem_or_none is None:
                 return JSONReply(json.loads(result.content), None, attempt + 1)
+            problem = problem_or_none
             messages = messages + [
                 {"role": "assistant", "content": result.content},
                 {"role": "user", "content": f"That reply is not valid: {problem}. Reply again with only "
                                             "a JSON value that matches the schema."},
             ]
-        return JSONReply(None, f"{request.role}: invalid JSON after one repair: {problem}", 2)
+        return JSONReply(None, f"{request.role}: {self.endpoint(request.role)} returned invalid JSON, also after "
+                               f"one repair ({problem})", 2)
 
     # ------------------------------------------------------------ embeddings
     async def embed(self, texts: Sequence[str], role: str = "embeddings") -> list[list[float]]:
         """Embedding vectors, each text cached on its own."""
         cfg = self.role(role)
         model = cfg.model or self.config.model
-        keys = [canonical_json({"embedding_model": model, "input": t}) for t in texts]
+        keys = [canonical_json({"endpoint": self.endpoint(role), "embedding_model": model, "input": t})
+                for t in texts]
         vectors: list[list[float] | None] = [None] * len(texts)
         if self.cache is not None:
             for i, key in enumerate(keys):
@@ -233,22 +254,27 @@ class LLMClient:
 
             start = time.perf_counter()
             try:
-                async with self._limit():
-                    response = await self._client(cfg).embeddings.create(
-                        model=model, input=[texts[i] for i in missing])
-            except openai.OpenAIError as exc:
-                self.ledger.record(LedgerEntry(role, model, error=str(exc), kind="embedding"))
-                raise LLMError(f"{role}: embeddings failed: {_short(str(exc))}") from None
-            data = sorted(response.data, key=lambda d: d.index)
-            if len(data) != len(missing):
-                raise LLMError(f"{role}: asked for {len(missing)} embeddings, got {len(data)}")
+                try:
+                    async with self._limit():
+                        response = await self._client(cfg).embeddings.create(
+                            model=model, input=[texts[i] for i in missing])
+                except openai.OpenAIError as exc:
+                    raise LLMError(f"{role}: embeddings failed at {self.endpoint(role)}: {_short(str(exc))}") from None
+                data = sorted(response.data, key=lambda d: d.index)
+                if len(data) != len(missing) or any(not d.embedding for d in data):
+                    raise LLMError(f"{role}: asked {self.endpoint(role)} for {len(missing)} embeddings, got "
+                                   f"{sum(bool(d.embedding) for d in data)}")
+            except LLMError as exc:
+                self.ledger.record(LedgerEntry(role, model, latency=time.perf_counter() - start, error=str(exc),
+                                               kind="embedding"))
+                raise
             tokens = response.usage.prompt_tokens if response.usage else 0
             self.ledger.record(LedgerEntry(role, model, tokens_in=tokens, latency=time.perf_counter() - start,
                                            kind="embedding"))
             for i, item in zip(missing, data, strict=True):
                 vectors[i] = list(item.embedding)
                 if self.cache is not None:
-                    self.cache.put(keys[i], "embedding", json.dumps(vectors[i]))
+                    self.cache.put(keys[i], "embedding", json.dumps(vectors[i]), role)
         return [v for v in vectors if v is not None]
 
 
@@ -273,6 +299,22 @@ def _parse_completion(response: Any, request: ChatRequest, where: str) -> ChatRe
 
 def _with_messages(request: ChatRequest, messages: list[Mapping[str, Any]]) -> ChatRequest:
     return replace(request, messages=messages)
+
+
+def _problem(result: ChatResult, request: ChatRequest) -> str | None:
+    """What makes ``result`` unusable for ``request``, or ``None``."""
+    if request.schema is not None:
+        return _check(result.content, request.schema)
+    if not result.content.strip() and not result.tool_calls:
+        return "the reply is empty"
+    for call in result.tool_calls:
+        try:
+            arguments = json.loads(call["function"]["arguments"] or "{}")
+        except json.JSONDecodeError as exc:
+            return f"the arguments of {call['function']['name']} are not JSON ({exc.msg})"
+        if not isinstance(arguments, dict):
+            return f"the arguments of {call['function']['name']} are not a JSON object"
+    return None
 
 
 def _check(content: str, schema: Mapping[str, Any]) -> str | None:

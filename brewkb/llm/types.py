@@ -35,10 +35,11 @@ class ChatRequest:
     seed: int = 0
     sample: int = 0
 
-    def cache_key(self) -> str:
-        """The canonical JSON of everything that determines the reply."""
+    def cache_key(self, endpoint: str = "") -> str:
+        """The canonical JSON of everything that determines the reply, and the
+        ``endpoint`` (base URL) that gives it."""
         return canonical_json({
-            "model": self.model, "messages": list(self.messages), "tools": list(self.tools),
+            "endpoint": endpoint, "model": self.model, "messages": list(self.messages), "tools": list(self.tools),
             "schema": self.schema, "temperature": self.temperature, "max_tokens": self.max_tokens,
             "seed": self.seed, "sample": self.sample,
         })

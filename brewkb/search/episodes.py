@@ -19,7 +19,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from brewkb.agents.base import episode_error
 from brewkb.envs.base import Environment
+from brewkb.errors import AllFailedError
 from brewkb.executors import Executor, Job
 from brewkb.fsutil import append_line
 from brewkb.trajectories import Trajectory
@@ -57,8 +59,9 @@ class EpisodeCache:
         return stored[(self.uses[key] - 1) % len(stored)]
 
     def put(self, key: str, trajectory: Trajectory) -> None:
+        """Keep an episode for reuse (not one that failed to run: it is run again)."""
         self.run += 1
-        if not self.limit or len(self.episodes[key]) >= self.limit:
+        if not self.limit or len(self.episodes[key]) >= self.limit or episode_error(trajectory) is not None:
             return
         self.episodes[key].append(trajectory)
         if self.path is not None:
@@ -66,9 +69,11 @@ class EpisodeCache:
 
 
 async def run_jobs(jobs: Sequence[tuple[str, Job]], agent: Any, env: Environment, executor: Executor,
-             cache: EpisodeCache) -> list[tuple[Trajectory, bool]]:
+                   cache: EpisodeCache) -> list[tuple[Trajectory, bool]]:
     """A trajectory for each keyed job, in order, and whether it was reused
-    (from the cache, or from an identical job of the same batch) rather than run."""
+    (from the cache, or from an identical job of the same batch) rather than
+    run. Raises ``AllFailedError`` when every episode run failed to run, so
+    no reward is computed from an endpoint outage."""
     out: list[tuple[Trajectory, bool] | None] = [None] * len(jobs)
     todo: dict[str, list[int]] = {}
     for i, (key, _) in enumerate(jobs):
@@ -78,8 +83,11 @@ async def run_jobs(jobs: Sequence[tuple[str, Job]], agent: Any, env: Environment
         else:
             todo.setdefault(key, []).append(i)
     keys = list(todo)
+    errors: list[str] = []
 
     def on_result(n: int, trajectory: Trajectory) -> None:
+        if (error := episode_error(trajectory)) is not None:
+            errors.append(error)
         cache.put(keys[n], trajectory)
         first, *rest = todo[keys[n]]
         out[first] = (trajectory, False)
@@ -87,5 +95,7 @@ async def run_jobs(jobs: Sequence[tuple[str, Job]], agent: Any, env: Environment
             out[i] = (trajectory, True)
 
     await executor.run(agent, env, [jobs[todo[k][0]][1] for k in keys], on_result)
+    if keys and len(errors) == len(keys):
+        raise AllFailedError(f"all {len(keys)} episodes of this search step failed to run: {errors[0]}")
     cache.reused += sum(len(v) - 1 for v in todo.values())
     return [item for item in out if item is not None]

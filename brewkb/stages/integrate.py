@@ -18,9 +18,11 @@ RETRY_STRIDE = 1000  # a retried sample uses another sample index, so another ca
 
 async def integrate(backend: Backend, slug: str, title: str, aliases: Sequence[str], insights: Sequence[Insight],
                     current: Recipe | None, samples: int = 1, retries: int = 2,
-                    first_sample: int = 0) -> list[Recipe]:
+                    first_sample: int = 0, errors: list[str] | None = None) -> list[Recipe]:
     """Up to ``samples`` valid recipes named ``slug``; a sample that fails
-    ``retries`` + 1 times is dropped (and logged)."""
+    ``retries`` + 1 times is dropped (and logged). Why each attempt failed is
+    appended to ``errors``."""
+    errors = errors if errors is not None else []
     found = []
     for sample in range(first_sample, first_sample + samples):
         for attempt in range(retries + 1):
@@ -29,10 +31,12 @@ async def integrate(backend: Backend, slug: str, title: str, aliases: Sequence[s
                 recipe = parse_recipe(render_recipe(recipe.replace(name=slug)))
             except (LLMError, RecipeError) as exc:
                 log.info("integrate %s sample %d attempt %d: %s", slug, sample, attempt, exc)
+                errors.append(str(exc))
                 continue
-            errors = [i for i in validate(recipe, stem=slug) if i.severity == "error"]
-            if not errors:
+            problems = [i for i in validate(recipe, stem=slug) if i.severity == "error"]
+            if not problems:
                 found.append(recipe)
                 break
-            log.info("integrate %s sample %d rejected: %s", slug, sample, errors[0].message)
+            log.info("integrate %s sample %d rejected: %s", slug, sample, problems[0].message)
+            errors.append(f"the recipe does not lint: {problems[0].message}")
     return found

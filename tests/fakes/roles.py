@@ -223,15 +223,22 @@ class InvalidFirst:
 
 
 class Outage:
-    """Every call fails with ``status`` until ``recover()``; then ``player`` answers."""
+    """Every call fails with ``status`` until ``recover()`` (or, with ``calls``,
+    the first ``calls`` calls fail); then ``player`` answers."""
 
-    def __init__(self, status: int = 500, player: Callable[[Body], dict[str, Any]] = role_player) -> None:
-        self.status, self.player, self.down = status, player, True
+    def __init__(self, status: int = 500, player: Callable[[Body], dict[str, Any]] = role_player,
+                 calls: int | None = None) -> None:
+        self.status, self.player, self.down, self.left = status, player, True, calls
+        self._lock = threading.Lock()
 
     def recover(self) -> None:
         self.down = False
 
     def __call__(self, body: Body) -> dict[str, Any]:
-        if self.down:
+        with self._lock:
+            if self.left is not None:
+                self.down, self.left = self.left > 0, self.left - 1
+            down = self.down
+        if down:
             return {"status": self.status, "message": "the model is overloaded"}
         return self.player(body)
