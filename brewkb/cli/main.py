@@ -50,6 +50,7 @@ COMMANDS = {
     "mcp": "brewkb.cli.retrieval:mcp_cmd",
     "cache": "brewkb.cli.llm:cache_cmd",
     "ledger": "brewkb.cli.llm:ledger_cmd",
+    "doctor": "brewkb.cli.doctor:doctor_cmd",
     "import": "brewkb.cli.trajectories:import_cmd",
     "rollout": "brewkb.cli.stages:rollout_cmd",
     "reflect": "brewkb.cli.stages:reflect_cmd",

@@ -5,12 +5,18 @@ OpenAI-compatible endpoint, through the cache and the ledger.
 so commands that never call a model never pay for it. Retries with backoff on
 429, 5xx and timeouts, honouring ``retry-after``, are the SDK's own; a global
 semaphore bounds the calls in flight; SDK exceptions become ``LLMError``.
+
+Structured replies start as ``json_schema``; an endpoint that rejects it is
+asked in the next mode of ``brewkb.llm.structured`` for the rest of the
+process (``llm.structured_output`` pins one), and every ledger line says
+which mode it used.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -22,9 +28,16 @@ from brewkb.errors import LLMError
 from brewkb.llm.cache import ResponseCache
 from brewkb.llm.ledger import Ledger, LedgerEntry
 from brewkb.llm.schema import validate
+from brewkb.llm.structured import extract_json, is_format_rejection, next_mode, response_format, with_schema_prompt
 from brewkb.llm.types import ChatRequest, ChatResult, canonical_json
 
-__all__ = ["LLMClient", "JSONReply"]
+__all__ = ["LLMClient", "JSONReply", "FormatRejected"]
+
+log = logging.getLogger(__name__)
+
+
+class FormatRejected(LLMError):
+    """The endpoint refused the ``response_format`` of a structured request."""
 
 
 @dataclass(frozen=True)
@@ -35,6 +48,8 @@ class JSONReply:
     value: Any | None
     error: str | None
     calls: int
+    mode: str = ""
+    """The structured-output mode of the last call."""
 
     @property
     def ok(self) -> bool:
@@ -60,6 +75,7 @@ class LLMClient:
         self._semaphore: asyncio.Semaphore | None = None
         self._clients: dict[str, Any] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._modes: dict[tuple[str, str], str] = {}
 
     # ------------------------------------------------------------- endpoints
     def role(self, name: str) -> RoleConfig:
@@ -68,8 +84,35 @@ class LLMClient:
         except AttributeError:
             raise LLMError(f"unknown LLM role {name!r}") from None
 
+    def endpoint(self, role: str) -> str:
+        """The base URL the role's calls go to ("" for the SDK's default, api.openai.com)."""
+        return self._base_url(self.role(role)) or ""
+
     def _base_url(self, role: RoleConfig) -> str | None:
         return role.base_url or self.config.base_url or self._environ.get("OPENAI_BASE_URL") or None
+
+    def structured_mode(self, role: str, model: str) -> str:
+        """The mode the next structured request of ``role`` is sent in."""
+        cfg = self.role(role)
+        pinned = cfg.structured_output or self.config.structured_output
+        if pinned != "auto":
+            return pinned
+        return self._modes.get((self._base_url(cfg) or "", model), "json_schema")
+
+    def _downgrade(self, request: ChatRequest, error: str) -> bool:
+        """After ``request.structured`` was rejected: move the endpoint to the
+        next mode; false when there is none or the mode is pinned."""
+        cfg = self.role(request.role)
+        if (cfg.structured_output or self.config.structured_output) != "auto":
+            return False
+        after = next_mode(request.structured)
+        if after is None:
+            return False
+        key = (self._base_url(cfg) or "", request.model)
+        if self._modes.get(key, "json_schema") == request.structured:
+            self._modes[key] = after
+            log.warning("%s; asking in %s mode from now on", error, after)
+        return True
 
     def _bind_loop(self) -> None:
         # SDK clients and semaphores belong to one event loop; a caller that
@@ -131,7 +174,7 @@ class LLMClient:
             if hit is not None:
                 result = ChatResult.from_json(json.loads(hit), cached=True)
                 self.ledger.record(LedgerEntry(request.role, request.model, result.tokens_in,
-                                               result.tokens_out, cached=True))
+                                               result.tokens_out, cached=True, mode=_mode(request)))
                 return result
         start = time.perf_counter()
         try:
@@ -139,10 +182,10 @@ class LLMClient:
                 result = await self._call(request)
         except LLMError as exc:
             self.ledger.record(LedgerEntry(request.role, request.model, latency=time.perf_counter() - start,
-                                           error=str(exc)))
+                                           error=str(exc), mode=_mode(request)))
             raise
         self.ledger.record(LedgerEntry(request.role, request.model, result.tokens_in, result.tokens_out,
-                                       latency=time.perf_counter() - start))
+                                       latency=time.perf_counter() - start, mode=_mode(request)))
         if self.cache is not None:
             self.cache.put(key, "chat", canonical_json(result.to_json()))
         return result
@@ -158,8 +201,9 @@ class LLMClient:
         if request.tools:
             kwargs["tools"] = list(request.tools)
         if request.schema is not None:
-            kwargs["response_format"] = {"type": "json_schema", "json_schema": {
-                "name": request.schema_name, "schema": dict(request.schema)}}
+            fmt = response_format(request.structured, request.schema_name, request.schema)
+            if fmt is not None:
+                kwargs["response_format"] = fmt
         where = self._base_url(role) or "the OpenAI API"
         try:
             # The SDK's generic `post` keeps its retries, backoff and errors but
@@ -171,6 +215,11 @@ class LLMClient:
                            f"({self.config.max_retries} retries); raise llm.timeout or check the server") from None
         except openai.APIStatusError as exc:
             detail = exc.body.get("message") if isinstance(exc.body, dict) else None
+            text = str(detail or exc.message)
+            if request.schema is not None and request.structured != "text" and \
+                    is_format_rejection(exc.status_code, text):
+                raise FormatRejected(f"{request.role}: {where} rejects response_format {request.structured} "
+                                     f"(HTTP {exc.status_code}: {_short(text, 160)})") from None
             raise LLMError(f"{request.role}: {where} answered HTTP {exc.status_code}: "
                            f"{_short(str(detail or exc.message))}") from None
         except openai.APIConnectionError as exc:
@@ -186,24 +235,58 @@ class LLMClient:
         """A reply that parses as JSON and matches ``request.schema``. On a bad
         reply one repair call shows the model its error; a second bad reply is
         a failed item (``JSONReply.error``), not an exception. Endpoint errors
-        after retries are failed items too."""
-        if request.schema is None:
+        after retries are failed items too. An endpoint that rejects the
+        structured-output mode is asked again in the next one."""
+        schema = request.schema
+        if schema is None:
             raise LLMError("complete_json needs a request with a schema")
         messages = list(request.messages)
-        for attempt in range(2):
+        calls, repaired = 0, False
+        while True:
+            mode = self.structured_mode(request.role, request.model)
+            asked = replace(request, messages=with_schema_prompt(messages, mode, schema), structured=mode)
+            calls += 1
             try:
-                result = await self.chat(_with_messages(request, messages))
+                result = await self.chat(asked)
+            except FormatRejected as exc:
+                if self._downgrade(asked, str(exc)):
+                    continue
+                hint = ('; set llm.structured_output = "auto" to fall back' if mode != "text" else "")
+                return JSONReply(None, f"{exc}{hint}", calls, mode)
             except LLMError as exc:
-                return JSONReply(None, str(exc), attempt + 1)
-            problem = _check(result.content, request.schema)
+                return JSONReply(None, str(exc), calls, mode)
+            content = result.content if mode == "json_schema" else extract_json(result.content)
+            problem = _check(content, schema)
             if problem is None:
-                return JSONReply(json.loads(result.content), None, attempt + 1)
+                return JSONReply(json.loads(content), None, calls, mode)
+            if repaired:
+                return JSONReply(None, f"{request.role}: invalid JSON after one repair: {problem}", calls, mode)
+            repaired = True
             messages = messages + [
                 {"role": "assistant", "content": result.content},
                 {"role": "user", "content": f"That reply is not valid: {problem}. Reply again with only "
                                             "a JSON value that matches the schema."},
             ]
-        return JSONReply(None, f"{request.role}: invalid JSON after one repair: {problem}", 2)
+
+    async def models(self, role: str) -> list[str]:
+        """The model ids the role's endpoint lists (``GET /models``)."""
+        import openai
+
+        cfg = self.role(role)
+        where = self._base_url(cfg) or "the OpenAI API"
+        try:
+            page = await self._client(cfg).get("/models", cast_to=object)
+        except openai.APIStatusError as exc:
+            raise LLMError(f"{role}: {where} answered HTTP {exc.status_code} to GET /models") from None
+        except openai.APIConnectionError as exc:
+            raise LLMError(f"{role}: cannot reach {where} ({_short(str(exc))}); "
+                           "check llm.base_url / OPENAI_BASE_URL") from None
+        except openai.OpenAIError as exc:
+            raise LLMError(f"{role}: {_short(str(exc))}") from None
+        except ValueError as exc:
+            raise LLMError(f"{role}: {where} sent an unreadable model list ({_short(str(exc))})") from None
+        data = page.get("data") if isinstance(page, dict) else None
+        return [str(m.get("id")) for m in data or () if isinstance(m, dict)]
 
     # ------------------------------------------------------------ embeddings
     async def embed(self, texts: Sequence[str], role: str = "embeddings") -> list[list[float]]:
@@ -263,8 +346,8 @@ def _parse_completion(response: Any, request: ChatRequest, where: str) -> ChatRe
                       model=response.get("model") or request.model, finish_reason=choice.get("finish_reason") or "")
 
 
-def _with_messages(request: ChatRequest, messages: list[Mapping[str, Any]]) -> ChatRequest:
-    return replace(request, messages=messages)
+def _mode(request: ChatRequest) -> str:
+    return request.structured if request.schema is not None else ""
 
 
 def _check(content: str, schema: Mapping[str, Any]) -> str | None:

@@ -32,6 +32,9 @@ class LedgerEntry:
     kind: str = "chat"
     count: int = 1
     """How many calls (or agent episodes) the line stands for."""
+    mode: str = ""
+    """How a structured reply was asked for (``json_schema``, ``json_object``,
+    ``text``); empty for calls without a schema."""
     time: float = field(default_factory=time.time)
 
 
@@ -45,6 +48,8 @@ class RoleTotals:
     cost: float = 0.0
     episodes_run: int = 0
     episodes_reused: int = 0
+    modes: dict[str, int] = field(default_factory=dict)
+    """Structured calls per mode (``json_schema``, ``json_object``, ``text``)."""
 
 
 class Ledger:
@@ -87,6 +92,8 @@ def summarise(entries: Iterable[LedgerEntry], prices: Mapping[str, Price]) -> di
                 t.episodes_run += e.count
             continue
         t.calls += 1
+        if e.mode:
+            t.modes[e.mode] = t.modes.get(e.mode, 0) + 1
         t.cached += e.cached
         t.errors += e.error is not None
         if not e.cached:
