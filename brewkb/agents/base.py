@@ -14,6 +14,7 @@ import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from brewkb.errors import BudgetExhausted
 from brewkb.envs.base import Environment, Task
 from brewkb.trajectories import KBUse, Outcome, Trajectory
 
@@ -65,6 +66,8 @@ def run_episode(agent: Agent, task: Task, context: str, env: Environment, kb: KB
     start = time.monotonic()
     try:
         trajectory = agent.run(task, context, env)
+    except BudgetExhausted:
+        raise  # the run stops; this episode is not a failure of the agent
     except Exception as exc:
         log.debug("agent %s crashed on %s", agent.name, task.id, exc_info=True)
         trajectory = failed(task, f"agent crashed: {type(exc).__name__}: {exc}",
@@ -78,6 +81,8 @@ async def arun_episode(agent: AsyncAgent, task: Task, context: str, env: Environ
     start = time.monotonic()
     try:
         trajectory = await agent.arun(task, context, env)
+    except BudgetExhausted:
+        raise
     except Exception as exc:
         trajectory = failed(task, f"agent crashed: {type(exc).__name__}: {exc}",
                             meta={"traceback": traceback.format_exc(limit=5)})

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from brewkb.api.plan import limits_of, open_budget, spend_through
+from brewkb.budget import Limits
 from brewkb.config import SearchConfig
 from brewkb.errors import RunError
 from brewkb.events import EventSink, null_sink
@@ -68,8 +70,11 @@ def pr_message(run: str, spec: SearchSpec, result: SearchResult, base: str) -> s
 def refine(*, run: str | None = None, resume: str | None = None, base: str | None = None,
            strategy: str | None = None, iterations: int | None = None, width: int | None = None,
            depth: int | None = None, relabel: bool | None = None, no_cache: bool = False,
-           events: EventSink = null_sink, start: Path = Path(".")) -> RefineResult:
-    """Run the stages and the search; ``resume`` continues a run from its files and git."""
+           limits: Limits = Limits(), events: EventSink = null_sink, start: Path = Path(".")) -> RefineResult:
+    """Run the stages and the search; ``resume`` continues a run from its files and git.
+
+    ``limits`` (kept with the run, so a plain resume keeps them) stop the run
+    with ``BudgetExhausted`` before it spends more (see ``brewkb.budget``)."""
     with KB.open(start) as kb:
         run_id = resume or run or new_run_id("refine")
         folder = Run.at(kb.runs_dir, run_id, create=resume is None)
@@ -86,6 +91,7 @@ def refine(*, run: str | None = None, resume: str | None = None, base: str | Non
         if not recorded:
             folder.set_manifest("search_spec", {"base": base_commit, "spec": dataclasses.asdict(spec)})
         pipeline = Pipeline.open(kb, folder, no_cache=no_cache, events=events)
+        spend_through(pipeline, open_budget(kb.config, folder, limits_of(folder, limits)), folder)
         pipeline.rollouts("train", context="kb", rev=base_commit)
         pipeline.rollouts("eval", context="kb", rev=base_commit)
         pipeline.grades()
@@ -126,8 +132,7 @@ def _search(kb: KB, pipeline: Pipeline, folder: Run, spec: SearchSpec, base: str
                           lambda_corr=spec.lambda_corr, lambda_ret=spec.lambda_ret)
     store = SearchStore(kb.store, folder.id, base, kb.recipes_prefix())
     result = search(spec, store, expander, evaluator, {c.slug: roots[c.slug] for c in concepts}, events)
-    ledger = Ledger(folder.file("ledger.jsonl"))
-    ledger.record(LedgerEntry("agent", "episodes", cached=False, kind="episode", count=result.episodes_run))
+    ledger = Ledger(folder.file("ledger.jsonl"))  # episodes run are recorded as they finish (BudgetedExecutor)
     ledger.record(LedgerEntry("agent", "episodes", cached=True, kind="episode", count=result.episodes_reused))
     return result
 

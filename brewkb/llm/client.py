@@ -21,7 +21,7 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from brewkb.config import LLMConfig, RoleConfig
 from brewkb.errors import LLMError
@@ -30,6 +30,9 @@ from brewkb.llm.ledger import Ledger, LedgerEntry
 from brewkb.llm.schema import validate
 from brewkb.llm.structured import extract_json, is_format_rejection, next_mode, response_format, with_schema_prompt
 from brewkb.llm.types import ChatRequest, ChatResult, canonical_json
+
+if TYPE_CHECKING:
+    from brewkb.budget import Budget
 
 __all__ = ["LLMClient", "JSONReply", "FormatRejected"]
 
@@ -64,6 +67,10 @@ class LLMClient:
       cache: the response cache, or ``None`` to call the endpoint every time.
       ledger: where each call is recorded (an in-memory one by default).
       environ: where ``OPENAI_BASE_URL`` and the key variable are read.
+
+    ``budget``, when set, is charged before every call that is not a cache
+    hit and raises ``BudgetExhausted`` (not an ``LLMError``: no item fails)
+    when nothing is left.
     """
 
     def __init__(self, config: LLMConfig, *, cache: ResponseCache | None = None,
@@ -76,6 +83,7 @@ class LLMClient:
         self._clients: dict[str, Any] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._modes: dict[tuple[str, str], str] = {}
+        self.budget: Budget | None = None
 
     # ------------------------------------------------------------- endpoints
     def role(self, name: str) -> RoleConfig:
@@ -179,6 +187,8 @@ class LLMClient:
         start = time.perf_counter()
         try:
             async with self._limit():
+                if self.budget is not None:
+                    self.budget.take_call()
                 result = await self._call(request)
         except LLMError as exc:
             self.ledger.record(LedgerEntry(request.role, request.model, latency=time.perf_counter() - start,
@@ -186,6 +196,8 @@ class LLMClient:
             raise
         self.ledger.record(LedgerEntry(request.role, request.model, result.tokens_in, result.tokens_out,
                                        latency=time.perf_counter() - start, mode=_mode(request)))
+        if self.budget is not None:
+            self.budget.add_cost(request.model, result.tokens_in, result.tokens_out)
         if self.cache is not None:
             self.cache.put(key, "chat", canonical_json(result.to_json()))
         return result
@@ -309,6 +321,8 @@ class LLMClient:
             start = time.perf_counter()
             try:
                 async with self._limit():
+                    if self.budget is not None:
+                        self.budget.take_call()
                     response = await self._client(cfg).embeddings.create(
                         model=model, input=[texts[i] for i in missing])
             except openai.OpenAIError as exc:
@@ -320,6 +334,8 @@ class LLMClient:
             tokens = response.usage.prompt_tokens if response.usage else 0
             self.ledger.record(LedgerEntry(role, model, tokens_in=tokens, latency=time.perf_counter() - start,
                                            kind="embedding"))
+            if self.budget is not None:
+                self.budget.add_cost(model, tokens, 0)
             for i, item in zip(missing, data, strict=True):
                 vectors[i] = list(item.embedding)
                 if self.cache is not None:

@@ -1,0 +1,119 @@
+"""Budgets through the real CLI: `refine --plan` bounds what the same run then
+spends, and --max-llm-calls / --max-episodes / --max-cost stop a run (exit 75)
+that `--resume` with a raised limit finishes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from brewkb.budget import Budget, Limits, spent
+from brewkb.config import Price
+from brewkb.errors import BudgetExhausted
+from brewkb.llm.ledger import read_ledger
+from tests.conftest import MakeRepo, git
+from tests.fakes import servers
+from tests.fakes.openai_server import FakeOpenAI
+
+SETTINGS = ("--strategy", "greedy", "--depth", "1", "--width", "2", "--no-relabel")
+
+
+def kb(make_repo: MakeRepo, llm: str, train: int = 8) -> Path:
+    return make_repo({"brewkb.toml": f"{llm}\n[env.options]\ntrain = {train}\neval = 4\n"})
+
+
+def openai_llm(fake: FakeOpenAI, extra: str = "") -> str:
+    return f'[llm]\nbackend = "openai"\nbase_url = "{fake.base_url}"\nconcurrency = 4\n{extra}'
+
+
+def brewkb(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "brewkb", *args], cwd=repo, capture_output=True, text=True)
+
+
+def posts(fake: FakeOpenAI) -> int:
+    return sum(1 for path, _ in fake.requests if not path.endswith("/models"))
+
+
+def has_branch(repo: Path, ref: str) -> bool:
+    return subprocess.run(["git", "rev-parse", "--verify", "-q", ref], cwd=repo, capture_output=True).returncode == 0
+
+
+def test_plan_calls_nothing_and_bounds_what_the_run_spends(make_repo: MakeRepo) -> None:
+    with servers.vllm() as fake:
+        repo = kb(make_repo, openai_llm(fake, '[llm.prices."gpt-4o-mini"]\ninput = 0.15\noutput = 0.6\n'))
+        planned = brewkb(repo, "refine", "--plan", "--json", "--run", "p", *SETTINGS)
+        assert planned.returncode == 0, planned.stderr
+        assert posts(fake) == 0 and not (repo / "runs" / "p").exists()
+        plan = json.loads(planned.stdout)
+        assert plan["concepts_known"] is False and plan["cost"] > 0
+        assert plan["calls"]["judge"] == 2 * 8 + 2 * 4  # 8 train rollouts, a repair each, the fallback allowance
+        result = brewkb(repo, "refine", "--run", "p", *SETTINGS)
+        assert result.returncode == 0, result.stderr[-2000:]
+        sent = posts(fake)
+        rest = json.loads(brewkb(repo, "refine", "--resume", "p", "--plan", "--json").stdout)
+    entries = read_ledger(repo / "runs" / "p" / "ledger.jsonl")
+    episodes, calls, _ = spent(entries, {})
+    assert 0 < episodes <= plan["episodes"]
+    assert 0 < calls == sent <= plan["llm_calls"]
+    for role, bound in plan["calls"].items():
+        made = sum(1 for e in entries if e.role == role and e.kind != "episode" and not e.cached)
+        assert made <= bound, (role, made, bound)
+    assert rest["episodes"] == 0 and rest["llm_calls"] == 0 and rest["concepts_known"] is True
+
+
+def test_max_llm_calls_stops_cleanly_and_resume_with_a_raised_limit_finishes(make_repo: MakeRepo) -> None:
+    with servers.vllm() as fake:
+        repo = kb(make_repo, openai_llm(fake), train=30)  # about 120 calls in all
+        stopped = brewkb(repo, "refine", "--run", "r", "--max-llm-calls", "50", "--no-cache", *SETTINGS)
+        assert stopped.returncode == 75, stopped.stderr[-2000:]
+        assert posts(fake) <= 50
+        last = stopped.stderr.strip().splitlines()[-1]
+        assert last.startswith("brewkb: stopped: the budget of 50 LLM calls is spent")
+        assert "brewkb refine --resume r --max-llm-calls N" in last
+        assert not has_branch(repo, "refs/heads/brew/r/pr")
+        # the limit is kept with the run: a plain resume stops at once, sending nothing
+        before = posts(fake)
+        again = brewkb(repo, "refine", "--resume", "r", "--no-cache")
+        assert again.returncode == 75 and posts(fake) == before
+        done = brewkb(repo, "refine", "--resume", "r", "--max-llm-calls", "5000", "--no-cache")
+        assert done.returncode == 0, done.stderr[-2000:]
+    assert has_branch(repo, "refs/heads/brew/r/pr")
+    manifest = json.loads((repo / "runs" / "r" / "manifest.json").read_text())
+    assert manifest["limits"]["llm_calls"] == 5000
+
+
+def test_max_episodes_cuts_a_batch_and_keeps_what_ran(make_repo: MakeRepo) -> None:
+    repo = kb(make_repo, '[llm]\nbackend = "offline"')
+    stopped = brewkb(repo, "refine", "--run", "e", "--max-episodes", "10", *SETTINGS)
+    assert stopped.returncode == 75, stopped.stderr
+    assert "the budget of 10 agent episodes is spent (2 of a batch of 4 not run)" in stopped.stderr
+    episodes, _, _ = spent(read_ledger(repo / "runs" / "e" / "ledger.jsonl"), {})
+    assert episodes == 10
+    assert len((repo / "runs" / "e" / "rollouts.jsonl").read_text().splitlines()) == 8  # the train stage finished
+    done = brewkb(repo, "refine", "--resume", "e", "--max-episodes", "100000")
+    assert done.returncode == 0, done.stderr
+    assert git(repo, "rev-parse", "brew/e/pr").strip()
+
+
+def test_max_cost_stops_new_calls_once_reached(make_repo: MakeRepo) -> None:
+    with servers.vllm() as fake:
+        repo = kb(make_repo, openai_llm(fake, '[llm.prices."gpt-4o-mini"]\ninput = 1000\noutput = 1000\n'))
+        stopped = brewkb(repo, "refine", "--run", "c", "--max-cost", "0.5", *SETTINGS)
+    assert stopped.returncode == 75, stopped.stderr[-2000:]
+    assert "the budget of $0.5" in stopped.stderr and "--max-cost N" in stopped.stderr
+    _, calls, cost = spent(read_ledger(repo / "runs" / "c" / "ledger.jsonl"), {"gpt-4o-mini": Price(1000, 1000)})
+    # a judge prompt is over 100 tokens, $0.1 at these prices: five calls reach the limit, and
+    # at most llm.concurrency (4) more were in flight when it was reached
+    assert cost >= 0.5 and calls <= 5 + 4
+
+
+def test_budget_counts_only_what_it_allows() -> None:
+    budget = Budget(Limits(episodes=5, llm_calls=2), {}, episodes=3, calls=1, run="x")
+    assert budget.take_episodes(4) == 2 and budget.take_episodes(1) == 0
+    budget.take_call()
+    with pytest.raises(BudgetExhausted, match="--resume x --max-llm-calls N"):
+        budget.take_call()
