@@ -103,7 +103,8 @@ class Budget:
 class BudgetedExecutor:
     """An executor that runs only the episodes the budget allows, records each
     in the ledger as it finishes, and raises ``BudgetExhausted`` after the
-    allowed ones when a batch was cut."""
+    allowed ones when a batch was cut (or an episode was stopped midway by
+    the call or cost limit: that one is dropped, not saved as a failure)."""
 
     def __init__(self, inner: Any, budget: Budget, ledger: Ledger) -> None:
         self.inner, self.budget, self.ledger = inner, budget, ledger
@@ -111,17 +112,24 @@ class BudgetedExecutor:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
-    def run(self, agent: Any, env: Any, jobs: Sequence[Any], on_result: Any) -> None:
+    async def run(self, agent: Any, env: Any, jobs: Sequence[Any], on_result: Any) -> None:
         if jobs:
             self.budget.check()
         allowed = self.budget.take_episodes(len(jobs))
+        cut: list[str] = []
 
         def recorded(i: int, trajectory: Any) -> None:
+            option = trajectory.meta.get("budget_exhausted")
+            if option:  # stopped midway by the call or cost budget: dropped, run again on resume
+                cut.append(option)
+                return
             self.ledger.record(LedgerEntry("agent", "episodes", kind="episode", count=1))
             on_result(i, trajectory)
 
         if allowed:
-            self.inner.run(agent, env, list(jobs)[:allowed], recorded)
+            await self.inner.run(agent, env, list(jobs)[:allowed], recorded)
+        if cut:
+            self.budget.check()  # raises: the limit that cut the episodes
         if allowed < len(jobs):
             raise self.budget.exhausted("--max-episodes", f"{self.budget.limits.episodes} agent episodes",
                                     f" ({len(jobs) - allowed} of a batch of {len(jobs)} not run)")

@@ -6,18 +6,17 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any
-from brewkb.budget import Budget, BudgetedExecutor, Limits, spent
+from brewkb.budget import Budget, Limits, spent
 from brewkb.config import Config
 from brewkb.envs import load_environment
 from brewkb.errors import RunError
 from brewkb.kb import KB
-from brewkb.llm.ledger import Ledger, read_ledger
+from brewkb.llm.ledger import read_ledger
 from brewkb.plan import PlanInputs, RunPlan, plan_refine, with_cost
 from brewkb.runs import FILES, STAGES, Run
 from brewkb.stages import relabel as relabel_stage
 
-__all__ = ["plan", "open_budget", "limits_of", "spend_through", "LEDGER"]
+__all__ = ["plan", "open_budget", "limits_of", "LEDGER"]
 
 LEDGER = "ledger.jsonl"
 
@@ -40,13 +39,6 @@ def open_budget(config: Config, folder: Run, limits: Limits) -> Budget:
     budget = Budget(limits, config.llm.prices, episodes=episodes, calls=calls, cost=cost, run=folder.id)
     budget.check()
     return budget
-
-
-def spend_through(pipeline: Any, budget: Budget, folder: Run) -> None:
-    """Charge every LLM call and agent episode of ``pipeline`` to ``budget``."""
-    if pipeline.client is not None:
-        pipeline.client.budget = budget
-    pipeline._executor = BudgetedExecutor(pipeline.executor, budget, Ledger(folder.file(LEDGER)))
 
 
 def plan(*, run: str | None = None, resume: str | None = None, strategy: str | None = None,
