@@ -42,19 +42,25 @@ def has_branch(repo: Path, ref: str) -> bool:
     return subprocess.run(["git", "rev-parse", "--verify", "-q", ref], cwd=repo, capture_output=True).returncode == 0
 
 
-def test_plan_calls_nothing_and_bounds_what_the_run_spends(make_repo: MakeRepo) -> None:
-    with servers.vllm() as fake:
+def test_plan_calls_nothing_and_bounds_what_the_run_spends_through_the_fallback(make_repo: MakeRepo) -> None:
+    """Against a llama-cpp-python-like server, which rejects json_schema: the
+    plan calls nothing; the run with the same settings finishes through the
+    json_object fallback and spends within the plan, role by role."""
+    with servers.llamacpp_python("gpt-4o-mini") as fake:
         repo = kb(make_repo, openai_llm(fake, '[llm.prices."gpt-4o-mini"]\ninput = 0.15\noutput = 0.6\n'))
         planned = brewkb(repo, "refine", "--plan", "--json", "--run", "p", *SETTINGS)
         assert planned.returncode == 0, planned.stderr
         assert posts(fake) == 0 and not (repo / "runs" / "p").exists()
         plan = json.loads(planned.stdout)
         assert plan["concepts_known"] is False and plan["cost"] > 0
-        assert plan["calls"]["judge"] == 2 * 8 + 2 * 4  # 8 train rollouts, a repair each, the fallback allowance
+        assert plan["calls"]["judge"] == 2 * 8 + 2 * 4  # 8 train rollouts with a repair each, the fallback allowance
         result = brewkb(repo, "refine", "--run", "p", *SETTINGS)
         assert result.returncode == 0, result.stderr[-2000:]
+        assert "Traceback" not in result.stderr
         sent = posts(fake)
         rest = json.loads(brewkb(repo, "refine", "--resume", "p", "--plan", "--json").stdout)
+        ledger = json.loads(brewkb(repo, "ledger", "p", "--json").stdout)
+    assert has_branch(repo, "refs/heads/brew/p/pr")
     entries = read_ledger(repo / "runs" / "p" / "ledger.jsonl")
     episodes, calls, _ = spent(entries, {})
     assert 0 < episodes <= plan["episodes"]
@@ -63,6 +69,11 @@ def test_plan_calls_nothing_and_bounds_what_the_run_spends(make_repo: MakeRepo) 
         made = sum(1 for e in entries if e.role == role and e.kind != "episode" and not e.cached)
         assert made <= bound, (role, made, bound)
     assert rest["episodes"] == 0 and rest["llm_calls"] == 0 and rest["concepts_known"] is True
+    # the fallback: a few json_schema calls rejected (those in flight), then every role in json_object
+    rejected = [e for e in entries if e.mode == "json_schema"]
+    assert 0 < len(rejected) <= 4 and all("rejects response_format json_schema" in (e.error or "") for e in rejected)
+    for role in ("judge", "reflector", "integrator"):
+        assert ledger[role]["modes"]["json_object"] >= 1
 
 
 def test_max_llm_calls_stops_cleanly_and_resume_with_a_raised_limit_finishes(make_repo: MakeRepo) -> None:
@@ -71,6 +82,7 @@ def test_max_llm_calls_stops_cleanly_and_resume_with_a_raised_limit_finishes(mak
         stopped = brewkb(repo, "refine", "--run", "r", "--max-llm-calls", "50", "--no-cache", *SETTINGS)
         assert stopped.returncode == 75, stopped.stderr[-2000:]
         assert posts(fake) <= 50
+        assert "Traceback" not in stopped.stderr
         last = stopped.stderr.strip().splitlines()[-1]
         assert last.startswith("brewkb: stopped: the budget of 50 LLM calls is spent")
         assert "brewkb refine --resume r --max-llm-calls N" in last
@@ -117,3 +129,16 @@ def test_budget_counts_only_what_it_allows() -> None:
     budget.take_call()
     with pytest.raises(BudgetExhausted, match="--resume x --max-llm-calls N"):
         budget.take_call()
+
+
+def test_help_and_readme_document_the_budget_options_and_the_doctor() -> None:
+    from tests.conftest import REPO_ROOT
+
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    refine_help = subprocess.run([sys.executable, "-m", "brewkb", "refine", "--help"], capture_output=True,
+                                 text=True).stdout
+    for option in ("--plan", "--max-episodes", "--max-llm-calls", "--max-cost"):
+        assert option in refine_help and option in readme
+    assert "exits 75" in refine_help.replace("\n", " ") and "75" in readme
+    top = subprocess.run([sys.executable, "-m", "brewkb", "--help"], capture_output=True, text=True).stdout
+    assert "doctor" in top and "`brewkb doctor" in readme

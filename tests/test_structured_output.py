@@ -1,21 +1,16 @@
 """Structured-output fallbacks: json_schema → json_object + schema in the
-prompt → plain text parsed, through the real SDK against fake servers, and a
-run of the LLM stages against a server that rejects json_schema."""
+prompt → plain text parsed, through the real SDK against fake servers (a whole
+refine through the fallback is in test_budget.py)."""
 
 from __future__ import annotations
 
 import asyncio
-import json
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 from brewkb.config import LLMConfig, RoleConfig, RolesConfig
 from brewkb.llm.client import JSONReply, LLMClient
-from brewkb.llm.ledger import Ledger, read_ledger
+from brewkb.llm.ledger import Ledger
 from brewkb.llm.structured import extract_json
-from tests.conftest import MakeRepo, git
 from tests.fakes import servers
 from tests.fakes.openai_server import FakeOpenAI
 
@@ -99,31 +94,3 @@ def test_extract_json_cuts_fences_and_prose() -> None:
     assert extract_json('Sure! {"a": {"b": 2}} Hope it helps.') == '{"a": {"b": 2}}'
     assert extract_json("[1, 2] done") == "[1, 2]"
     assert extract_json("no json here") == "no json here"
-
-
-def test_llm_stages_run_through_the_fallback_against_a_server_that_rejects_json_schema(
-        make_repo: MakeRepo) -> None:
-    """The CLI with the shop world, its scripted agent and every LLM role on a
-    llama-cpp-python-like server: the run finishes, and the ledger shows the
-    roles moved to json_object after the rejected calls."""
-    repo = make_repo({"README.md": "kb\n"})
-    with servers.llamacpp_python() as fake:
-        (repo / "brewkb.toml").write_text(f'[llm]\nbackend = "openai"\nbase_url = "{fake.base_url}"\n'
-                                          "concurrency = 2\n")
-        git(repo, "add", "-A")
-        git(repo, "commit", "-qm", "config")
-        result = subprocess.run([sys.executable, "-m", "brewkb", "refine", "--run", "r", "--strategy", "greedy",
-                                 "--depth", "1", "--width", "1", "--no-relabel"],
-                                cwd=repo, capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert git(repo, "rev-parse", "--verify", "refs/heads/brew/r/pr").strip()
-    entries = read_ledger(repo / "runs" / "r" / "ledger.jsonl")
-    modes = {(e.role, e.mode, e.error is not None) for e in entries if e.kind == "chat"}
-    assert ("reflector", "json_object", False) in modes and ("judge", "json_object", False) in modes
-    assert ("integrator", "json_object", False) in modes
-    rejected = [e for e in entries if e.mode == "json_schema"]
-    assert rejected and all(e.error and "rejects response_format json_schema" in e.error for e in rejected)
-    assert len(rejected) <= 2  # the calls in flight (llm.concurrency) when the first rejection came back
-    ledger = subprocess.run([sys.executable, "-m", "brewkb", "ledger", "r", "--json"], cwd=repo,
-                            capture_output=True, text=True)
-    assert json.loads(ledger.stdout)["reflector"]["modes"]["json_object"] >= 1
