@@ -19,7 +19,7 @@ from typing import Any
 
 from brewkb.config import Price
 from brewkb.errors import BudgetExhausted
-from brewkb.llm.ledger import Ledger, LedgerEntry
+from brewkb.llm.ledger import Ledger, LedgerEntry, call_cost
 
 __all__ = ["Limits", "Budget", "BudgetExhausted", "BudgetedExecutor", "spent"]
 
@@ -46,9 +46,7 @@ def spent(entries: Sequence[LedgerEntry], prices: Mapping[str, Price]) -> tuple[
             episodes += 0 if e.cached else e.count
         elif not e.cached:
             calls += e.count
-            price = prices.get(e.model)
-            if price is not None:
-                cost += (e.tokens_in * price.input + e.tokens_out * price.output) / 1e6
+            cost += call_cost(prices, e.model, e.tokens_in, e.tokens_out)
     return episodes, calls, cost
 
 
@@ -86,10 +84,8 @@ class Budget:
             self.calls += 1
 
     def add_cost(self, model: str, tokens_in: int, tokens_out: int) -> None:
-        price = self.prices.get(model)
-        if price is not None:
-            with self._lock:
-                self.cost += (tokens_in * price.input + tokens_out * price.output) / 1e6
+        with self._lock:
+            self.cost += call_cost(self.prices, model, tokens_in, tokens_out)
 
     def take_episodes(self, wanted: int) -> int:
         """How many of ``wanted`` episodes may run (counted as run)."""

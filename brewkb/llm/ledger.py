@@ -17,7 +17,7 @@ from pathlib import Path
 from brewkb.config import Price
 from brewkb.fsutil import append_line
 
-__all__ = ["Ledger", "LedgerEntry", "RoleTotals", "summarise", "read_ledger"]
+__all__ = ["Ledger", "LedgerEntry", "RoleTotals", "summarise", "read_ledger", "call_cost"]
 
 
 @dataclass(frozen=True)
@@ -105,8 +105,12 @@ def summarise(entries: Iterable[LedgerEntry], prices: Mapping[str, Price]) -> di
         if not e.cached:
             t.tokens_in += e.tokens_in
             t.tokens_out += e.tokens_out
-            price = prices.get(e.model)
-            if price is not None:
-                t.cost += (e.tokens_in * price.input + e.tokens_out * price.output) / 1e6
+            t.cost += call_cost(prices, e.model, e.tokens_in, e.tokens_out)
     return dict(sorted(totals.items()))
+
+
+def call_cost(prices: Mapping[str, Price], model: str, tokens_in: int, tokens_out: int) -> float:
+    """US dollars of one call (0 for a model without a price)."""
+    price = prices.get(model)
+    return 0.0 if price is None else (tokens_in * price.input + tokens_out * price.output) / 1e6
 
