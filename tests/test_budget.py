@@ -142,3 +142,24 @@ def test_help_and_readme_document_the_budget_options_and_the_doctor() -> None:
     assert "exits 75" in refine_help.replace("\n", " ") and "75" in readme
     top = subprocess.run([sys.executable, "-m", "brewkb", "--help"], capture_output=True, text=True).stdout
     assert "doctor" in top and "`brewkb doctor" in readme
+
+
+def test_a_tool_agent_run_stops_within_its_call_budget_and_drops_cut_episodes(make_repo: MakeRepo) -> None:
+    """Episodes of the LLM agent spend calls too: the limit cuts one midway,
+    which is not saved as a failed trajectory, and the run makes no more calls."""
+    from tests.fakes.roles import embed, role_player
+
+    repo = make_repo({"brewkb.toml": '[llm]\nbackend = "openai"\n[env.options]\ntrain = 6\neval = 3\n'
+                                     '[agent]\nname = "tool-agent"\n'})
+    with FakeOpenAI(default=role_player, embed=embed) as fake:
+        env = {"OPENAI_BASE_URL": fake.base_url, "OPENAI_API_KEY": "sk-test", "PATH": "/usr/bin:/bin",
+               "HOME": str(repo), "BREWKB_LOG_DIR": str(repo / ".logs")}
+        stopped = subprocess.run([sys.executable, "-m", "brewkb", "refine", "--run", "t", "--max-llm-calls", "15",
+                                  *SETTINGS], cwd=repo, capture_output=True, text=True, env=env)
+        assert stopped.returncode == 75, stopped.stderr[-2000:]
+        assert posts(fake) <= 15
+    assert "Traceback" not in stopped.stderr and "budget of 15 LLM calls" in stopped.stderr
+    saved = (repo / "runs" / "t" / "rollouts.partial.jsonl").read_text().splitlines()
+    assert saved and not any("budget" in line for line in saved)
+    episodes, calls, _ = spent(read_ledger(repo / "runs" / "t" / "ledger.jsonl"), {})
+    assert episodes == len(saved) < 6 and calls <= 15  # the train rollouts were cut
