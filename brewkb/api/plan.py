@@ -16,7 +16,7 @@ from brewkb.plan import PlanInputs, RunPlan, plan_refine, with_cost
 from brewkb.runs import FILES, STAGES, Run
 from brewkb.stages import relabel as relabel_stage
 
-__all__ = ["plan", "open_budget", "limits_of", "LEDGER"]
+__all__ = ["refine_plan", "open_budget", "limits_of", "LEDGER"]
 
 LEDGER = "ledger.jsonl"
 
@@ -41,7 +41,7 @@ def open_budget(config: Config, folder: Run, limits: Limits) -> Budget:
     return budget
 
 
-def plan(*, run: str | None = None, resume: str | None = None, strategy: str | None = None,
+def refine_plan(*, run: str | None = None, resume: str | None = None, strategy: str | None = None,
          iterations: int | None = None, width: int | None = None, depth: int | None = None,
          relabel: bool | None = None, start: Path = Path(".")) -> RunPlan:
     """The most a ``refine`` with these settings (or the rest of run ``resume``)

@@ -66,9 +66,9 @@ def refine_cmd(strategy: str | None, iterations: int | None, width: int | None, 
 
 def _print_plan(run: str | None, resume: str | None, strategy: str | None, iterations: int | None,
                 width: int | None, depth: int | None, relabel: bool | None, as_json: bool) -> None:
-    from brewkb.api.plan import plan
+    from brewkb.api.plan import refine_plan
 
-    p = plan(run=run, resume=resume, strategy=strategy, iterations=iterations, width=width, depth=depth,
+    p = refine_plan(run=run, resume=resume, strategy=strategy, iterations=iterations, width=width, depth=depth,
              relabel=relabel)
     if as_json:
         echo_json(p.to_json())
