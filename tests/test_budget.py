@@ -78,7 +78,7 @@ def test_plan_calls_nothing_and_bounds_what_the_run_spends_through_the_fallback(
 
 def test_max_llm_calls_stops_cleanly_and_resume_with_a_raised_limit_finishes(make_repo: MakeRepo) -> None:
     with servers.vllm() as fake:
-        repo = kb(make_repo, openai_llm(fake), train=30)  # about 120 calls in all
+        repo = kb(make_repo, openai_llm(fake), train=20)  # well over 50 calls in all
         stopped = brewkb(repo, "refine", "--run", "r", "--max-llm-calls", "50", "--no-cache", *SETTINGS)
         assert stopped.returncode == 75, stopped.stderr[-2000:]
         assert posts(fake) <= 50
