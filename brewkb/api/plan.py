@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+
 from brewkb.budget import Budget, Limits, spent
 from brewkb.config import Config
 from brewkb.envs import load_environment
@@ -42,8 +43,8 @@ def open_budget(config: Config, folder: Run, limits: Limits) -> Budget:
 
 
 def refine_plan(*, run: str | None = None, resume: str | None = None, strategy: str | None = None,
-         iterations: int | None = None, width: int | None = None, depth: int | None = None,
-         relabel: bool | None = None, start: Path = Path(".")) -> RunPlan:
+                iterations: int | None = None, width: int | None = None, depth: int | None = None,
+                relabel: bool | None = None, start: Path = Path(".")) -> RunPlan:
     """The most a ``refine`` with these settings (or the rest of run ``resume``)
     can spend: agent episodes, LLM calls per role, and a cost estimate. Calls
     nothing and writes nothing."""
@@ -90,9 +91,12 @@ def refine_plan(*, run: str | None = None, resume: str | None = None, strategy: 
 
 
 def _fallback_allowance(config: Config) -> int:
-    if config.llm.backend == "offline" or config.llm.structured_output != "auto":
-        return 0
-    return 2 * config.llm.concurrency
+    """Rejected calls a JSON role may meet while its endpoint's mode is found
+    (two modes can be rejected, each by the calls in flight)."""
+    llm = config.llm
+    modes = {getattr(llm.roles, r).structured_output or llm.structured_output
+             for r in ("judge", "relabeller", "reflector", "integrator")}
+    return 2 * llm.concurrency if llm.backend != "offline" and "auto" in modes else 0
 
 
 def _progress(inputs: PlanInputs, folder: Run, train: set[str], seed: int) -> PlanInputs:
