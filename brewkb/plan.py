@@ -18,7 +18,7 @@ from typing import Any
 
 from brewkb.config import Price
 
-__all__ = ["PlanInputs", "RunPlan", "plan_refine", "PROMPT_TOKENS_GUESS"]
+__all__ = ["PlanInputs", "RunPlan", "plan_refine", "with_cost", "PROMPT_TOKENS_GUESS", "JSON_ROLES"]
 
 PROMPT_TOKENS_GUESS = 2000
 """Prompt tokens assumed per call for a cost estimate when the run has no ledger yet."""

@@ -13,7 +13,7 @@ from brewkb.envs import load_environment
 from brewkb.errors import RunError
 from brewkb.kb import KB
 from brewkb.llm.ledger import read_ledger
-from brewkb.plan import PlanInputs, RunPlan, plan_refine, with_cost
+from brewkb.plan import JSON_ROLES, PlanInputs, RunPlan, plan_refine, with_cost
 from brewkb.runs import FILES, STAGES, Run
 from brewkb.stages import relabel as relabel_stage
 
@@ -95,7 +95,7 @@ def _fallback_allowance(config: Config) -> int:
     (two modes can be rejected, each by the calls in flight)."""
     llm = config.llm
     modes = {getattr(llm.roles, r).structured_output or llm.structured_output
-             for r in ("judge", "relabeller", "reflector", "integrator")}
+             for r in JSON_ROLES}
     return 2 * llm.concurrency if llm.backend != "offline" and "auto" in modes else 0
 
 
