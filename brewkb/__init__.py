@@ -13,7 +13,7 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "Config": "config", "load_config": "config",
-    "BrewError": "errors", "ConfigError": "errors", "GitError": "errors", "MergeConflictError": "errors",
+    "BrewError": "errors", "BudgetExhausted": "errors", "ConfigError": "errors", "GitError": "errors", "MergeConflictError": "errors",
     "NotARepoError": "errors", "RecipeError": "errors", "RefConflictError": "errors",
     "GitStore": "gitstore", "KB": "kb", "Problem": "lint", "lint_paths": "lint",
     "Recipe": "recipes", "parse_recipe": "recipes", "read_recipe": "recipes", "render_recipe": "recipes",

@@ -70,6 +70,8 @@ class RoleConfig:
     max_tokens: int = field(default=2048, metadata=_min(1))
     base_url: str = ""
     """Empty: ``llm.base_url``."""
+    structured_output: str = field(default="", metadata=_choices("", "auto", "json_schema", "json_object", "text"))
+    """Empty: ``llm.structured_output``."""
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,9 @@ class LLMConfig:
     max_retries: int = field(default=4, metadata=_min(0))
     cache: bool = True
     seed: int = 0
+    structured_output: str = field(default="auto", metadata=_choices("auto", "json_schema", "json_object", "text"))
+    """How JSON replies are asked for: ``auto`` starts with ``json_schema`` and
+    falls back to ``json_object`` then ``text`` when an endpoint rejects it."""
     roles: RolesConfig = RolesConfig()
     prices: dict[str, Price] = field(default_factory=dict)
     """Per model name; a model without a price has cost 0 in the ledger."""

@@ -14,8 +14,9 @@ Every message says what went wrong and what to do next. The CLI prints a
     ├── LLMError           an endpoint call failed after its retries, or a reply was unusable
     ├── TrajectoryError    a trajectory or an import file is malformed
     ├── AgentError         an agent adapter is misconfigured
-    └── RunError           a run folder is missing or inconsistent
-        └── AllFailedError every item of a stage (or every episode of a batch) failed
+    ├── RunError           a run folder is missing or inconsistent
+    │   └── AllFailedError every item of a stage (or every episode of a batch) failed
+    └── BudgetExhausted    a run reached --max-episodes/--max-llm-calls/--max-cost (exit 75, not a failure)
 """
 
 from __future__ import annotations
@@ -77,3 +78,10 @@ class RunError(BrewError):
 class AllFailedError(RunError):
     """Every item of a stage, or every episode of a batch, failed: nothing of
     it is recorded as done, and running again retries the items."""
+class BudgetExhausted(BrewError):
+    """A run reached a limit; ``option`` names it (``--max-llm-calls``). What
+    finished is saved; ``refine --resume`` with a higher limit continues."""
+
+    def __init__(self, message: str, option: str) -> None:
+        super().__init__(message)
+        self.option = option

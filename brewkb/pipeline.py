@@ -29,6 +29,8 @@ from typing import Any
 
 from brewkb.agents import load_agent
 from brewkb.agents.base import episode_error
+from brewkb.aio import gather_all
+from brewkb.budget import Budget, BudgetedExecutor
 from brewkb.config import Config
 from brewkb.context import ContextProvider, NoContext, RecipeContext
 from brewkb.envs import load_environment
@@ -39,6 +41,7 @@ from brewkb.executors import Executor, Job, make_executor
 from brewkb.fsutil import append_line, write_atomic
 from brewkb.kb import KB
 from brewkb.llm import open_backend
+from brewkb.llm.ledger import Ledger
 from brewkb.llm.roles import Backend, Insight
 from brewkb.recipes import Recipe, parse_recipe, render_recipe
 from brewkb.retrieval import open_index
@@ -98,6 +101,13 @@ class Pipeline:
         finally:
             if self.client is not None:
                 await self.client.aclose()
+
+    def charge(self, budget: Budget) -> None:
+        """Charge every LLM call and agent episode from now on to ``budget``
+        (episodes are also recorded in the ledger one by one)."""
+        if self.client is not None:
+            self.client.budget = budget
+        self._executor = BudgetedExecutor(self.executor, budget, Ledger(self.run.file("ledger.jsonl")))
 
     # ------------------------------------------------------------ resources
     @property
@@ -207,7 +217,7 @@ class Pipeline:
             done[key] = value
             self.events(Event("item_done", stage, done=len(done), total=len(keys)))
 
-        await asyncio.gather(*(one(k) for k in todo))
+        await gather_all(one(k) for k in todo)
         if errors and len(errors) == len(todo):
             left = " left" if len(todo) < len(keys) else ""
             raise AllFailedError(f"all {len(todo)} {NOUNS.get(stage, 'items')}{left} failed: {errors[0]}; "

@@ -14,8 +14,8 @@ import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from brewkb.errors import BrewError, BudgetExhausted
 from brewkb.envs.base import Environment, Task
-from brewkb.errors import BrewError
 from brewkb.trajectories import KBUse, Outcome, Trajectory
 
 __all__ = ["Agent", "AsyncAgent", "failed", "finish", "run_episode", "arun_episode", "episode_error"]
@@ -69,10 +69,18 @@ def finish(task: Task, trajectory: Trajectory, env: Environment, kb: KBUse, seco
     return graded.derived(outcome=outcome, meta={**graded.meta, "seconds": round(seconds, 3)})
 
 
+def cut_by_budget(task: Task, exc: BudgetExhausted) -> Trajectory:
+    """An episode the run's budget stopped midway: not a failure of the agent,
+    and never saved (``BudgetedExecutor`` drops it; a resumed run runs it again)."""
+    return failed(task, str(exc), meta={"budget_exhausted": exc.option})
+
+
 def run_episode(agent: Agent, task: Task, context: str, env: Environment, kb: KBUse) -> Trajectory:
     start = time.monotonic()
     try:
         trajectory = agent.run(task, context, env)
+    except BudgetExhausted as exc:
+        return cut_by_budget(task, exc)
     except Exception as exc:
         log.debug("agent %s crashed on %s", agent.name, task.id, exc_info=True)
         trajectory = failed(task, f"agent crashed: {type(exc).__name__}: {exc}",
@@ -86,6 +94,8 @@ async def arun_episode(agent: AsyncAgent, task: Task, context: str, env: Environ
     start = time.monotonic()
     try:
         trajectory = await agent.arun(task, context, env)
+    except BudgetExhausted as exc:
+        return cut_by_budget(task, exc)
     except BrewError as exc:  # e.g. the agent's endpoint failed: its message says what to do
         trajectory = failed(task, str(exc))
     except Exception as exc:

@@ -17,6 +17,7 @@ _EXPORTS = {
     "evaluate": "evaluate", "demo": "demo",
     "load_run": "publish", "pr_body": "publish", "push_run": "publish", "export_skills": "publish",
     "cache_stats": "llm", "cache_clear": "llm", "ledger_totals": "llm",
+    "doctor": "doctor", "DoctorResult": "doctor", "refine_plan": "plan", "Limits": "plan",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from brewkb.api.loop import run_command
+from brewkb.api.plan import limits_of, open_budget
+from brewkb.budget import Limits
 from brewkb.config import SearchConfig
 from brewkb.errors import AllFailedError, RunError
 from brewkb.events import EventSink, null_sink
@@ -69,17 +71,21 @@ def pr_message(run: str, spec: SearchSpec, result: SearchResult, base: str) -> s
 def refine(*, run: str | None = None, resume: str | None = None, base: str | None = None,
            strategy: str | None = None, iterations: int | None = None, width: int | None = None,
            depth: int | None = None, relabel: bool | None = None, no_cache: bool = False,
-           events: EventSink = null_sink, start: Path = Path(".")) -> RefineResult:
-    """Run the stages and the search; ``resume`` continues a run from its files and git."""
+           limits: Limits = Limits(), events: EventSink = null_sink, start: Path = Path(".")) -> RefineResult:
+    """Run the stages and the search; ``resume`` continues a run from its files and git.
+
+    ``limits`` (kept with the run, so a plain resume keeps them) stop the run
+    with ``BudgetExhausted`` before it spends more (see ``brewkb.budget``)."""
     return run_command(arefine(run=run, resume=resume, base=base, strategy=strategy, iterations=iterations,
-                               width=width, depth=depth, relabel=relabel, no_cache=no_cache, events=events,
-                               start=start))
+                               width=width, depth=depth, relabel=relabel, no_cache=no_cache, limits=limits,
+                               events=events, start=start))
 
 
 async def arefine(*, run: str | None = None, resume: str | None = None, base: str | None = None,
                   strategy: str | None = None, iterations: int | None = None, width: int | None = None,
                   depth: int | None = None, relabel: bool | None = None, no_cache: bool = False,
-                  events: EventSink = null_sink, start: Path = Path(".")) -> RefineResult:
+                  limits: Limits = Limits(), events: EventSink = null_sink,
+                  start: Path = Path(".")) -> RefineResult:
     """``refine`` on the caller's event loop."""
     with KB.open(start, require_config=True) as kb:
         run_id = resume or run or new_run_id("refine")
@@ -99,6 +105,7 @@ async def arefine(*, run: str | None = None, resume: str | None = None, base: st
         async with Pipeline.open(kb, folder, no_cache=no_cache, events=events) as pipeline:
             pipeline.retry = (f"fix the cause, then continue with `brewkb refine --resume {run_id}` (finished work "
                               "is kept)")
+            pipeline.charge(open_budget(kb.config, folder, limits_of(folder, limits)))
             await pipeline.rollouts("train", context="kb", rev=base_commit)
             await pipeline.rollouts("eval", context="kb", rev=base_commit)
             await pipeline.grades()
@@ -142,8 +149,7 @@ async def _search(kb: KB, pipeline: Pipeline, folder: Run, spec: SearchSpec, bas
                           lambda_corr=spec.lambda_corr, lambda_ret=spec.lambda_ret)
     store = SearchStore(kb.store, folder.id, base, kb.recipes_prefix())
     result = await search(spec, store, expander, evaluator, {c.slug: roots[c.slug] for c in concepts}, events)
-    ledger = Ledger(folder.file("ledger.jsonl"))
-    ledger.record(LedgerEntry("agent", "episodes", cached=False, kind="episode", count=result.episodes_run))
+    ledger = Ledger(folder.file("ledger.jsonl"))  # episodes run are recorded as they finish (BudgetedExecutor)
     ledger.record(LedgerEntry("agent", "episodes", cached=True, kind="episode", count=result.episodes_reused))
     return result
 

@@ -61,7 +61,10 @@ def ledger_cmd(run: str, as_json: bool) -> None:
     if not totals:
         echo(f"Run {run} made no LLM calls.")
         return
-    echo(f"{'role':12}{'calls':>7}{'cached':>8}{'errors':>8}{'tokens in':>11}{'tokens out':>12}{'cost $':>10}")
+    echo(f"{'role':12}{'calls':>7}{'cached':>8}{'errors':>8}{'tokens in':>11}{'tokens out':>12}{'cost $':>10}"
+         "  structured output")
     for role, t in totals.items():
-        echo(f"{role:12}{t.calls:>7}{t.cached:>8}{t.errors:>8}{t.tokens_in:>11}{t.tokens_out:>12}{t.cost:>10.4f}")
+        modes = ", ".join(f"{m} {n}" for m, n in sorted(t.modes.items(), key=lambda kv: -kv[1]))
+        echo(f"{role:12}{t.calls:>7}{t.cached:>8}{t.errors:>8}{t.tokens_in:>11}{t.tokens_out:>12}{t.cost:>10.4f}"
+             f"  {modes}".rstrip())
     echo("Costs use llm.prices in brewkb.toml; models without a price count as 0.")

@@ -1,7 +1,8 @@
 """Entry point: the command group, global options and the one error handler.
 
 Exit codes: 0 success, 1 a known error (one line, no traceback), 2 a usage
-error, 130 interrupted, 3 a bug (traceback written to a log file).
+error, 130 interrupted, 3 a bug (traceback written to a log file), 75 a run
+stopped by its budget (``EX_TEMPFAIL``: continue it with ``--resume``).
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ from pathlib import Path
 import click
 
 from brewkb import __version__
-from brewkb.errors import BrewError
+from brewkb.errors import BrewError, BudgetExhausted
 
-EXIT_ERROR, EXIT_BUG, EXIT_INTERRUPTED = 1, 3, 130
+EXIT_ERROR, EXIT_BUG, EXIT_INTERRUPTED, EXIT_BUDGET = 1, 3, 130, 75
 
 
 class LazyGroup(click.Group):
@@ -50,6 +51,7 @@ COMMANDS = {
     "mcp": "brewkb.cli.retrieval:mcp_cmd",
     "cache": "brewkb.cli.llm:cache_cmd",
     "ledger": "brewkb.cli.llm:ledger_cmd",
+    "doctor": "brewkb.cli.doctor:doctor_cmd",
     "import": "brewkb.cli.trajectories:import_cmd",
     "rollout": "brewkb.cli.stages:rollout_cmd",
     "reflect": "brewkb.cli.stages:reflect_cmd",
@@ -95,6 +97,9 @@ def main(argv: list[str] | None = None) -> None:
     """Run the CLI and map every outcome to an exit code."""
     try:
         cli.main(args=argv, prog_name="brewkb", standalone_mode=False)
+    except BudgetExhausted as exc:
+        click.echo(f"brewkb: {exc}", err=True)
+        sys.exit(EXIT_BUDGET)
     except BrewError as exc:
         click.echo(f"brewkb: error: {exc}", err=True)
         sys.exit(EXIT_ERROR)

@@ -21,19 +21,36 @@ from brewkb.cli.progress import close, renderer
 @click.option("--resume", default=None, metavar="RUN", help="Continue RUN where it stopped.")
 @click.option("--base", default=None, help="Revision the run starts from (default: HEAD).")
 @click.option("--no-cache", is_flag=True, help="Call the LLM even for requests seen before.")
+@click.option("--plan", "show_plan", is_flag=True,
+              help="Print the most this run can spend (episodes, LLM calls per role, cost) and call nothing.")
+@click.option("--max-episodes", type=click.IntRange(min=0), default=None, metavar="N",
+              help="Stop before the run has run more than N agent episodes in all.")
+@click.option("--max-llm-calls", type=click.IntRange(min=0), default=None, metavar="N",
+              help="Stop before the run has sent more than N LLM calls in all (cache hits are free).")
+@click.option("--max-cost", type=click.FloatRange(min=0), default=None, metavar="USD",
+              help="Stop calling once the run's cost (llm.prices) reaches USD.")
 @click.option("--json", "as_json", is_flag=True, help="Events and the result as JSON lines.")
 def refine_cmd(strategy: str | None, iterations: int | None, width: int | None, depth: int | None,
                relabel: bool | None, run: str | None, resume: str | None, base: str | None, no_cache: bool,
+               show_plan: bool, max_episodes: int | None, max_llm_calls: int | None, max_cost: float | None,
                as_json: bool) -> None:
-    """Learn and refine the KB: the BREW stages, then the search; ends with a PR branch."""
+    """Learn and refine the KB: the BREW stages, then the search; ends with a PR branch.
+
+    A run stopped by --max-episodes, --max-llm-calls or --max-cost exits 75
+    and keeps what finished; --resume RUN with a higher limit continues it."""
     from brewkb.api.refine import refine
+    from brewkb.budget import Limits
 
     if run and resume:
         raise click.UsageError("give --run for a new run or --resume for an existing one, not both")
+    if show_plan:
+        _print_plan(run, resume, strategy, iterations, width, depth, relabel, as_json)
+        return
+    limits = Limits(episodes=max_episodes, llm_calls=max_llm_calls, cost=max_cost)
     sink = renderer(as_json)
     try:
         result = refine(run=run, resume=resume, base=base, strategy=strategy, iterations=iterations, width=width,
-                        depth=depth, relabel=relabel, no_cache=no_cache, events=sink)
+                        depth=depth, relabel=relabel, no_cache=no_cache, limits=limits, events=sink)
     finally:
         close(sink)
     if as_json:
@@ -45,6 +62,30 @@ def refine_cmd(strategy: str | None, iterations: int | None, width: int | None, 
         root = "-" if info["root_reward"] is None else f"{info['root_reward']:.3f}"
         echo(f"  {concept:32} root {root} → best n{info['node']} mean {info['mean']:.3f}")
     echo(f"Review: git diff HEAD brew/{result.run}/pr   ·   brewkb tree {result.run}")
+
+
+def _print_plan(run: str | None, resume: str | None, strategy: str | None, iterations: int | None,
+                width: int | None, depth: int | None, relabel: bool | None, as_json: bool) -> None:
+    from brewkb.api.plan import refine_plan
+
+    p = refine_plan(run=run, resume=resume, strategy=strategy, iterations=iterations, width=width, depth=depth,
+             relabel=relabel)
+    if as_json:
+        echo_json(p.to_json())
+        return
+    echo(f"At most, {'the rest of run ' + resume if resume else 'this run'} ({p.rounds} search rounds) makes:")
+    echo(f"  {'agent episodes':16}{p.episodes:>9}")
+    echo(f"  {'LLM calls':16}{p.llm_calls:>9}")
+    for role, n in p.calls.items():
+        echo(f"    {role:14}{n:>9}")
+    known = "found so far" if p.concepts_known else "at most, before reflection finds them"
+    echo(f"  {'concepts':16}{p.concepts:>9}  ({known})")
+    if p.cost is None:
+        echo("  cost: no price in llm.prices for these models")
+    else:
+        basis = ", ".join(f"{r} {t}" for r, t in p.cost_basis.items())
+        echo(f"  cost ≈ ${p.cost:.4f} (outputs at max_tokens; prompt tokens per call assumed: {basis})")
+    echo("Nothing was called. Cache hits and reused episodes make the real numbers smaller.")
 
 
 @click.command("tree")

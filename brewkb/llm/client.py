@@ -5,28 +5,44 @@ OpenAI-compatible endpoint, through the cache and the ledger.
 so commands that never call a model never pay for it. Retries with backoff on
 429, 5xx and timeouts, honouring ``retry-after``, are the SDK's own; a global
 semaphore bounds the calls in flight; SDK exceptions become ``LLMError``.
+
+Structured replies start as ``json_schema``; an endpoint that rejects it is
+asked in the next mode of ``brewkb.llm.structured`` for the rest of the
+process (``llm.structured_output`` pins one), and every ledger line says
+which mode it used.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from brewkb.config import LLMConfig, RoleConfig
 from brewkb.errors import LLMError
 from brewkb.llm.cache import ResponseCache
 from brewkb.llm.ledger import Ledger, LedgerEntry
 from brewkb.llm.schema import validate
+from brewkb.llm.structured import extract_json, is_format_rejection, next_mode, response_format, with_schema_prompt
 from brewkb.llm.types import ChatRequest, ChatResult, canonical_json
 
-__all__ = ["LLMClient", "JSONReply", "OPENAI_API"]
+if TYPE_CHECKING:
+    from brewkb.budget import Budget
+
+__all__ = ["LLMClient", "JSONReply", "FormatRejected", "OPENAI_API"]
 
 OPENAI_API = "https://api.openai.com/v1"
+
+log = logging.getLogger(__name__)
+
+
+class FormatRejected(LLMError):
+    """The endpoint refused the ``response_format`` of a structured request."""
 
 
 @dataclass(frozen=True)
@@ -37,6 +53,8 @@ class JSONReply:
     value: Any | None
     error: str | None
     calls: int
+    mode: str = ""
+    """The structured-output mode of the last call."""
 
     @property
     def ok(self) -> bool:
@@ -51,6 +69,10 @@ class LLMClient:
       cache: the response cache, or ``None`` to call the endpoint every time.
       ledger: where each call is recorded (an in-memory one by default).
       environ: where ``OPENAI_BASE_URL`` and the key variable are read.
+
+    ``budget``, when set, is charged before every call that is not a cache
+    hit and raises ``BudgetExhausted`` (not an ``LLMError``: no item fails)
+    when nothing is left.
     """
 
     def __init__(self, config: LLMConfig, *, cache: ResponseCache | None = None,
@@ -62,6 +84,8 @@ class LLMClient:
         self._semaphore: asyncio.Semaphore | None = None
         self._clients: dict[str, Any] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._modes: dict[tuple[str, str], str] = {}
+        self.budget: Budget | None = None
 
     # ------------------------------------------------------------- endpoints
     def role(self, name: str) -> RoleConfig:
@@ -70,6 +94,10 @@ class LLMClient:
         except AttributeError:
             raise LLMError(f"unknown LLM role {name!r}") from None
 
+    def endpoint(self, role: str) -> str:
+        """The base URL the role's calls go to ("" for the SDK's default, api.openai.com)."""
+        return self._base_url(self.role(role)) or ""
+
     def _base_url(self, role: RoleConfig) -> str | None:
         return role.base_url or self.config.base_url or self._environ.get("OPENAI_BASE_URL") or None
 
@@ -77,6 +105,29 @@ class LLMClient:
         """The base URL ``role`` calls: part of every cache key, so another
         server's answers are never replayed."""
         return (self._base_url(self.role(role)) or OPENAI_API).rstrip("/")
+
+    def structured_mode(self, role: str, model: str) -> str:
+        """The mode the next structured request of ``role`` is sent in."""
+        cfg = self.role(role)
+        pinned = cfg.structured_output or self.config.structured_output
+        if pinned != "auto":
+            return pinned
+        return self._modes.get((self.endpoint(role), model), "json_schema")
+
+    def _downgrade(self, request: ChatRequest, error: str) -> bool:
+        """After ``request.structured`` was rejected: move the endpoint to the
+        next mode; false when there is none or the mode is pinned."""
+        cfg = self.role(request.role)
+        if (cfg.structured_output or self.config.structured_output) != "auto":
+            return False
+        after = next_mode(request.structured)
+        if after is None:
+            return False
+        key = (self.endpoint(request.role), request.model)
+        if self._modes.get(key, "json_schema") == request.structured:
+            self._modes[key] = after
+            log.warning("%s; asking in %s mode from now on", error, after)
+        return True
 
     def _bind_loop(self) -> None:
         # SDK clients and semaphores belong to one event loop: the command's
@@ -125,7 +176,8 @@ class LLMClient:
     def __getstate__(self) -> dict[str, Any]:
         # pickled to Ray workers: SDK clients and the semaphore belong to this
         # process's loop; the worker makes its own on first use
-        return {**self.__dict__, "_clients": {}, "_semaphore": None, "_loop": None}
+        # a budget is counted by the driver: calls made in a Ray worker are not charged to it
+        return {**self.__dict__, "_clients": {}, "_semaphore": None, "_loop": None, "budget": None}
 
     # ------------------------------------------------------------------ chat
     def request(self, role: str, messages: Sequence[Mapping[str, Any]], *, tools: Sequence[Mapping[str, Any]] = (),
@@ -155,20 +207,24 @@ class LLMClient:
                 result = ChatResult.from_json(json.loads(hit), cached=True)
                 if _problem(result, request) is None:  # an earlier brewkb may have cached a bad one
                     self.ledger.record(LedgerEntry(request.role, request.model, result.tokens_in,
-                                                   result.tokens_out, cached=True))
+                                                   result.tokens_out, cached=True, mode=_mode(request)))
                     return result, None
         start = time.perf_counter()
         try:
             async with self._limit():
+                if self.budget is not None:
+                    self.budget.take_call()
                 result = await self._call(request)
         except LLMError as exc:
             self.ledger.record(LedgerEntry(request.role, request.model, latency=time.perf_counter() - start,
-                                           error=str(exc)))
+                                           error=str(exc), mode=_mode(request)))
             raise
         problem = _problem(result, request)
         self.ledger.record(LedgerEntry(request.role, request.model, result.tokens_in, result.tokens_out,
-                                       latency=time.perf_counter() - start,
+                                       latency=time.perf_counter() - start, mode=_mode(request),
                                        error=None if problem is None else f"invalid reply: {problem}"))
+        if self.budget is not None:
+            self.budget.add_cost(request.model, result.tokens_in, result.tokens_out)
         if problem is None and self.cache is not None:
             self.cache.put(key, "chat", canonical_json(result.to_json()), request.role)
         return result, problem
@@ -184,8 +240,9 @@ class LLMClient:
         if request.tools:
             kwargs["tools"] = list(request.tools)
         if request.schema is not None:
-            kwargs["response_format"] = {"type": "json_schema", "json_schema": {
-                "name": request.schema_name, "schema": dict(request.schema)}}
+            fmt = response_format(request.structured, request.schema_name, request.schema)
+            if fmt is not None:
+                kwargs["response_format"] = fmt
         where = self._base_url(role) or "the OpenAI API"
         try:
             # The SDK's generic `post` keeps its retries, backoff and errors but
@@ -197,6 +254,11 @@ class LLMClient:
                            f"({self.config.max_retries} retries); raise llm.timeout or check the server") from None
         except openai.APIStatusError as exc:
             detail = exc.body.get("message") if isinstance(exc.body, dict) else None
+            text = str(detail or exc.message)
+            if request.schema is not None and request.structured != "text" and \
+                    is_format_rejection(exc.status_code, text):
+                raise FormatRejected(f"{request.role}: {where} rejects response_format {request.structured} "
+                                     f"(HTTP {exc.status_code}: {_short(text, 160)})") from None
             raise LLMError(f"{request.role}: {where} answered HTTP {exc.status_code}: "
                            f"{_short(str(detail or exc.message))}") from None
         except openai.APIConnectionError as exc:
@@ -212,26 +274,57 @@ class LLMClient:
         """A reply that parses as JSON and matches ``request.schema``. On a bad
         reply one repair call shows the model its error; a second bad reply is
         a failed item (``JSONReply.error``), not an exception. Endpoint errors
-        after retries are failed items too."""
-        if request.schema is None:
+        after retries are failed items too. An endpoint that rejects the
+        structured-output mode is asked again in the next one."""
+        schema = request.schema
+        if schema is None:
             raise LLMError("complete_json needs a request with a schema")
         messages = list(request.messages)
-        problem = ""
-        for attempt in range(2):
+        calls, repaired = 0, False
+        while True:
+            mode = self.structured_mode(request.role, request.model)
+            asked = replace(request, messages=with_schema_prompt(messages, mode, schema), structured=mode)
+            calls += 1
             try:
-                result, problem_or_none = await self._reply(_with_messages(request, messages))
+                result, problem = await self._reply(asked)
+            except FormatRejected as exc:
+                if self._downgrade(asked, str(exc)):
+                    continue
+                hint = ('; set llm.structured_output = "auto" to fall back' if mode != "text" else "")
+                return JSONReply(None, f"{exc}{hint}", calls, mode)
             except LLMError as exc:
-                return JSONReply(None, str(exc), attempt + 1)
-            if problem_or_none is None:
-                return JSONReply(json.loads(result.content), None, attempt + 1)
-            problem = problem_or_none
+                return JSONReply(None, str(exc), calls, mode)
+            if problem is None:
+                return JSONReply(json.loads(_json_of(result, mode)), None, calls, mode)
+            if repaired:
+                return JSONReply(None, f"{request.role}: {self.endpoint(request.role)} returned invalid JSON, "
+                                       f"also after one repair ({problem})", calls, mode)
+            repaired = True
             messages = messages + [
                 {"role": "assistant", "content": result.content},
                 {"role": "user", "content": f"That reply is not valid: {problem}. Reply again with only "
                                             "a JSON value that matches the schema."},
             ]
-        return JSONReply(None, f"{request.role}: {self.endpoint(request.role)} returned invalid JSON, also after "
-                               f"one repair ({problem})", 2)
+
+    async def models(self, role: str) -> list[str]:
+        """The model ids the role's endpoint lists (``GET /models``)."""
+        import openai
+
+        cfg = self.role(role)
+        where = self._base_url(cfg) or "the OpenAI API"
+        try:
+            page = await self._client(cfg).get("/models", cast_to=object)
+        except openai.APIStatusError as exc:
+            raise LLMError(f"{role}: {where} answered HTTP {exc.status_code} to GET /models") from None
+        except openai.APIConnectionError as exc:
+            raise LLMError(f"{role}: cannot reach {where} ({_short(str(exc))}); "
+                           "check llm.base_url / OPENAI_BASE_URL") from None
+        except openai.OpenAIError as exc:
+            raise LLMError(f"{role}: {_short(str(exc))}") from None
+        except ValueError as exc:
+            raise LLMError(f"{role}: {where} sent an unreadable model list ({_short(str(exc))})") from None
+        data = page.get("data") if isinstance(page, dict) else None
+        return [str(m.get("id")) for m in data or () if isinstance(m, dict)]
 
     # ------------------------------------------------------------ embeddings
     async def embed(self, texts: Sequence[str], role: str = "embeddings") -> list[list[float]]:
@@ -256,6 +349,8 @@ class LLMClient:
             try:
                 try:
                     async with self._limit():
+                        if self.budget is not None:
+                            self.budget.take_call()
                         response = await self._client(cfg).embeddings.create(
                             model=model, input=[texts[i] for i in missing])
                 except openai.OpenAIError as exc:
@@ -271,6 +366,8 @@ class LLMClient:
             tokens = response.usage.prompt_tokens if response.usage else 0
             self.ledger.record(LedgerEntry(role, model, tokens_in=tokens, latency=time.perf_counter() - start,
                                            kind="embedding"))
+            if self.budget is not None:
+                self.budget.add_cost(model, tokens, 0)
             for i, item in zip(missing, data, strict=True):
                 vectors[i] = list(item.embedding)
                 if self.cache is not None:
@@ -297,14 +394,14 @@ def _parse_completion(response: Any, request: ChatRequest, where: str) -> ChatRe
                       model=response.get("model") or request.model, finish_reason=choice.get("finish_reason") or "")
 
 
-def _with_messages(request: ChatRequest, messages: list[Mapping[str, Any]]) -> ChatRequest:
-    return replace(request, messages=messages)
+def _mode(request: ChatRequest) -> str:
+    return request.structured if request.schema is not None else ""
 
 
 def _problem(result: ChatResult, request: ChatRequest) -> str | None:
     """What makes ``result`` unusable for ``request``, or ``None``."""
     if request.schema is not None:
-        return _check(result.content, request.schema)
+        return _check(_json_of(result, request.structured), request.schema)
     if not result.content.strip() and not result.tool_calls:
         return "the reply is empty"
     for call in result.tool_calls:
@@ -315,6 +412,12 @@ def _problem(result: ChatResult, request: ChatRequest) -> str | None:
         if not isinstance(arguments, dict):
             return f"the arguments of {call['function']['name']} are not a JSON object"
     return None
+
+
+def _json_of(result: ChatResult, mode: str) -> str:
+    """The JSON text of a structured reply: outside ``json_schema`` mode a
+    model may wrap it in a code fence or prose."""
+    return result.content if mode == "json_schema" else extract_json(result.content)
 
 
 def _check(content: str, schema: Mapping[str, Any]) -> str | None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from brewkb.config import Price
 from brewkb.fsutil import append_line
 
-__all__ = ["Ledger", "LedgerEntry", "RoleTotals", "summarise", "read_ledger"]
+__all__ = ["Ledger", "LedgerEntry", "RoleTotals", "summarise", "read_ledger", "call_cost"]
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,9 @@ class LedgerEntry:
     kind: str = "chat"
     count: int = 1
     """How many calls (or agent episodes) the line stands for."""
+    mode: str = ""
+    """How a structured reply was asked for (``json_schema``, ``json_object``,
+    ``text``); empty for calls without a schema."""
     time: float = field(default_factory=time.time)
 
 
@@ -45,6 +48,8 @@ class RoleTotals:
     cost: float = 0.0
     episodes_run: int = 0
     episodes_reused: int = 0
+    modes: dict[str, int] = field(default_factory=dict)
+    """Structured calls per mode (``json_schema``, ``json_object``, ``text``)."""
 
 
 class Ledger:
@@ -93,13 +98,19 @@ def summarise(entries: Iterable[LedgerEntry], prices: Mapping[str, Price]) -> di
                 t.episodes_run += e.count
             continue
         t.calls += 1
+        if e.mode:
+            t.modes[e.mode] = t.modes.get(e.mode, 0) + 1
         t.cached += e.cached
         t.errors += e.error is not None
         if not e.cached:
             t.tokens_in += e.tokens_in
             t.tokens_out += e.tokens_out
-            price = prices.get(e.model)
-            if price is not None:
-                t.cost += (e.tokens_in * price.input + e.tokens_out * price.output) / 1e6
+            t.cost += call_cost(prices, e.model, e.tokens_in, e.tokens_out)
     return dict(sorted(totals.items()))
+
+
+def call_cost(prices: Mapping[str, Price], model: str, tokens_in: int, tokens_out: int) -> float:
+    """US dollars of one call (0 for a model without a price)."""
+    price = prices.get(model)
+    return 0.0 if price is None else (tokens_in * price.input + tokens_out * price.output) / 1e6
 

@@ -19,7 +19,11 @@ class ChatRequest:
     """One chat completion.
 
     ``schema`` asks for a JSON reply matching it (``schema_name`` names it for
-    the endpoint). ``sample`` tells samples of the same prompt apart: at a
+    the endpoint). ``structured`` is how the schema is asked for: ``json_schema``
+    (``response_format`` with the schema), ``json_object`` (JSON mode plus the
+    schema in the prompt) or ``text`` (the schema in the prompt, the reply
+    parsed); the prompt differs between the last two and the first, so the
+    cache keeps them apart. ``sample`` tells samples of the same prompt apart: at a
     temperature above 0, samples 0, 1 and 2 are three cache entries and three
     seeds, and asking for sample 2 again is a cache hit.
     """
@@ -34,6 +38,7 @@ class ChatRequest:
     schema_name: str = "reply"
     seed: int = 0
     sample: int = 0
+    structured: str = "json_schema"
 
     def cache_key(self, endpoint: str = "") -> str:
         """The canonical JSON of everything that determines the reply, and the

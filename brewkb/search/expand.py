@@ -4,12 +4,12 @@ concept, and let the integrator write candidate children of the node."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from brewkb.aio import gather_all
 from brewkb.config import Boosts
 from brewkb.envs.base import Environment, Task
 from brewkb.executors import Executor, Job
@@ -72,7 +72,7 @@ class Expander:
 
     async def _insights(self, trajectories: Sequence[Trajectory]) -> list[Insight]:
         fresh = {t.id: t for t in trajectories if t.id not in self._reflections}
-        results = await asyncio.gather(*(reflect(self.backend, t, self.max_concepts) for t in fresh.values()))
+        results = await gather_all(reflect(self.backend, t, self.max_concepts) for t in fresh.values())
         for key, (insights, _) in zip(fresh, results, strict=True):
             self._reflections[key] = insights
         return [i for t in trajectories for i in self._reflections[t.id]]
@@ -96,5 +96,5 @@ class Expander:
                     made[sample] = recipe
             return made
 
-        results = await asyncio.gather(*(one(c) for c in sorted(requests)))
+        results = await gather_all(one(c) for c in sorted(requests))
         return dict(zip(sorted(requests), results, strict=True))

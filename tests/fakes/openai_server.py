@@ -10,10 +10,13 @@ replies, counts every request, and injects faults on request:
     {"raw": "{\"choices\": [ {"}                  a truncated or invalid body
     {"choices": []}                                no choices
 
+    {"content": "x", "prompt_tokens": 2048}        the usage the reply reports
+
 A callable in the script gets the request body and returns one of these.
 When the script is empty, ``default`` answers (``{"content": "ok"}``).
 ``embed`` (texts → vectors) answers ``/v1/embeddings`` instead of hashed
 bytes; ``tests/fakes/roles.py`` plays every brewkb role.
+``GET /v1/models`` lists ``models`` (404 when it is ``None``).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import json
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -41,8 +44,10 @@ def _words(value: Any) -> int:
 
 class FakeOpenAI:
     def __init__(self, latency: float = 0.0, default: Reply | None = None,
-                 embed: Callable[[list[str]], list[list[float]]] | None = None) -> None:
+                 embed: Callable[[list[str]], list[list[float]]] | None = None,
+                 models: Sequence[str] | None = ("fake",)) -> None:
         self.latency = latency
+        self.models = None if models is None else list(models)
         self.default: Reply = default or {"content": "ok"}
         self.embed = embed
         self.script: deque[Reply] = deque()
@@ -85,6 +90,15 @@ class FakeOpenAI:
 
             def log_message(self, *args: Any) -> None:
                 pass
+
+            def do_GET(self) -> None:  # noqa: N802
+                path = self.path.split("?")[0]
+                with fake._lock:
+                    fake.requests.append((path, {}))
+                if path.endswith("/models") and fake.models is not None:
+                    self._send(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in fake.models]})
+                else:
+                    self._send(404, {"error": {"message": f"no route {path}"}})
 
             def do_POST(self) -> None:  # noqa: N802
                 length = int(self.headers.get("content-length", 0))
@@ -142,11 +156,12 @@ def _completion(body: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
         choices = [{"index": 0, "message": message,
                     "finish_reason": "tool_calls" if spec.get("tool_calls") else "stop"}]
     content = spec.get("content") or ""
+    prompt_tokens = spec.get("prompt_tokens", _words(body.get("messages")))
     return {
         "id": "chatcmpl-fake", "object": "chat.completion", "created": 0, "model": body.get("model", "fake"),
         "choices": choices,
-        "usage": {"prompt_tokens": _words(body.get("messages")), "completion_tokens": len(content.split()),
-                  "total_tokens": _words(body.get("messages")) + len(content.split())},
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": len(content.split()),
+                  "total_tokens": prompt_tokens + len(content.split())},
     }
 
 

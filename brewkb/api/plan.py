@@ -1,0 +1,126 @@
+"""``refine --plan`` and the budgets of ``refine``: what a run may spend at
+most, from counts alone, and the limits that stop it before it spends more."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from brewkb.budget import Budget, Limits, spent
+from brewkb.config import Config
+from brewkb.envs import load_environment
+from brewkb.errors import RunError
+from brewkb.kb import KB
+from brewkb.llm.ledger import read_ledger
+from brewkb.plan import JSON_ROLES, PlanInputs, RunPlan, plan_refine, with_cost
+from brewkb.runs import FILES, STAGES, Run
+from brewkb.stages import relabel as relabel_stage
+
+__all__ = ["refine_plan", "open_budget", "limits_of", "LEDGER"]
+
+LEDGER = "ledger.jsonl"
+
+
+def limits_of(folder: Run, given: Limits) -> Limits:
+    """The run's limits: those given now, else those it was started or last
+    resumed with (recorded in the manifest, so a plain ``--resume`` keeps them)."""
+    recorded = folder.manifest().get("limits") or {}
+    merged = Limits(**{f.name: getattr(given, f.name) if getattr(given, f.name) is not None else recorded.get(f.name)
+                       for f in dataclasses.fields(Limits)})
+    if merged.any:
+        folder.set_manifest("limits", dataclasses.asdict(merged))
+    return merged
+
+
+def open_budget(config: Config, folder: Run, limits: Limits) -> Budget:
+    """A budget that counts what the run already spent (from its ledger); it
+    raises at once when that is already the limit."""
+    episodes, calls, cost = spent(read_ledger(folder.file(LEDGER)), config.llm.prices)
+    budget = Budget(limits, config.llm.prices, episodes=episodes, calls=calls, cost=cost, run=folder.id)
+    budget.check()
+    return budget
+
+
+def refine_plan(*, run: str | None = None, resume: str | None = None, strategy: str | None = None,
+                iterations: int | None = None, width: int | None = None, depth: int | None = None,
+                relabel: bool | None = None, start: Path = Path(".")) -> RunPlan:
+    """The most a ``refine`` with these settings (or the rest of run ``resume``)
+    can spend: agent episodes, LLM calls per role, and a cost estimate. Calls
+    nothing and writes nothing."""
+    from brewkb.api.refine import _spec
+    from brewkb.search.store import SearchStore
+
+    with KB.open(start) as kb:
+        config = kb.config
+        folder = Run.at(kb.runs_dir, resume, create=False) if resume else None
+        if run and (kb.runs_dir / run / "manifest.json").exists():
+            raise RunError(f"run {run} already exists; plan the rest of it with `brewkb refine --resume {run} --plan`")
+        recorded = folder.manifest().get("search_spec") if folder else None
+        if recorded is not None:
+            from brewkb.search.engine import SearchSpec
+
+            spec = SearchSpec(**recorded["spec"])
+        else:
+            spec = _spec(config.search, {"strategy": strategy, "iterations": iterations, "width": width,
+                                         "depth": depth})
+        env = load_environment(config.env, kb.root)
+        train = {t.id for t in env.tasks("train")}
+        use_relabel = config.stages.relabel if relabel is None else relabel
+        inputs = PlanInputs(
+            train_tasks=len(train), eval_tasks=len(env.tasks("eval")), rounds=spec.rounds,
+            per_expansion=spec.per_expansion, relabel=use_relabel,
+            concepts_per_trajectory=config.stages.concepts_per_trajectory,
+            min_concept_insights=config.stages.min_concept_insights,
+            integrate_retries=config.stages.integrate_retries,
+            agent_steps=config.agent.max_steps if config.agent.name == "tool-agent" and
+            config.llm.backend != "offline" else 0,
+            fallback_calls=_fallback_allowance(config))
+        if folder is not None:
+            inputs = _progress(inputs, folder, train, config.stages.seed)
+            if recorded is not None:
+                store = SearchStore(kb.store, folder.id, recorded["base"], kb.recipes_prefix())
+                inputs = dataclasses.replace(inputs, gathers=store.load().gathers)
+        result = plan_refine(inputs)
+        if config.llm.backend == "offline":
+            result = dataclasses.replace(result, calls={r: 0 for r in result.calls})
+        roles = config.llm.roles
+        models = {r: getattr(roles, r).model or config.llm.model for r in result.calls}
+        max_tokens = {r: getattr(roles, r).max_tokens for r in result.calls}
+        return with_cost(result, models, max_tokens, config.llm.prices, _prompt_tokens(folder))
+
+
+def _fallback_allowance(config: Config) -> int:
+    """Rejected calls a JSON role may meet while its endpoint's mode is found
+    (two modes can be rejected, each by the calls in flight)."""
+    llm = config.llm
+    modes = {getattr(llm.roles, r).structured_output or llm.structured_output
+             for r in JSON_ROLES}
+    return 2 * llm.concurrency if llm.backend != "offline" and "auto" in modes else 0
+
+
+def _progress(inputs: PlanInputs, folder: Run, train: set[str], seed: int) -> PlanInputs:
+    """What a run has finished, from its files."""
+    done = frozenset(s for s in STAGES if folder.stage_done(s))
+    rollouts = folder.read_trajectories(FILES["rollouts"])
+    selected = None
+    if rollouts:
+        selected = len([t for t in relabel_stage.select(rollouts, seed) if t.task_id in train])
+    concepts = expansion = None
+    path = folder.file(FILES["concepts"])
+    if "concepts" in done and path.exists():
+        found = json.loads(path.read_text(encoding="utf-8"))["concepts"]
+        concepts = [(len([t for t in c["q_train"] if t in train]), len(c["q_eval"])) for c in found]
+        expansion = len({t for c in found for t in c["q_train"] if t in train})
+    return dataclasses.replace(inputs, done=done, relabel_selected=selected, concepts=concepts,
+                               expansion_tasks=expansion)
+
+
+def _prompt_tokens(folder: Run | None) -> dict[str, int]:
+    """Average prompt tokens per call and role in the run's ledger so far."""
+    totals: dict[str, list[int]] = {}
+    for e in read_ledger(folder.file(LEDGER)) if folder else ():
+        if e.kind != "episode" and not e.cached and e.tokens_in:
+            totals.setdefault(e.role, []).append(e.tokens_in)
+    return {r: round(sum(v) / len(v)) for r, v in totals.items()}
+

@@ -1,0 +1,135 @@
+"""The most a ``refine`` can spend, worked out before anything is called.
+
+Bounds come from counts only: train and eval tasks, the concepts found so far
+(or the most the reflections could give), the strategy's rounds and
+candidates per expansion, integrator retries, the agent's step limit, and the
+stages a resumed run has already finished. Every JSON role's item may take a
+repair call, so it counts twice; with ``structured_output = "auto"`` each JSON
+role may also see up to two rejected calls per call in flight while the
+endpoint's mode is found. Episodes that are reused instead of run and cache
+hits only make the real numbers smaller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from brewkb.config import Price
+
+__all__ = ["PlanInputs", "RunPlan", "plan_refine", "with_cost", "PROMPT_TOKENS_GUESS", "JSON_ROLES"]
+
+PROMPT_TOKENS_GUESS = 2000
+"""Prompt tokens assumed per call for a cost estimate when the run has no ledger yet."""
+
+JSON_ROLES = ("judge", "relabeller", "reflector", "integrator")
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    train_tasks: int
+    eval_tasks: int
+    rounds: int
+    per_expansion: int
+    relabel: bool
+    done: frozenset[str] = frozenset()
+    """Stages the run finished (all of them cost nothing more)."""
+    relabel_selected: int | None = None
+    """Trajectories the relabel stage will take, when the train rollouts exist."""
+    concepts: Sequence[tuple[int, int]] | None = None
+    """Per concept found so far: (train tasks, eval tasks)."""
+    expansion_tasks: int | None = None
+    """Distinct train tasks over all concepts, when the concepts are known."""
+    gathers: int = 0
+    """Search rounds already gathered (round 0 included)."""
+    concepts_per_trajectory: int = 2
+    min_concept_insights: int = 2
+    integrate_retries: int = 2
+    agent_steps: int = 0
+    """LLM calls per agent episode at most (``agent.max_steps`` for the tool agent, else 0)."""
+    fallback_calls: int = 0
+    """Rejected calls each JSON role may see while the structured-output mode is found."""
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    episodes: int
+    calls: dict[str, int]
+    concepts: int
+    concepts_known: bool
+    rounds: int
+    cost: float | None = None
+    """Estimated US dollars (``None`` when no role's model has a price)."""
+    cost_basis: dict[str, int] = field(default_factory=dict)
+    """Prompt tokens per call assumed for each role's cost."""
+
+    @property
+    def llm_calls(self) -> int:
+        return sum(self.calls.values())
+
+    def to_json(self) -> dict[str, Any]:
+        return {"episodes": self.episodes, "llm_calls": self.llm_calls, "calls": dict(self.calls),
+                "concepts": self.concepts, "concepts_known": self.concepts_known, "rounds": self.rounds,
+                "cost": self.cost, "cost_basis": dict(self.cost_basis)}
+
+
+def plan_refine(p: PlanInputs) -> RunPlan:
+    calls = {r: 0 for r in ("agent", *JSON_ROLES, "embeddings")}
+    episodes = 0
+    todo = lambda stage: stage not in p.done  # noqa: E731
+    if todo("rollouts"):
+        episodes += p.train_tasks
+    if todo("rollouts-eval"):
+        episodes += p.eval_tasks
+    if todo("grades"):
+        calls["judge"] += 2 * p.train_tasks
+    relabelled = (p.train_tasks if p.relabel_selected is None else p.relabel_selected) if p.relabel else 0
+    if todo("relabel"):
+        calls["relabeller"] += 2 * relabelled
+        episodes += relabelled
+    if todo("reflections"):
+        calls["reflector"] += 2 * (p.train_tasks + relabelled + p.eval_tasks)
+    if todo("concepts"):
+        calls["embeddings"] += 1
+    if p.concepts is not None:
+        sizes = [(t, e if e else t) for t, e in p.concepts]
+        expansion_tasks = p.expansion_tasks if p.expansion_tasks is not None else p.train_tasks
+    else:
+        most = (p.train_tasks + relabelled) * p.concepts_per_trajectory // max(1, p.min_concept_insights)
+        sizes = [(p.train_tasks, max(p.eval_tasks, p.train_tasks))] * most
+        expansion_tasks = p.train_tasks
+    n = len(sizes)
+    per_integration = 2 * (1 + p.integrate_retries)
+    if todo("integrate"):
+        calls["integrator"] += n * per_integration
+    if n:
+        if p.gathers == 0:  # round 0 evaluates the roots
+            episodes += sum(e for _, e in sizes)
+        for _ in range(max(1, p.gathers), p.rounds + 1):
+            episodes += expansion_tasks + p.per_expansion * sum(e for _, e in sizes)
+            calls["reflector"] += 2 * expansion_tasks
+            calls["embeddings"] += expansion_tasks * p.concepts_per_trajectory
+            calls["integrator"] += n * p.per_expansion * per_integration
+    calls["agent"] = episodes * p.agent_steps
+    for role in JSON_ROLES:
+        if calls[role]:
+            calls[role] += p.fallback_calls
+    return RunPlan(episodes, calls, n, p.concepts is not None, p.rounds)
+
+
+def with_cost(plan: RunPlan, models: Mapping[str, str], max_tokens: Mapping[str, int],
+              prices: Mapping[str, Price], prompt_tokens: Mapping[str, int]) -> RunPlan:
+    """The plan with an estimated cost: each call's output at the role's
+    ``max_tokens`` (a bound) and its prompt at ``prompt_tokens`` (the run's
+    average so far, else ``PROMPT_TOKENS_GUESS``: an estimate, not a bound)."""
+    total, priced, basis = 0.0, False, {}
+    for role, n in plan.calls.items():
+        price = prices.get(models.get(role, ""))
+        if price is None or not n:
+            continue
+        priced = True
+        basis[role] = prompt_tokens.get(role, PROMPT_TOKENS_GUESS)
+        total += n * (basis[role] * price.input + max_tokens.get(role, 0) * price.output) / 1e6
+    return RunPlan(plan.episodes, plan.calls, plan.concepts, plan.concepts_known, plan.rounds,
+                   round(total, 4) if priced else None, basis)
