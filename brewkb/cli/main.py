@@ -83,8 +83,24 @@ def cli(ctx: click.Context, directory: Path | None, verbose: int) -> None:
         os.chdir(directory)
 
 
+def _log_folder() -> Path:
+    """``BREWKB_LOG_DIR``, else the KB's cache folder (``.brewkb/logs``) when
+    brewkb runs inside a KB, else the system's temporary folder."""
+    if os.environ.get("BREWKB_LOG_DIR"):
+        return Path(os.environ["BREWKB_LOG_DIR"])
+    try:
+        from brewkb.kb import KB
+
+        with KB.open() as kb:
+            if kb.store.work_tree is not None:
+                return kb.cache_dir / "logs"
+    except Exception:  # the crash may come from the KB itself; the temporary folder always works
+        pass
+    return Path(tempfile.gettempdir())
+
+
 def _crash_log() -> Path:
-    folder = Path(os.environ.get("BREWKB_LOG_DIR") or tempfile.gettempdir())
+    folder = _log_folder()
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"brewkb-crash-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
     path.write_text(f"brewkb {__version__}\nargv: {sys.argv}\n\n{traceback.format_exc()}")
