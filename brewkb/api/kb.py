@@ -45,7 +45,8 @@ def _repo_top(path: Path) -> Path | None:
 def init_kb(path: Path, *, force: bool = False, commit: bool = True) -> InitResult:
     """Make ``path`` a KB: ``brewkb.toml``, ``recipes/``, ``runs/``, ignore
     entries for caches, and ``git init`` when it is not in a repository yet;
-    then commit the files it wrote (unless ``commit`` is false).
+    in a repository without commits, commit the files it wrote (unless
+    ``commit`` is false).
     Refuses to overwrite an existing config unless ``force``."""
     path = path.resolve()
     if path.exists() and not path.is_dir():
@@ -82,18 +83,22 @@ def init_kb(path: Path, *, force: bool = False, commit: bool = True) -> InitResu
         text = "\n".join(existing + ([""] if existing else []) + missing) + "\n"
         write_atomic(ignore, text)
         created.append(".gitignore")
-    committed = _commit_created(path, created) if commit else None
+    committed = _first_commit(path, created) if commit else None
     return InitResult(root=path, created=created, git_initialised=initialised, commit=committed)
 
 
-def _commit_created(root: Path, created: list[str]) -> str | None:
-    """Commit the files ``init`` wrote (and nothing else), so ``brewkb refine``
-    has a base revision at once."""
+def _first_commit(root: Path, created: list[str]) -> str | None:
+    """In a repository without commits, commit the files ``init`` wrote (and
+    nothing else) so ``brewkb refine`` has a base revision at once. A repository
+    with history is left for its owner to commit."""
     paths = [name.rstrip("/") + ("/.gitkeep" if name.endswith("/") else "") for name in created if name != ".git/"]
-    if not paths:
-        return None
     with GitStore(root, search_parent=False) as store:
-        return store.commit_paths(paths, "Start a brewkb knowledge base")
+        try:
+            store.head_commit()
+            return None
+        except GitError:  # no commits yet
+            pass
+        return store.commit_paths(paths, "Start a brewkb knowledge base") if paths else None
 
 
 def lint(paths: list[Path], *, start: Path = Path("."), fix: bool = False) -> list[Problem]:
