@@ -74,3 +74,44 @@ def test_a_crash_inside_a_kb_logs_to_its_cache_folder(tmp_path: Path) -> None:
     assert log.parent == (kb / ".brewkb" / "logs").resolve()
     assert "ZeroDivisionError: boom" in log.read_text()
     assert git(kb, "status", "--porcelain") == ""
+
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def test_import_runs_gc_and_runs_speak_of_what_a_run_needs(tmp_path: Path) -> None:
+    assert run(tmp_path, "init", "kb").returncode == 0
+    kb = tmp_path / "kb"
+    source = str(FIXTURES / "tau2-results.json")
+    bogus = run(kb, "import", source, "--format", "tau2", "--split", "bogus")
+    assert bogus.returncode == 2 and "'bogus' is not one of 'train', 'eval', 'test'" in bogus.stderr
+    assert not (kb / "runs" / "import-tau2-results").exists()
+    assert run(kb, "import", source, "--format", "tau2", "--run", "imp").returncode == 0
+    gc = run(kb, "gc", "imp", "--json")
+    assert gc.returncode == 0, gc.stderr
+    assert json.loads(gc.stdout) == {"run": "imp", "deleted": 0}
+    assert run(kb, "gc", "nope").returncode == 1
+    # a refine stopped after it recorded its search: everything but the search is done
+    manifest = json.loads((kb / "runs" / "imp" / "manifest.json").read_text())
+    manifest["stages"].update({s: {} for s in ("grades", "relabel", "reflections", "concepts", "integrate")})
+    stopped = kb / "runs" / "stopped"
+    stopped.mkdir()
+    (stopped / "manifest.json").write_text(json.dumps({**manifest, "search_spec": {"base": "x", "spec": {}}}))
+    listed = run(kb, "runs")
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    assert lines[0].split()[1:] == ["1/6", "stages", "(next:", "grades),", "0", "failed", "items"]
+    assert lines[1].split(None, 1)[1] == ("6/7 stages (interrupted before search finished; continue: "
+                                          "brewkb refine --resume stopped), 0 failed items")
+    data = json.loads(run(kb, "runs", "--json").stdout)
+    assert [r["next"] for r in data] == ["grades", "search"]
+
+
+def test_show_suggests_names_that_exist(tmp_path: Path, make_repo: MakeRepo) -> None:
+    assert run(tmp_path, "init", "kb").returncode == 0
+    empty = run(tmp_path / "kb", "show", "nope")
+    assert empty.returncode == 1
+    assert empty.stderr.strip().endswith("there are no recipes yet: write one in recipes/ or run `brewkb refine`")
+    repo = make_repo({"recipes/pay.md": recipe_text("pay"), "recipes/refund.md": recipe_text("refund")})
+    assert run(repo, "show", "nope").stderr.strip().endswith("; recipes: pay, refund")
+    assert run(repo, "show", "refnd").stderr.strip().endswith("; did you mean refund?")

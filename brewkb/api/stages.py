@@ -77,21 +77,39 @@ def integrate(run: str, *, write: bool = False, no_cache: bool = False, force: s
 
 @dataclass(frozen=True)
 class RunSummary:
+    """How far a run got. ``wanted`` are the stages it needs: an imported run
+    needs no ``rollouts-eval``; a refine run also needs its ``search``."""
+
     id: str
     stages: list[str]
     next_stage: str | None
     failures: int
+    wanted: tuple[str, ...] = STAGES
+    refine: bool = False
+
+    @property
+    def status(self) -> str:
+        if self.next_stage is None:
+            return "complete"
+        if self.refine:
+            return f"interrupted before {self.next_stage} finished; continue: brewkb refine --resume {self.id}"
+        return f"next: {self.next_stage}"
+
+
+def summarise_run(run: Run) -> RunSummary:
+    manifest = run.manifest()
+    done = manifest.get("stages", {})
+    imported = str(done.get("rollouts", {}).get("source", "")).startswith("import:")
+    refine = "search_spec" in manifest
+    wanted = tuple(s for s in STAGES if not (imported and s == "rollouts-eval")) + (("search",) if refine else ())
+    failures = run.file("failures.jsonl")
+    return RunSummary(run.id, list(done), next((s for s in wanted if s not in done), None),
+                      len(failures.read_text().splitlines()) if failures.exists() else 0, wanted, refine)
 
 
 def list_runs(*, start: Path = Path(".")) -> list[RunSummary]:
     with KB.open(start) as kb:
         if not kb.runs_dir.is_dir():
             return []
-        out = []
-        for folder in sorted(p for p in kb.runs_dir.iterdir() if p.is_dir()):
-            run = Run(folder.name, folder)
-            done = list(run.manifest().get("stages", {}))
-            failures = folder / "failures.jsonl"
-            out.append(RunSummary(folder.name, done, next((s for s in STAGES if s not in done), None),
-                                  len(failures.read_text().splitlines()) if failures.exists() else 0))
-        return out
+        return [summarise_run(Run(folder.name, folder))
+                for folder in sorted(p for p in kb.runs_dir.iterdir() if p.is_dir())]
