@@ -42,6 +42,8 @@ SECTIONS = ("When to use", "How to perform", "Pitfalls", "Example")
 MAX_NAME = 64
 MAX_DESCRIPTION = 1024
 BOM = "\ufeff"
+SOURCES_SHOWN = 5
+"""Source ids a rendered recipe's front matter keeps; search node commits hold them all."""
 
 _SLUG_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 _CLOSING_RE = re.compile(r"^-{3,}[ \t]*\r?$", re.MULTILINE)
@@ -261,7 +263,13 @@ def render_recipe(recipe: Recipe) -> str:
     body = recipe.body
     if not body.endswith("\n"):
         body += "\n"
-    return f"---\n{_HANDLER.export(recipe.front_matter())}\n---\n{body}"
+    front = recipe.front_matter()
+    more = ""
+    if len(recipe.sources) > SOURCES_SHOWN:
+        front["sources"] = list(recipe.sources[:SOURCES_SHOWN])
+        more = (f"\n# sources: the first {SOURCES_SHOWN} of {len(recipe.sources)} trajectories; a search node's "
+                "commit (Brew-Sources) and note list them all")
+    return f"---\n{_HANDLER.export(front)}{more}\n---\n{body}"
 
 
 def split_sections(body: str) -> list[tuple[str, str]]:

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from brewkb.config import SearchConfig
 from brewkb.errors import RunError
-from brewkb.events import EventSink, null_sink
+from brewkb.events import Event, EventSink, null_sink
 from brewkb.kb import KB
 from brewkb.llm.ledger import Ledger, LedgerEntry
 from brewkb.pipeline import Pipeline
@@ -97,7 +98,9 @@ def refine(*, run: str | None = None, resume: str | None = None, base: str | Non
         if not concepts:
             raise RunError(f"run {run_id} found no concept to refine (see runs/{run_id}/manifest.json); "
                            "more or more varied trajectories are needed")
+        started = time.monotonic()
         result = _search(kb, pipeline, folder, spec, base_commit, concepts, roots, events)
+        events(Event("stage_finished", "search", message=f"in {time.monotonic() - started:.1f} s"))
         store = SearchStore(kb.store, run_id, base_commit, kb.recipes_prefix())
         pr = store.write_pr(pr_message(run_id, spec, result, base_commit), spec.rounds)
         nodes = sum(len(t.nodes) for t in result.trees.values())

@@ -68,6 +68,7 @@ class SearchStore:
         committer = store.read_commit(base_commit).get("committer", ["x 0 +0000"])[0]
         self._t0 = int(committer.rsplit(" ", 2)[-2])
         self._texts: dict[str, str] = {}
+        self._sources: dict[str, list[str]] = {}
 
     def timestamp(self, iteration: int) -> int:
         return self._t0 + 60 * (iteration + 1)
@@ -83,13 +84,14 @@ class SearchStore:
         (a resumed run regenerates it)."""
         blob = self.git.write_blob(text.encode())
         tree = self.git.update_tree(self.base_tree, {self.path(concept): Entry(FILE_MODE, "", blob)})
-        shown = ", ".join(sources[:20]) + (f" (+{len(sources) - 20} more)" if len(sources) > 20 else "")
+        shown = ", ".join(sources)
         trailers = {"Brew-Run": self.run, "Brew-Concept": concept, "Brew-Node": f"n{node_id}",
                     "Brew-Parent": f"n{parent}" if parent is not None else "base", "Brew-Iteration": str(iteration),
                     "Brew-Sample": str(sample), "Brew-Sources": shown or "none"}
         message = format_message(f"brew({self.run}): {concept} n{node_id}",
                                  f"A candidate version of {self.path(concept)}.", trailers)
         commit = self.git.write_commit(tree, [parent_commit], message, timestamp=self.timestamp(iteration))
+        self._sources[commit] = list(sources)
         ref = str(BrewRef.for_node(self.run, concept, node_id))
         try:
             self.git.update_ref(ref, commit, expected=None)
@@ -100,8 +102,12 @@ class SearchStore:
         return commit, blob
 
     def write_notes(self, notes: Mapping[str, Any], iteration: int) -> None:
-        """One notes commit for the iteration's evaluations (a note is written once)."""
-        self.git.add_notes(notes, f"brew({self.run}): rewards of iteration {iteration}\n",
+        """One notes commit for the iteration's evaluations (a note is written
+        once); each note also lists the node's source trajectories."""
+        with_sources = {commit: {**note, "sources": self._sources[commit]}
+                        if isinstance(note, dict) and commit in self._sources else note
+                        for commit, note in notes.items()}
+        self.git.add_notes(with_sources, f"brew({self.run}): rewards of iteration {iteration}\n",
                            timestamp=self.timestamp(iteration))
 
     def gather(self, iteration: int, best: Mapping[str, tuple[str, str, int]], summary: str) -> str:
