@@ -89,7 +89,7 @@ def _readable(key: str, value: Any) -> str:
 def _stage_rows(manifest: dict[str, Any]) -> list[str]:
     rows = ["| stage | counts |", "|---|---|"]
     for stage, info in manifest.get("stages", {}).items():
-        shown = ", ".join(f"{k.replace('_', ' ')} {_readable(k, v)}" for k, v in sorted(info.items())
+        shown = " · ".join(f"{k.replace('_', ' ')} {_readable(k, v)}" for k, v in sorted(info.items())
                           if k != "finished" and v is not None)
         rows.append(f"| {stage} | {shown.replace('|', '/')} |")
     return rows
