@@ -298,9 +298,11 @@ def validate(recipe: Recipe, stem: str | None = None) -> list[Issue]:
             f"use lowercase letters, digits and single hyphens, at most {MAX_NAME} chars "
             f"(e.g. {slugify(recipe.name)!r})", "name"))
     if stem is not None and recipe.name and recipe.name != stem:
+        slug = recipe.name if is_slug(recipe.name) else slugify(recipe.name)
+        rename = f"rename the file to {slug}.md" + ("" if slug == recipe.name else f" and set `name: {slug}`,")
+        keep = f"set `name: {stem}`" if is_slug(stem) else f"name the file and the recipe {slugify(stem)}"
         issues.append(Issue(
-            "error", f"name {recipe.name!r} differs from the file name {stem!r}",
-            f"rename the file to {recipe.name}.md or set `name: {stem}`", "name"))
+            "error", f"name {recipe.name!r} differs from the file name {stem!r}", f"{rename} or {keep}", "name"))
     if len(recipe.description) > MAX_DESCRIPTION:
         issues.append(Issue(
             "error", f"description is {len(recipe.description)} chars, over {MAX_DESCRIPTION}",

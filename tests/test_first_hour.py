@@ -115,3 +115,27 @@ def test_show_suggests_names_that_exist(tmp_path: Path, make_repo: MakeRepo) -> 
     repo = make_repo({"recipes/pay.md": recipe_text("pay"), "recipes/refund.md": recipe_text("refund")})
     assert run(repo, "show", "nope").stderr.strip().endswith("; recipes: pay, refund")
     assert run(repo, "show", "refnd").stderr.strip().endswith("; did you mean refund?")
+
+
+def test_a_name_that_is_not_its_file_name(tmp_path: Path) -> None:
+    assert run(tmp_path, "init", "kb").returncode == 0
+    kb = tmp_path / "kb"
+    (kb / "recipes" / "baggage.md").write_text(recipe_text("Baggage Allowance", "Checked bags allowed per fare"))
+    (kb / "recipes" / "seats.md").write_text(recipe_text("seat-change", "Change a seat"))
+    lint = run(kb, "lint", "--json")
+    fixes = {(p["path"], p["message"]): p["hint"] for p in json.loads(lint.stdout)}
+    assert fixes[("recipes/baggage.md", "name 'Baggage Allowance' differs from the file name 'baggage'")] == (
+        "rename the file to baggage-allowance.md and set `name: baggage-allowance`, or set `name: baggage`")
+    assert fixes[("recipes/seats.md", "name 'seat-change' differs from the file name 'seats'")] == (
+        "rename the file to seat-change.md or set `name: seats`")
+    found = json.loads(run(kb, "search", "change a seat", "--json").stdout)
+    assert found[0]["name"] == "seat-change" and found[0]["path"] == "recipes/seats.md"
+    git(kb, "add", "-A")
+    git(kb, "commit", "-qm", "recipes")
+    at_head = json.loads(run(kb, "search", "change a seat", "--rev", "HEAD", "--json").stdout)
+    assert at_head[0]["path"] == "HEAD:recipes/seats.md"
+    for result in found + at_head:
+        assert result["path"] is None or (kb / result["path"].split(":")[-1]).is_file()
+    exported = run(kb, "export", "skills", str(tmp_path / "skills"), "--json")
+    skills = json.loads(exported.stdout)["skills"]
+    assert [Path(p).parent.name for p in skills] == ["baggage-allowance", "seat-change"]
