@@ -263,13 +263,21 @@ def render_recipe(recipe: Recipe) -> str:
     body = recipe.body
     if not body.endswith("\n"):
         body += "\n"
-    front = recipe.front_matter()
-    more = ""
-    if len(recipe.sources) > SOURCES_SHOWN:
-        front["sources"] = list(recipe.sources[:SOURCES_SHOWN])
-        more = (f"\n# sources: the first {SOURCES_SHOWN} of {len(recipe.sources)} trajectories; a search node's "
-                "commit (Brew-Sources) and note list them all")
-    return f"---\n{_HANDLER.export(front)}{more}\n---\n{body}"
+    return f"---\n{_HANDLER.export(recipe.front_matter())}\n---\n{body}"
+
+
+def render_for_file(recipe: Recipe) -> str:
+    """``render_recipe`` for a file brewkb writes into a KB: the front matter
+    keeps the first ``SOURCES_SHOWN`` source ids and a comment with their
+    count, so diffs stay readable (search node commits keep them all)."""
+    if len(recipe.sources) <= SOURCES_SHOWN:
+        return render_recipe(recipe)
+    text = render_recipe(recipe.replace(sources=recipe.sources[:SOURCES_SHOWN]))
+    comment = (f"# sources: the first {SOURCES_SHOWN} of {len(recipe.sources)} trajectories; the search node's "
+               "commit (Brew-Sources) and note list them all\n")
+    closing = _CLOSING_RE.search(text, 4)
+    assert closing is not None  # render_recipe always closes the front matter
+    return text[:closing.start()] + comment + text[closing.start():]
 
 
 def split_sections(body: str) -> list[tuple[str, str]]:

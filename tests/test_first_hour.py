@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import MakeRepo, git, recipe_text
 
 
@@ -139,3 +141,74 @@ def test_a_name_that_is_not_its_file_name(tmp_path: Path) -> None:
     exported = run(kb, "export", "skills", str(tmp_path / "skills"), "--json")
     skills = json.loads(exported.stdout)["skills"]
     assert [Path(p).parent.name for p in skills] == ["baggage-allowance", "seat-change"]
+
+
+SMALL = ('[env]\nname = "shop"\noptions = { train = 24, eval = 8, test = 8 }\n'
+         '[search]\niterations = 1\nwidth = 2\ndepth = 1\n')
+
+
+@pytest.fixture(scope="module")
+def refined(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """A KB made by `init`, refined at once and evaluated into its run."""
+    top = tmp_path_factory.mktemp("first-hour")
+    env = {**os.environ, "GIT_AUTHOR_NAME": "T", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "T",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    assert run(top, "init", "kb", env=env).returncode == 0
+    kb = top / "kb"
+    (kb / "brewkb.toml").write_text(SMALL)
+    refined = run(kb, "refine", "--run", "r", env=env)
+    assert refined.returncode == 0, refined.stderr
+    evaluated = run(kb, "eval", "--rev", "HEAD", "--rev", "brew/r/pr", "--run", "r", env=env)
+    assert evaluated.returncode == 0, evaluated.stderr
+    return kb, refined
+
+
+def test_refine_right_after_init_reports_each_stage_once(refined: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    _, result = refined
+    lines = result.stderr.splitlines()
+    for stage in ("grades", "reflections", "concepts"):
+        assert sum(line.startswith(f"{stage}: ") and "skipped" in line for line in lines) <= 1
+    assert not any(line == "concepts: already done, skipped" for line in lines)
+    assert lines.index("search: done" + lines[-1].partition("search: done")[2]) > lines.index(
+        next(line for line in lines if line.startswith("search: ") and "items" in line))
+
+
+def test_pr_and_report_as_json_with_recipe_text(refined: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    kb, _ = refined
+    pr = run(kb, "pr", "r", "--json")
+    assert pr.returncode == 0, pr.stderr
+    data = json.loads(pr.stdout)
+    assert data["branch"] == "brew/r/pr" and data["head"] == git(kb, "rev-parse", "brew/r/pr").strip()
+    assert data["body"] == run(kb, "pr", "r", "--body-only").stdout
+    assert "| context | success |" in data["body"] and data["pushed"] is None
+    assert {c["status"] for c in data["changes"]} == {"added"}
+    report = run(kb, "report", "r", "--json")
+    assert report.returncode == 0, report.stderr
+    files = [Path(p) for p in json.loads(report.stdout)["files"]]
+    assert files[0] == kb / "runs" / "r" / "report.md"
+    text = files[0].read_text()
+    first = data["changes"][0]["name"]
+    shown = git(kb, "show", f"brew/r/pr:recipes/{first}.md").rstrip("\n")
+    assert f"### `{first}` (new)\n\n```markdown\n{shown}\n```" in text
+    stages = text.split("## Stages")[1].split("## LLM ledger")[0]
+    assert "{" not in stages and "[" not in stages and "success rate " in stages and "%" in stages
+
+
+def test_written_recipes_keep_few_sources_and_nodes_keep_all(
+        refined: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    kb, _ = refined
+    from brewkb.recipes import SOURCES_SHOWN, parse_recipe
+
+    longest = 0
+    for ref in git(kb, "for-each-ref", "--format=%(refname:short)", "refs/heads/brew/r/").split():
+        concept, node = ref.split("/")[-2:]
+        if concept in ("r", "kb", "pr") or not node.startswith("n"):
+            continue
+        trailer = git(kb, "log", "-1", "--format=%(trailers:key=Brew-Sources,valueonly,unfold)", ref).strip()
+        every = trailer.split(", ")
+        note = json.loads(git(kb, "notes", "--ref=brew", "show", ref))
+        assert note["sources"] == every
+        recipe = parse_recipe(git(kb, "show", f"{ref}:recipes/{concept}.md"))
+        assert list(recipe.sources) == every[:SOURCES_SHOWN]
+        longest = max(longest, len(every))
+    assert longest > SOURCES_SHOWN

@@ -10,7 +10,7 @@ from brewkb.events import EventSink, null_sink
 from brewkb.fsutil import write_atomic
 from brewkb.kb import KB
 from brewkb.pipeline import Pipeline
-from brewkb.recipes import Recipe, render_recipe, slugify
+from brewkb.recipes import Recipe, render_for_file, slugify
 from brewkb.runs import STAGES, Run, new_run_id
 from brewkb.stages.concepts import Concept
 
@@ -68,7 +68,7 @@ def integrate(run: str, *, write: bool = False, no_cache: bool = False, force: s
         if write:
             for recipe in recipes:
                 path = kb.recipes_dir / f"{slugify(recipe.name)}.md"
-                text = render_recipe(recipe)
+                text = render_for_file(recipe)
                 if not path.exists() or path.read_text(encoding="utf-8") != text:
                     write_atomic(path, text)
                     changed.append(str(path.relative_to(kb.root)))

@@ -15,6 +15,7 @@ from typing import Any
 
 from brewkb.errors import GitError, RefConflictError
 from brewkb.gitstore import FILE_MODE, Entry, GitStore, blob_id, format_message, parse_trailers
+from brewkb.recipes import SOURCES_SHOWN, parse_recipe, render_for_file, render_recipe
 from brewkb.refs import BrewRef
 
 __all__ = ["SearchStore", "StoredNode", "StoredRun", "find_base"]
@@ -58,6 +59,13 @@ def find_base(store: GitStore, run: str) -> str:
                    "fetch it with `git fetch <remote> 'refs/heads/brew/*:refs/heads/brew/*' refs/notes/brew`")
 
 
+def _with_all_sources(text: str, trailer: str) -> str:
+    every = [s for s in trailer.split(", ") if s and s != "none"]
+    if len(every) <= SOURCES_SHOWN:
+        return text
+    return render_recipe(parse_recipe(text).replace(sources=tuple(every)))
+
+
 class SearchStore:
     def __init__(self, store: GitStore, run: str, base_commit: str, recipes_dir: str) -> None:
         self.git = store
@@ -82,6 +90,8 @@ class SearchStore:
         """Commit the document and create its branch; returns (commit, blob).
         Writing a node that already exists with the same content is a no-op
         (a resumed run regenerates it)."""
+        if len(sources) > SOURCES_SHOWN:
+            text = render_for_file(parse_recipe(text))
         blob = self.git.write_blob(text.encode())
         tree = self.git.update_tree(self.base_tree, {self.path(concept): Entry(FILE_MODE, "", blob)})
         shown = ", ".join(sources)
@@ -158,7 +168,7 @@ class SearchStore:
             parent = trailers.get("Brew-Parent", "base")
             note = json.loads(notes[commit] or b"null") if commit in notes else None
             blob = blob_id(text)
-            self._texts[blob] = text.decode("utf-8")
+            self._texts[blob] = _with_all_sources(text.decode("utf-8"), trailers.get("Brew-Sources", ""))
             out.nodes.setdefault(ref.concept or "", []).append(StoredNode(
                 concept=ref.concept or "", id=ref.node or 0, parent=None if parent == "base" else int(parent[1:]),
                 iteration=int(trailers["Brew-Iteration"]), sample=int(trailers.get("Brew-Sample", "0")),
@@ -182,6 +192,9 @@ class SearchStore:
         return {c: entries[f"{c}.md"] for c in concepts if f"{c}.md" in entries}
 
     def text(self, blob: str) -> str:
+        """A node document's text; for a loaded node with every source id of its
+        trailer (the blob keeps the first few), so a resumed search continues
+        from exactly the document the interrupted one had."""
         if blob not in self._texts:
             self._texts[blob] = self.git.read_blob(blob).decode("utf-8")
         return self._texts[blob]
