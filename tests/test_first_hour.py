@@ -212,3 +212,25 @@ def test_written_recipes_keep_few_sources_and_nodes_keep_all(
         assert list(recipe.sources) == every[:SOURCES_SHOWN]
         longest = max(longest, len(every))
     assert longest > SOURCES_SHOWN
+
+
+def test_help_lists_every_command_without_importing_them(tmp_path: Path) -> None:
+    code = ("import sys; from brewkb.cli.main import main\n"
+            "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in sys.modules if m.startswith('brewkb.') and m != 'brewkb.cli.main'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path).stdout
+    assert out.strip().splitlines()[-1] == "['brewkb.cli', 'brewkb.errors']"
+    assert "  report     Write RUN's report: runs/RUN/report.md, report.html and plots." in out
+
+
+def test_help_summaries_match_the_commands_own_help() -> None:
+    import click
+
+    from brewkb.cli.main import cli
+
+    for width in (60, 80, 120):
+        ctx = click.Context(cli, info_name="brewkb", terminal_width=width)
+        lazy, real = click.HelpFormatter(width=width), click.HelpFormatter(width=width)
+        cli.format_commands(ctx, lazy)
+        click.Group.format_commands(cli, ctx, real)  # imports every command
+        assert lazy.getvalue() == real.getvalue()
