@@ -53,14 +53,16 @@ def test_demo_runs_offline_and_reports(tmp_path: Path) -> None:
     with pytest.raises(BrewError, match="inside the git repository"):
         demo(directory=repo / "demo")
     assert not (repo / "demo").exists()
-    out = subprocess.run([sys.executable, "-m", "brewkb", "demo", "--dir", str(outside / "d")], capture_output=True,
-                         text=True, timeout=600)
+    out = subprocess.run([sys.executable, "-m", "brewkb", "demo", "--dir", str(outside / "d"), "--json"],
+                         capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
-    lines = out.stdout.splitlines()
-    none = next(line for line in lines if line.strip().startswith("none"))
-    learned = next(line for line in lines if line.strip().startswith("brew/demo/pr"))
-    assert "%" in none and "%" in learned
-    assert "brewkb tree demo" in out.stdout and "git log --notes=brew" in out.stdout
+    result = json.loads(out.stdout)
+    assert [c["label"] for c in result["columns"]] == ["none", "brew/demo/pr"]
+    assert "brewkb tree demo" in result["next"] and result["recipes"] > 0
+    progress = out.stderr.splitlines()
+    assert not [line for line in progress if progress.count(line) > 1 and "skipped" in line]
+    assert any(line.startswith("search: done in ") for line in progress)
+    assert git(outside / "d", "rev-list", "--count", "HEAD").strip() == "1"
     assert (outside / "d" / "runs" / "demo" / "report.md").exists()
     rates = json.loads((outside / "d" / "runs" / "demo" / "eval.json").read_text())["columns"]
     assert [c["label"] for c in rates] == ["none", "brew/demo/pr"]
