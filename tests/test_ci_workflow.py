@@ -111,7 +111,8 @@ def test_the_refine_workflow_installs_refines_evaluates_and_opens_a_pr(tmp_path:
     checkout = tmp_path / "checkout"  # actions/checkout with fetch-depth 0
     git(tmp_path, "clone", "-q", str(remote), str(checkout))
 
-    context = {"vars.BREWKB_INSTALL": source_repo(tmp_path), "secrets.OPENAI_API_KEY": "",
+    assert workflow["env"] == {"BREWKB_INSTALL": ""}  # the one place a user sets; this test sets it
+    context = {"secrets.OPENAI_API_KEY": "",
                "secrets.OPENAI_BASE_URL": "", "secrets.BREWKB_PR_TOKEN": "", "github.token": "fake-token",
                "github.run_id": "7", "github.run_attempt": "1", "github.ref_name": "main"}
     python_bin = runner_python(tmp_path)
@@ -120,6 +121,7 @@ def test_the_refine_workflow_installs_refines_evaluates_and_opens_a_pr(tmp_path:
     runner_temp.mkdir()
     github_env, summary = runner_temp / "github-env", runner_temp / "summary.md"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "BREWKB_"))}
+    env["BREWKB_INSTALL"] = source_repo(tmp_path)
     env |= {k: expression(str(v), context) for k, v in job["env"].items()}
     env |= {"PATH": f"{gh_bin}:{python_bin}:{env['PATH']}", "RUNNER_TEMP": str(runner_temp),
             "GITHUB_ENV": str(github_env), "GITHUB_STEP_SUMMARY": str(summary)}
@@ -151,4 +153,4 @@ def test_the_workflow_stops_at_once_without_an_install_source(tmp_path: Path) ->
     done = subprocess.run(["bash", "-eo", "pipefail", "-c", install["run"]], cwd=tmp_path,
                           env={**os.environ, "BREWKB_INSTALL": ""}, capture_output=True, text=True)
     assert done.returncode == 1
-    assert done.stdout.startswith("::error::set the repository variable BREWKB_INSTALL")
+    assert done.stdout.startswith("::error::set BREWKB_INSTALL at the top of .github/workflows/brew-refine.yml")
