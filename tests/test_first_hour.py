@@ -25,6 +25,8 @@ def test_init_commits_its_files_and_refuses_an_uncreatable_folder(tmp_path: Path
     assert git(kb, "rev-list", "--count", "HEAD").strip() == "1"
     assert git(kb, "status", "--porcelain") == ""
     assert json.loads(result.stdout)["commit"] == git(kb, "rev-parse", "HEAD").strip()
+    assert run(tmp_path, "init", "loose", "--no-commit").returncode == 0
+    assert "?? brewkb.toml" in git(tmp_path / "loose", "status", "--porcelain")
     bad = run(tmp_path, "init", "/proc/nope")
     assert bad.returncode == 1
     assert bad.stderr.strip() == ("brewkb: error: cannot create /proc/nope: No such file or directory; "
