@@ -48,26 +48,24 @@ def search(query: str, *, k: int = 3, rev: str | None = None, start: Path = Path
 
 def recipe_paths(kb: KB, rev: str | None, names: list[str]) -> dict[str, str]:
     """Where each named recipe's file is (``REV:path`` at a revision). A file is
-    usually named after its recipe; the others are found by reading them, and a
-    name with no file gets no path at all."""
+    usually named after its recipe; the others are found by reading the files,
+    and a name that no file holds gets no path at all."""
     prefix = kb.recipes_prefix()
     if rev is None:
-        files = {p.stem: p for p in kb.recipe_files()}
-        texts = lambda: {f"{prefix}/{p.name}": p.read_bytes() for p in files.values()}  # noqa: E731
+        files = {f"{prefix}/{p.name}": p for p in kb.recipe_files()}
+        read = lambda path: files[path].read_bytes()  # noqa: E731
         where = ""
     else:
         folder = kb.store.read_folder(kb.store.resolve(rev), prefix)
-        files = {Path(p).stem: p for p in folder}
-        texts = lambda: folder  # noqa: E731
-        where = f"{rev}:"
-    found = {n: f"{where}{prefix}/{n}.md" for n in names if n in files}
-    missing = set(names) - set(found)
-    if missing:
-        for path, data in texts().items():
-            try:
-                name = parse_recipe(data.decode("utf-8")).name
-            except (RecipeError, UnicodeDecodeError):
-                continue
-            if name in missing:
-                found[name] = f"{where}{path}"
-    return found
+        files, read, where = dict.fromkeys(folder), folder.__getitem__, f"{rev}:"
+    found = {n: f"{prefix}/{n}.md" for n in names if f"{prefix}/{n}.md" in files}
+    for path in files:
+        if len(found) == len(set(names)):
+            break
+        try:
+            name = parse_recipe(read(path).decode("utf-8")).name
+        except (RecipeError, UnicodeDecodeError):
+            continue
+        if name in names and name not in found:
+            found[name] = path
+    return {n: where + p for n, p in found.items()}
