@@ -168,6 +168,15 @@ class GitStore:
         self._git("-c", f"user.name={who.name}", "-c", f"user.email={who.email}", "commit", "-q", "-m", message)
         return self.head_commit()
 
+    def commit_paths(self, paths: Sequence[str], message: str) -> str:
+        """Commit exactly ``paths`` (relative to the working tree) on the current
+        branch, leaving anything else the user staged alone."""
+        who = self.identity(0)
+        self._git("add", "--", *paths)
+        self._git("-c", f"user.name={who.name}", "-c", f"user.email={who.email}", "commit", "-q", "-m", message,
+                  "--only", "--", *paths)
+        return self.head_commit()
+
     # ------------------------------------------------------------------ basics
     @property
     def is_bare(self) -> bool:

@@ -131,6 +131,8 @@ class KB:
         import difflib
 
         close = difflib.get_close_matches(name, by_name, n=3)
-        hint = f"; did you mean {', '.join(close)}?" if close else "; list them with `brewkb search ''`"
+        hint = (f"; did you mean {', '.join(close)}?" if close else
+                f"; recipes: {', '.join(sorted(by_name)[:10])}{' …' if len(by_name) > 10 else ''}" if by_name else
+                f"; there are no recipes yet: write one in {self.config.kb.recipes_dir}/ or run `brewkb refine`")
         where = f"at {rev}" if rev else "in the working tree"
         raise BrewError(f"no recipe named {name!r} {where}{hint}")

@@ -42,6 +42,8 @@ SECTIONS = ("When to use", "How to perform", "Pitfalls", "Example")
 MAX_NAME = 64
 MAX_DESCRIPTION = 1024
 BOM = "\ufeff"
+SOURCES_SHOWN = 5
+"""Source ids a rendered recipe's front matter keeps; search node commits hold them all."""
 
 _SLUG_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 _CLOSING_RE = re.compile(r"^-{3,}[ \t]*\r?$", re.MULTILINE)
@@ -264,6 +266,20 @@ def render_recipe(recipe: Recipe) -> str:
     return f"---\n{_HANDLER.export(recipe.front_matter())}\n---\n{body}"
 
 
+def render_for_file(recipe: Recipe) -> str:
+    """``render_recipe`` for a file brewkb writes into a KB: the front matter
+    keeps the first ``SOURCES_SHOWN`` source ids and a comment with their
+    count, so diffs stay readable (search node commits keep them all)."""
+    if len(recipe.sources) <= SOURCES_SHOWN:
+        return render_recipe(recipe)
+    text = render_recipe(recipe.replace(sources=recipe.sources[:SOURCES_SHOWN]))
+    comment = (f"# sources: the first {SOURCES_SHOWN} of {len(recipe.sources)} trajectories; the search node's "
+               "commit (Brew-Sources) and note list them all\n")
+    closing = _CLOSING_RE.search(text, 4)
+    assert closing is not None  # render_recipe always closes the front matter
+    return text[:closing.start()] + comment + text[closing.start():]
+
+
 def split_sections(body: str) -> list[tuple[str, str]]:
     """``## Heading`` sections of a body, in order, with their text stripped."""
     parts = re.split(r"(?m)^##[ \t]+(.+?)[ \t]*$", body)
@@ -290,9 +306,11 @@ def validate(recipe: Recipe, stem: str | None = None) -> list[Issue]:
             f"use lowercase letters, digits and single hyphens, at most {MAX_NAME} chars "
             f"(e.g. {slugify(recipe.name)!r})", "name"))
     if stem is not None and recipe.name and recipe.name != stem:
+        slug = recipe.name if is_slug(recipe.name) else slugify(recipe.name)
+        rename = f"rename the file to {slug}.md" + ("" if slug == recipe.name else f" and set `name: {slug}`,")
+        keep = f"set `name: {stem}`" if is_slug(stem) else f"name the file and the recipe {slugify(stem)}"
         issues.append(Issue(
-            "error", f"name {recipe.name!r} differs from the file name {stem!r}",
-            f"rename the file to {recipe.name}.md or set `name: {stem}`", "name"))
+            "error", f"name {recipe.name!r} differs from the file name {stem!r}", f"{rename} or {keep}", "name"))
     if len(recipe.description) > MAX_DESCRIPTION:
         issues.append(Issue(
             "error", f"description is {len(recipe.description)} chars, over {MAX_DESCRIPTION}",

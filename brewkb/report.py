@@ -8,6 +8,7 @@ diff summary.
 
 from __future__ import annotations
 
+import difflib
 import html
 import json
 from pathlib import Path
@@ -67,12 +68,52 @@ def _ledger_rows(kb: KB, run: str) -> list[str]:
     return rows if totals else ["No LLM calls (offline backend)."]
 
 
+def _readable(key: str, value: Any) -> str:
+    """One manifest value as a person reads it: rates in %, seconds with a
+    unit, commits shortened, lists and mappings spelled out."""
+    if isinstance(value, bool) or value is None:
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        if key.endswith("rate"):
+            return f"{value:.1%}"
+        return f"{value:.1f} s" if key == "seconds" else f"{value:.3g}"
+    if isinstance(value, str) and len(value) == 40 and all(ch in "0123456789abcdef" for ch in value):
+        return value[:12]
+    if isinstance(value, dict):
+        return "; ".join(f"{k}: {_readable(str(k), v)}" for k, v in value.items()) or "–"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_readable(key, v) for v in value) or "–"
+    return str(value)
+
+
 def _stage_rows(manifest: dict[str, Any]) -> list[str]:
     rows = ["| stage | counts |", "|---|---|"]
     for stage, info in manifest.get("stages", {}).items():
-        shown = ", ".join(f"{k} {v}" for k, v in sorted(info.items()) if k not in ("finished",) and v is not None)
-        rows.append(f"| {stage} | {shown} |")
+        shown = " · ".join(f"{k.replace('_', ' ')} {_readable(k, v)}" for k, v in sorted(info.items())
+                          if k != "finished" and v is not None)
+        rows.append(f"| {stage} | {shown.replace('|', '/')} |")
     return rows
+
+
+def _recipe_texts(kb: KB, view: RunView) -> list[str]:
+    """Each changed recipe as the reviewer would see it: a new one in full, a
+    rewritten one as a unified diff against the base."""
+    prefix = kb.recipes_prefix()
+    before = kb.store.read_folder(view.base, prefix)
+    after = kb.store.read_folder(view.pr, prefix)
+    out: list[str] = []
+    for path in sorted(after):
+        old, new = before.get(path, b"").decode(), after[path].decode()
+        if old == new:
+            continue
+        if path not in before:
+            out += [f"### `{Path(path).stem}` (new)", "", "```markdown", new.rstrip("\n"), "```", ""]
+        else:
+            diff = difflib.unified_diff(old.splitlines(), new.splitlines(), f"a/{path}", f"b/{path}", lineterm="")
+            out += [f"### `{Path(path).stem}` (rewritten)", "", "```diff", *diff, "```", ""]
+    for path in sorted(set(before) - set(after)):
+        out += [f"### `{Path(path).stem}` (removed)", ""]
+    return out or ["No recipe changed.", ""]
 
 
 def _markdown(kb: KB, view: RunView, config: str, manifest: dict[str, Any], plotted: bool) -> str:
@@ -81,6 +122,7 @@ def _markdown(kb: KB, view: RunView, config: str, manifest: dict[str, Any], plot
     if view.eval:
         out += ["## Evaluation", ""] + eval_table(view.eval) + [""]
     out += ["## Recipes", ""] + change_table(view) + [""]
+    out += ["## Recipe text", ""] + _recipe_texts(kb, view)
     out += ["## Reward per iteration", ""]
     out += (["![reward per iteration](plots/rewards.svg)"] if plotted else [NO_PLOTS.format(run=view.run)]) + [""]
     out += ["## Stages", ""] + _stage_rows(manifest) + [""]

@@ -22,7 +22,7 @@ def _command(config: Config, root: Path, client: Any) -> Any:
 def _python(config: Config, root: Path, client: Any) -> Any:
     from brewkb.agents.external import PythonAgent
 
-    return PythonAgent(config.agent.entry, timeout=config.agent.timeout)
+    return PythonAgent(config.agent.entry, timeout=config.agent.timeout, root=root)
 
 
 def _tool_agent(config: Config, root: Path, client: Any) -> Any:

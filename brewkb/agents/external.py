@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -100,8 +101,9 @@ class PythonAgent:
 
     name = "python"
 
-    def __init__(self, entry: str, *, timeout: float = 300.0, retrieves_per_step: bool = False) -> None:
-        self.function = _load_entry(entry)
+    def __init__(self, entry: str, *, timeout: float = 300.0, retrieves_per_step: bool = False,
+                 root: Path | None = None) -> None:
+        self.function = _load_entry(entry, root)
         self.entry = entry
         self.timeout = timeout
         self.retrieves_per_step = retrieves_per_step
@@ -115,14 +117,20 @@ class PythonAgent:
         return from_reply(task, reply, {"entry": self.entry})
 
 
-def _load_entry(entry: str) -> Callable[[dict[str, Any]], Any]:
+def _load_entry(entry: str, root: Path | None = None) -> Callable[[dict[str, Any]], Any]:
+    """Import ``module:function``; modules in the KB folder ``root`` come first,
+    as they would for ``python -m`` started there."""
     module_name, _, attr = entry.partition(":")
     if not module_name or not attr:
         raise AgentError(f"agent.entry {entry!r} must look like 'package.module:function'")
+    if root is not None and str(root.resolve()) not in sys.path:
+        sys.path.insert(0, str(root.resolve()))
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise AgentError(f"agent.entry: cannot import {module_name!r} ({exc}); is it on PYTHONPATH?") from None
+        where = f"the KB folder {root} or " if root is not None else ""
+        raise AgentError(f"agent.entry: cannot import {module_name!r} ({exc}); put it in {where}an installed "
+                         "package") from None
     function = getattr(module, attr, None)
     if not callable(function):
         raise AgentError(f"agent.entry: {module_name!r} has no function {attr!r}")

@@ -87,7 +87,7 @@ def demo(*, directory: Path | None = None, backend: str = "offline", confirm: Ca
                                              "demo's own repository there anyway?"):
         raise BrewError(f"{root} is inside the git repository {enclosing}; pass --dir outside it (or --yes)")
     root.mkdir(parents=True, exist_ok=True)
-    init_kb(root)
+    init_kb(root, commit=False)
     write_atomic(root / CONFIG_FILE, demo_config(backend, small))
     with GitStore(root, search_parent=False) as store:
         store.commit_all("Start a brewkb knowledge base for the shop demo")

@@ -28,6 +28,7 @@ class InitResult:
     root: Path
     created: list[str] = field(default_factory=list)
     git_initialised: bool = False
+    commit: str | None = None
 
 
 def _repo_top(path: Path) -> Path | None:
@@ -41,9 +42,11 @@ def _repo_top(path: Path) -> Path | None:
         store.close()
 
 
-def init_kb(path: Path, *, force: bool = False) -> InitResult:
+def init_kb(path: Path, *, force: bool = False, commit: bool = True) -> InitResult:
     """Make ``path`` a KB: ``brewkb.toml``, ``recipes/``, ``runs/``, ignore
-    entries for caches, and ``git init`` when it is not in a repository yet.
+    entries for caches, and ``git init`` when it is not in a repository yet;
+    in a repository without commits, commit the files it wrote (unless
+    ``commit`` is false).
     Refuses to overwrite an existing config unless ``force``."""
     path = path.resolve()
     if path.exists() and not path.is_dir():
@@ -58,7 +61,10 @@ def init_kb(path: Path, *, force: bool = False) -> InitResult:
             f"repository root: run `brewkb init {top}`"
         )
     created: list[str] = []
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BrewError(f"cannot create {path}: {exc.strerror}; pass a folder you can write to") from None
     initialised = top is None
     if initialised:
         GitStore.init(path).close()
@@ -77,7 +83,22 @@ def init_kb(path: Path, *, force: bool = False) -> InitResult:
         text = "\n".join(existing + ([""] if existing else []) + missing) + "\n"
         write_atomic(ignore, text)
         created.append(".gitignore")
-    return InitResult(root=path, created=created, git_initialised=initialised)
+    committed = _first_commit(path, created) if commit else None
+    return InitResult(root=path, created=created, git_initialised=initialised, commit=committed)
+
+
+def _first_commit(root: Path, created: list[str]) -> str | None:
+    """In a repository without commits, commit the files ``init`` wrote (and
+    nothing else) so ``brewkb refine`` has a base revision at once. A repository
+    with history is left for its owner to commit."""
+    paths = [name.rstrip("/") + ("/.gitkeep" if name.endswith("/") else "") for name in created if name != ".git/"]
+    with GitStore(root, search_parent=False) as store:
+        try:
+            store.head_commit()
+            return None
+        except GitError:  # no commits yet
+            pass
+        return store.commit_paths(paths, "Start a brewkb knowledge base") if paths else None
 
 
 def lint(paths: list[Path], *, start: Path = Path("."), fix: bool = False) -> list[Problem]:

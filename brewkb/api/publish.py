@@ -16,6 +16,7 @@ from brewkb.errors import BrewError
 from brewkb.fsutil import write_atomic
 from brewkb.gitstore import parse_trailers
 from brewkb.kb import KB
+from brewkb.recipes import slugify
 from brewkb.refs import NOTES_REF, BrewRef
 from brewkb.search.engine import rebuild
 from brewkb.search.render import mermaid
@@ -154,10 +155,11 @@ def export_skills(kb: KB, out: Path, rev: str | None = None) -> list[Path]:
                     "concept": recipe.concept or recipe.name}
         if recipe.name in rewards:
             metadata["reward"] = f"{rewards[recipe.name]:.4f}"
-        front = {"name": recipe.name, "description": recipe.description.strip(), "metadata": metadata}
+        slug = slugify(recipe.name)  # a hand-written name may not be one; a skill's name and folder must be
+        front = {"name": slug, "description": recipe.description.strip(), "metadata": metadata}
         text = "---\n" + yaml.safe_dump(front, sort_keys=False, allow_unicode=True) + "---\n\n" + \
             recipe.body.strip() + "\n"
-        path = out / recipe.name / "SKILL.md"
+        path = out / slug / "SKILL.md"
         write_atomic(path, text)
         written.append(path)
     return written

@@ -170,5 +170,6 @@ def gc(run: str, *, start: Path = Path(".")) -> int:
         refs = {r: s for r, s in kb.store.list_refs(BrewRef.run_prefix(run)).items()
                 if BrewRef.parse(r).kind == "node"}
         if not refs and not kb.store.list_refs(BrewRef.run_prefix(run)):
-            raise RunError(f"no run {run!r} in this repository")
+            Run.at(kb.runs_dir, run)  # a run without a search (an import) has no branches to delete
+            return 0
         return kb.store.delete_refs(refs)

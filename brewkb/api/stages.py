@@ -12,7 +12,7 @@ from brewkb.events import EventSink, null_sink
 from brewkb.fsutil import write_atomic
 from brewkb.kb import KB
 from brewkb.pipeline import Pipeline
-from brewkb.recipes import Recipe, render_recipe
+from brewkb.recipes import Recipe, render_for_file, slugify
 from brewkb.runs import STAGES, Run, new_run_id
 from brewkb.stages.concepts import Concept
 
@@ -89,8 +89,8 @@ def integrate(run: str, *, write: bool = False, no_cache: bool = False, force: s
         changed = []
         if write:
             for recipe in recipes:
-                path = kb.recipes_dir / f"{recipe.name}.md"
-                text = render_recipe(recipe)
+                path = kb.recipes_dir / f"{slugify(recipe.name)}.md"
+                text = render_for_file(recipe)
                 if not path.exists() or path.read_text(encoding="utf-8") != text:
                     write_atomic(path, text)
                     changed.append(str(path.relative_to(kb.root)))
@@ -99,21 +99,39 @@ def integrate(run: str, *, write: bool = False, no_cache: bool = False, force: s
 
 @dataclass(frozen=True)
 class RunSummary:
+    """How far a run got. ``wanted`` are the stages it needs: an imported run
+    needs no ``rollouts-eval``; a refine run also needs its ``search``."""
+
     id: str
     stages: list[str]
     next_stage: str | None
     failures: int
+    wanted: tuple[str, ...] = STAGES
+    refine: bool = False
+
+    @property
+    def status(self) -> str:
+        if self.next_stage is None:
+            return "complete"
+        if self.refine:
+            return f"interrupted before {self.next_stage} finished; continue: brewkb refine --resume {self.id}"
+        return f"next: {self.next_stage}"
+
+
+def summarise_run(run: Run) -> RunSummary:
+    manifest = run.manifest()
+    done = manifest.get("stages", {})
+    imported = str(done.get("rollouts", {}).get("source", "")).startswith("import:")
+    refine = "search_spec" in manifest
+    wanted = tuple(s for s in STAGES if not (imported and s == "rollouts-eval")) + (("search",) if refine else ())
+    failures = run.file("failures.jsonl")
+    return RunSummary(run.id, list(done), next((s for s in wanted if s not in done), None),
+                      len(failures.read_text().splitlines()) if failures.exists() else 0, wanted, refine)
 
 
 def list_runs(*, start: Path = Path(".")) -> list[RunSummary]:
     with KB.open(start) as kb:
         if not kb.runs_dir.is_dir():
             return []
-        out = []
-        for folder in sorted(p for p in kb.runs_dir.iterdir() if p.is_dir()):
-            run = Run(folder.name, folder)
-            done = list(run.manifest().get("stages", {}))
-            failures = folder / "failures.jsonl"
-            out.append(RunSummary(folder.name, done, next((s for s in STAGES if s not in done), None),
-                                  len(failures.read_text().splitlines()) if failures.exists() else 0))
-        return out
+        return [summarise_run(Run(folder.name, folder))
+                for folder in sorted(p for p in kb.runs_dir.iterdir() if p.is_dir())]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from brewkb.envs.base import SPLITS
 from brewkb.errors import TrajectoryError
 from brewkb.importers import Skipped, import_file
 from brewkb.kb import KB
@@ -34,6 +35,8 @@ def import_trajectories(path: Path, fmt: str, *, run: str | None = None, split: 
     """Convert ``path`` and add its trajectories to the run's ``rollouts.jsonl``.
     Without ``skip_bad`` a bad record stops the import and nothing is written;
     trajectories already in the run are kept, and re-importing adds no duplicates."""
+    if split not in SPLITS:
+        raise TrajectoryError(f"split {split!r} is not one of {', '.join(SPLITS)}")
     new, skipped = [], []
     for item in import_file(path, fmt, split, tasks):
         if isinstance(item, Skipped):

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from brewkb.cli.evaluate import table
-from brewkb.cli.output import echo
+from brewkb.cli.output import echo, echo_json
 from brewkb.cli.progress import close, renderer
 
 
@@ -22,7 +22,9 @@ from brewkb.cli.progress import close, renderer
 @click.option("--yes", is_flag=True, help="Create the demo even inside an existing git repository.")
 @click.option("--publish", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Also copy the learned recipes and the run's report into this folder's recipes/ and runs/demo/.")
-def demo_cmd(directory: Path | None, backend: str, small: bool, yes: bool, publish: Path | None) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object (progress stays on stderr).")
+def demo_cmd(directory: Path | None, backend: str, small: bool, yes: bool, publish: Path | None,
+             as_json: bool) -> None:
     """Run the whole BREW loop on the shop world (offline unless --backend openai) and compare no KB with
     the learned one."""
     from brewkb.api.demo import RUN, demo
@@ -36,6 +38,14 @@ def demo_cmd(directory: Path | None, backend: str, small: bool, yes: bool, publi
                       events=sink)
     finally:
         close(sink)
+    commands = [f"brewkb tree {RUN}", f"git log --notes=brew --first-parent brew/{RUN}/kb",
+                'brewkb search "cancel my order" --rev brew/demo/pr', f"brewkb report {RUN}",
+                f"git diff HEAD brew/{RUN}/pr"]
+    if as_json:
+        echo_json({"root": str(result.root), "run": RUN, "backend": backend, "split": "test",
+                   "columns": [c.to_json() for c in result.columns], "recipes": result.recipes,
+                   "nodes": result.refine.nodes, "next": commands})
+        return
     echo()
     echo(f"brewkb demo — shop world (a simulation), {backend} backend, test split:")
     for line in table(result.columns):
@@ -43,7 +53,5 @@ def demo_cmd(directory: Path | None, backend: str, small: bool, yes: bool, publi
     echo(f"  learned recipes: {result.recipes}; search nodes: {result.refine.nodes}")
     echo()
     echo("Next, in " + str(result.root) + ":")
-    for command in (f"brewkb tree {RUN}", f"git log --notes=brew --first-parent brew/{RUN}/kb",
-                    'brewkb search "cancel my order" --rev brew/demo/pr', f"brewkb report {RUN}",
-                    f"git diff HEAD brew/{RUN}/pr"):
+    for command in commands:
         echo(f"  {command}")

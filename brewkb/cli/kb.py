@@ -15,17 +15,22 @@ from brewkb.recipes import render_recipe
 @click.command("init")
 @click.argument("directory", type=click.Path(path_type=Path), default=".")
 @click.option("--force", is_flag=True, help="Overwrite an existing brewkb.toml.")
+@click.option("--no-commit", is_flag=True, help="In a repository without commits, leave the new files uncommitted.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def init_cmd(directory: Path, force: bool, as_json: bool) -> None:
-    """Make DIRECTORY a knowledge base (git init when needed)."""
-    result = api.init_kb(directory, force=force)
+def init_cmd(directory: Path, force: bool, no_commit: bool, as_json: bool) -> None:
+    """Make DIRECTORY a knowledge base (git init when needed) and commit its files."""
+    result = api.init_kb(directory, force=force, commit=not no_commit)
     if as_json:
         echo_json({"root": str(result.root), "created": result.created,
-                   "git_initialised": result.git_initialised})
+                   "git_initialised": result.git_initialised, "commit": result.commit})
         return
     echo(f"Initialised a brewkb knowledge base in {result.root}")
     for item in result.created:
         echo(f"  created {item}")
+    if result.commit:
+        echo(f"  committed them as {result.commit[:12]}")
+    elif not no_commit:
+        echo("Commit them (git add -A && git commit) so runs start from them.")
     echo("Next: write recipes in recipes/ (see docs/recipes.md), then `brewkb lint`.")
 
 

@@ -7,12 +7,8 @@ stopped by its budget (``EX_TEMPFAIL``: continue it with ``--resume``).
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
-import tempfile
-import time
-import traceback
 from pathlib import Path
 
 import click
@@ -40,6 +36,26 @@ class LazyGroup(click.Group):
             module = __import__(module_name, fromlist=[attr])
             return getattr(module, attr)  # type: ignore[no-any-return]
         return super().get_command(ctx, name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command list from ``SUMMARIES``, importing only commands missing
+        there (a test keeps them equal to the commands' own help)."""
+        names = self.list_commands(ctx)
+        if not names:
+            return
+        limit = formatter.width - 6 - max(len(name) for name in names)
+        rows = []
+        for name in names:
+            if name in SUMMARIES:
+                text = click.Command(name, help=SUMMARIES[name]).get_short_help_str(limit)
+            else:
+                command = self.get_command(ctx, name)
+                if command is None or command.hidden:
+                    continue
+                text = command.get_short_help_str(limit)
+            rows.append((name, text))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
 
 COMMANDS = {
@@ -69,6 +85,36 @@ COMMANDS = {
 }
 
 
+# The first line of each command's help, for `brewkb --help` without importing them.
+SUMMARIES = {
+    "cache": "Inspect or clear the LLM response cache (.brewkb/llm-cache.sqlite).",
+    "concepts": "Cluster RUN's concept names into meta-concepts.",
+    "demo": "Run the whole BREW loop on the shop world (offline unless --backend openai) and compare no KB with "
+            "the learned one.",
+    "doctor": "Check each LLM role's endpoint: reachable, model listed, key present, structured outputs, tool "
+              "calling, long prompts. Exit 1 when a role cannot work.",
+    "eval": "Compare KB revisions and baselines on a split (default: none vs the working tree).",
+    "export": "Export the KB to other formats.",
+    "gc": "Delete RUN's node branches; its kb and pr branches and the notes stay.",
+    "import": "Import trajectories from SOURCE into a run.",
+    "index": "Build the retrieval index (it is also built on first search).",
+    "init": "Make DIRECTORY a knowledge base (git init when needed) and commit its files.",
+    "integrate": "Write one recipe per concept of RUN (into runs/RUN/recipes/).",
+    "ledger": "Calls, tokens and estimated cost per role of RUN.",
+    "lint": "Check recipe files (default: the KB's recipes folder). Exit 1 on errors.",
+    "mcp": "Serve the KB over the Model Context Protocol on stdio (needs brewkb[mcp]).",
+    "pr": "Print (or push) RUN's pull request: its branch and a body with changes, rewards and eval.",
+    "refine": "Learn and refine the KB: the BREW stages, then the search; ends with a PR branch.",
+    "reflect": "Grade RUN's trajectories, relabel failing ones, and reflect on all of them.",
+    "report": "Write RUN's report: runs/RUN/report.md, report.html and plots.",
+    "rollout": "Run the agent on the environment's tasks and record the trajectories.",
+    "runs": "List runs and how far each got.",
+    "search": "Find the recipes that best match QUERY.",
+    "show": "Print the recipe NAME.",
+    "tree": "Draw RUN's search trees (rebuilt from git) with rewards and visits; ★ marks the best path.",
+}
+
+
 @click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="brewkb")
 @click.option("-C", "directory", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -77,6 +123,8 @@ COMMANDS = {
 @click.pass_context
 def cli(ctx: click.Context, directory: Path | None, verbose: int) -> None:
     """brewkb: learn a git-native knowledge base of agent recipes from graded trajectories."""
+    import logging
+
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="brewkb: %(levelname)s: %(message)s")
     if directory is not None:
@@ -85,8 +133,29 @@ def cli(ctx: click.Context, directory: Path | None, verbose: int) -> None:
         os.chdir(directory)
 
 
+def _log_folder() -> Path:
+    """``BREWKB_LOG_DIR``, else the KB's cache folder (``.brewkb/logs``) when
+    brewkb runs inside a KB, else the system's temporary folder."""
+    if os.environ.get("BREWKB_LOG_DIR"):
+        return Path(os.environ["BREWKB_LOG_DIR"])
+    import tempfile
+
+    try:
+        from brewkb.kb import KB
+
+        with KB.open() as kb:
+            if kb.store.work_tree is not None:
+                return kb.cache_dir / "logs"
+    except Exception:  # the crash may come from the KB itself; the temporary folder always works
+        pass
+    return Path(tempfile.gettempdir())
+
+
 def _crash_log() -> Path:
-    folder = Path(os.environ.get("BREWKB_LOG_DIR") or tempfile.gettempdir())
+    import time
+    import traceback
+
+    folder = _log_folder()
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"brewkb-crash-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
     path.write_text(f"brewkb {__version__}\nargv: {sys.argv}\n\n{traceback.format_exc()}")

@@ -12,8 +12,23 @@ import click
 from brewkb.events import Event, EventSink
 
 
+def repeats_a_skip(seen: set[str], event: Event) -> bool:
+    """True for a ``stage_skipped`` of a stage this command already finished or
+    skipped: a later stage re-reads an earlier one's output, which is no news."""
+    if event.kind not in ("stage_finished", "stage_skipped"):
+        return False
+    again = event.kind == "stage_skipped" and event.stage in seen
+    seen.add(event.stage)
+    return again
+
+
 class PlainRenderer:
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+
     def __call__(self, event: Event) -> None:
+        if repeats_a_skip(self.seen, event):
+            return
         if event.kind == "stage_started":
             resumed = f" ({event.done} already done)" if event.done else ""
             click.echo(f"{event.stage}: {event.total} items{resumed}", err=True)
@@ -32,8 +47,11 @@ class RichRenderer:
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TextColumn("{task.fields[wins]}"), TimeElapsedColumn(), transient=False)
         self.tasks: dict[str, Any] = {}
+        self.seen: set[str] = set()
 
     def __call__(self, event: Event) -> None:
+        if repeats_a_skip(self.seen, event):
+            return
         if event.kind == "stage_started":
             if not self.tasks:
                 self.progress.start()

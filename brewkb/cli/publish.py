@@ -6,15 +6,19 @@ from pathlib import Path
 
 import click
 
-from brewkb.cli.output import echo
+from brewkb.cli.output import echo, echo_json
 
 
 @click.command("pr")
 @click.argument("run")
 @click.option("--push", "remote", default=None, help="Push the pr and kb branches and the notes to REMOTE.")
 @click.option("--body-only", is_flag=True, help="Print only the pull-request body (for gh pr create --body-file).")
-def pr_cmd(run: str, remote: str | None, body_only: bool) -> None:
+@click.option("--json", "as_json", is_flag=True,
+              help='Print {"run", "branch", "head", "base", "title", "body", "pushed", "changes"}.')
+def pr_cmd(run: str, remote: str | None, body_only: bool, as_json: bool) -> None:
     """Print (or push) RUN's pull request: its branch and a body with changes, rewards and eval."""
+    from dataclasses import asdict
+
     from brewkb.api.publish import load_run, pr_body, push_run
     from brewkb.kb import KB
 
@@ -23,6 +27,11 @@ def pr_cmd(run: str, remote: str | None, body_only: bool) -> None:
         body = pr_body(view)
         if remote is not None:
             push_run(kb, run, remote)
+    if as_json:
+        echo_json({"run": run, "branch": f"brew/{run}/pr", "head": view.pr, "base": view.base,
+                   "title": f"brewkb: refined recipes ({run})", "body": body, "pushed": remote,
+                   "changes": [asdict(c) for c in view.changes]})
+        return
     if body_only:
         click.echo(body, nl=False)
         return
@@ -41,21 +50,30 @@ def export_cmd() -> None:
 @export_cmd.command("skills")
 @click.argument("out_dir", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--rev", default=None, help="Export the recipes at this revision (default: the working tree).")
-def export_skills_cmd(out_dir: Path, rev: str | None) -> None:
+@click.option("--json", "as_json", is_flag=True, help='Print {"out", "rev", "skills": [paths]}.')
+def export_skills_cmd(out_dir: Path, rev: str | None, as_json: bool) -> None:
     """Write each recipe as OUT_DIR/<name>/SKILL.md (Agent Skills format)."""
     from brewkb.api.publish import export_skills
     from brewkb.kb import KB
 
     with KB.open() as kb:
         written = export_skills(kb, out_dir, rev)
+    if as_json:
+        echo_json({"out": str(out_dir), "rev": rev, "skills": [str(p) for p in written]})
+        return
     echo(f"Wrote {len(written)} skills to {out_dir}")
 
 
 @click.command("report")
 @click.argument("run")
-def report_cmd(run: str) -> None:
+@click.option("--json", "as_json", is_flag=True, help='Print {"run", "files": [paths]}.')
+def report_cmd(run: str, as_json: bool) -> None:
     """Write RUN's report: runs/RUN/report.md, report.html and plots."""
     from brewkb.report import write_report
 
-    for path in write_report(run):
+    written = write_report(run)
+    if as_json:
+        echo_json({"run": run, "files": [str(p) for p in written]})
+        return
+    for path in written:
         echo(f"wrote {path}")

@@ -114,8 +114,13 @@ def tree_cmd(run: str, concept: str | None, as_json: bool) -> None:
 
 @click.command("gc")
 @click.argument("run")
-def gc_cmd(run: str) -> None:
+@click.option("--json", "as_json", is_flag=True, help='Print {"run", "deleted"}.')
+def gc_cmd(run: str, as_json: bool) -> None:
     """Delete RUN's node branches; its kb and pr branches and the notes stay."""
     from brewkb.api.refine import gc
 
-    echo(f"Deleted {gc(run)} node branches of run {run}.")
+    deleted = gc(run)
+    if as_json:
+        echo_json({"run": run, "deleted": deleted})
+        return
+    echo(f"Deleted {deleted} node branches of run {run}.")

@@ -41,7 +41,7 @@ def search_cmd(query: str, k: int, rev: str | None, as_json: bool) -> None:
     if not results:
         echo("No recipe matches.")
     for rank, result in enumerate(results, start=1):
-        echo(f"{rank}. {result.name}  ({result.score:.2f})  {result.path}")
+        echo(f"{rank}. {result.name}  ({result.score:.2f})  {result.path or '(no file)'}")
         if result.snippet:
             echo(f"   {result.snippet}")
 

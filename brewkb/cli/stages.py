@@ -122,10 +122,11 @@ def runs_cmd(as_json: bool) -> None:
 
     runs = list_runs()
     if as_json:
-        echo_json([{"run": r.id, "stages": r.stages, "next": r.next_stage, "failures": r.failures} for r in runs])
+        echo_json([{"run": r.id, "stages": r.stages, "wanted": list(r.wanted), "next": r.next_stage,
+                    "status": r.status, "failures": r.failures} for r in runs])
         return
     if not runs:
         echo("No runs yet.")
     for r in runs:
-        status = "complete" if r.next_stage is None else f"next: {r.next_stage}"
-        echo(f"{r.id:28} {len(r.stages)}/{len(STAGES)} stages ({status}), {r.failures} failed items")
+        done = sum(s in r.stages for s in r.wanted)
+        echo(f"{r.id:28} {done}/{len(r.wanted)} stages ({r.status}), {r.failures} failed items")

@@ -14,7 +14,8 @@ from brewkb.importers import IMPORTERS
 @click.argument("source", type=click.Path(exists=True, path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(sorted(IMPORTERS)), required=True, help="Format of SOURCE.")
 @click.option("--run", default=None, help="Run to add them to (default: import-<file name>).")
-@click.option("--split", default="train", show_default=True, help="Split the trajectories belong to.")
+@click.option("--split", default="train", show_default=True, type=click.Choice(["train", "eval", "test"]),
+              help="Split the trajectories belong to.")
 @click.option("--tasks", type=click.Path(exists=True, path_type=Path), default=None,
               help="OSWorld: the tasks folder holding each example's instruction.")
 @click.option("--skip-bad", is_flag=True, help="Skip records that cannot be converted (and count them).")

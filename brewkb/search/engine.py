@@ -23,6 +23,7 @@ Strategies:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -231,12 +232,14 @@ async def search(spec: SearchSpec, store: SearchStore, expander: Expander, evalu
     state = rebuild(store, sorted(roots))
     loop = _Loop(spec, store, expander, evaluator, state, events)
     events(Event("stage_started", "search", done=state.gathers, total=spec.rounds + 1))
+    started = time.monotonic()
     if state.gathers == 0 or any(not t.nodes or t.root.reward is None for t in state.trees.values()):
         await loop.roots(roots)
         events(Event("item_done", "search", done=1, total=spec.rounds + 1, message="iteration 0"))
     for it in range(max(1, state.gathers), spec.rounds + 1):
         await loop.iteration(it)
         events(Event("item_done", "search", done=it + 1, total=spec.rounds + 1, message=f"iteration {it}"))
+    events(Event("stage_finished", "search", message=f"in {time.monotonic() - started:.1f} s"))
     chosen = {c: _chosen(spec, t).id for c, t in state.trees.items()}
     kb = store.git.read_ref(f"refs/heads/brew/{store.run}/kb")
     return SearchResult(state.trees, chosen, {c: loop.doc((c, n)) for c, n in chosen.items()}, kb,

@@ -15,6 +15,7 @@ from typing import Any
 
 from brewkb.errors import GitError, RefConflictError
 from brewkb.gitstore import FILE_MODE, Entry, GitStore, blob_id, format_message, parse_trailers
+from brewkb.recipes import SOURCES_SHOWN, parse_recipe, render_for_file, render_recipe
 from brewkb.refs import BrewRef
 
 __all__ = ["SearchStore", "StoredNode", "StoredRun", "find_base"]
@@ -58,6 +59,13 @@ def find_base(store: GitStore, run: str) -> str:
                    "fetch it with `git fetch <remote> 'refs/heads/brew/*:refs/heads/brew/*' refs/notes/brew`")
 
 
+def _with_all_sources(text: str, trailer: str) -> str:
+    every = [s for s in trailer.split(", ") if s and s != "none"]
+    if len(every) <= SOURCES_SHOWN:
+        return text
+    return render_recipe(parse_recipe(text).replace(sources=tuple(every)))
+
+
 class SearchStore:
     def __init__(self, store: GitStore, run: str, base_commit: str, recipes_dir: str) -> None:
         self.git = store
@@ -68,6 +76,7 @@ class SearchStore:
         committer = store.read_commit(base_commit).get("committer", ["x 0 +0000"])[0]
         self._t0 = int(committer.rsplit(" ", 2)[-2])
         self._texts: dict[str, str] = {}
+        self._sources: dict[str, list[str]] = {}
 
     def timestamp(self, iteration: int) -> int:
         return self._t0 + 60 * (iteration + 1)
@@ -81,15 +90,18 @@ class SearchStore:
         """Commit the document and create its branch; returns (commit, blob).
         Writing a node that already exists with the same content is a no-op
         (a resumed run regenerates it)."""
+        if len(sources) > SOURCES_SHOWN:
+            text = render_for_file(parse_recipe(text))
         blob = self.git.write_blob(text.encode())
         tree = self.git.update_tree(self.base_tree, {self.path(concept): Entry(FILE_MODE, "", blob)})
-        shown = ", ".join(sources[:20]) + (f" (+{len(sources) - 20} more)" if len(sources) > 20 else "")
+        shown = ", ".join(sources)
         trailers = {"Brew-Run": self.run, "Brew-Concept": concept, "Brew-Node": f"n{node_id}",
                     "Brew-Parent": f"n{parent}" if parent is not None else "base", "Brew-Iteration": str(iteration),
                     "Brew-Sample": str(sample), "Brew-Sources": shown or "none"}
         message = format_message(f"brew({self.run}): {concept} n{node_id}",
                                  f"A candidate version of {self.path(concept)}.", trailers)
         commit = self.git.write_commit(tree, [parent_commit], message, timestamp=self.timestamp(iteration))
+        self._sources[commit] = list(sources)
         ref = str(BrewRef.for_node(self.run, concept, node_id))
         try:
             self.git.update_ref(ref, commit, expected=None)
@@ -100,8 +112,12 @@ class SearchStore:
         return commit, blob
 
     def write_notes(self, notes: Mapping[str, Any], iteration: int) -> None:
-        """One notes commit for the iteration's evaluations (a note is written once)."""
-        self.git.add_notes(notes, f"brew({self.run}): rewards of iteration {iteration}\n",
+        """One notes commit for the iteration's evaluations (a note is written
+        once); each note also lists the node's source trajectories."""
+        with_sources = {commit: {**note, "sources": self._sources[commit]}
+                        if isinstance(note, dict) and commit in self._sources else note
+                        for commit, note in notes.items()}
+        self.git.add_notes(with_sources, f"brew({self.run}): rewards of iteration {iteration}\n",
                            timestamp=self.timestamp(iteration))
 
     def gather(self, iteration: int, best: Mapping[str, tuple[str, str, int]], summary: str) -> str:
@@ -152,7 +168,7 @@ class SearchStore:
             parent = trailers.get("Brew-Parent", "base")
             note = json.loads(notes[commit] or b"null") if commit in notes else None
             blob = blob_id(text)
-            self._texts[blob] = text.decode("utf-8")
+            self._texts[blob] = _with_all_sources(text.decode("utf-8"), trailers.get("Brew-Sources", ""))
             out.nodes.setdefault(ref.concept or "", []).append(StoredNode(
                 concept=ref.concept or "", id=ref.node or 0, parent=None if parent == "base" else int(parent[1:]),
                 iteration=int(trailers["Brew-Iteration"]), sample=int(trailers.get("Brew-Sample", "0")),
@@ -176,6 +192,9 @@ class SearchStore:
         return {c: entries[f"{c}.md"] for c in concepts if f"{c}.md" in entries}
 
     def text(self, blob: str) -> str:
+        """A node document's text; for a loaded node with every source id of its
+        trailer (the blob keeps the first few), so a resumed search continues
+        from exactly the document the interrupted one had."""
         if blob not in self._texts:
             self._texts[blob] = self.git.read_blob(blob).decode("utf-8")
         return self._texts[blob]
