@@ -88,9 +88,15 @@ def _system_binds() -> list[str]:
 
 def _python_binds() -> list[str]:
     args: list[str] = []
+    made: set[str] = set()
     for prefix in dict.fromkeys((os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix))):
-        if prefix != "/usr" and not prefix.startswith("/usr/"):
-            args += ["--ro-bind", prefix, prefix]
+        if prefix == "/usr" or prefix.startswith("/usr/"):
+            continue
+        for parent in reversed(Path(prefix).parents[:-1]):  # traversable by the sandbox's user
+            if str(parent) not in made:
+                made.add(str(parent))
+                args += ["--perms", "0755", "--dir", str(parent)]
+        args += ["--ro-bind", prefix, prefix]
     return args
 
 
