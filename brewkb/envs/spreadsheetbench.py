@@ -175,14 +175,14 @@ def same(a: Any, b: Any) -> bool:
 Values = dict[str, dict[str, Any]]
 
 
-def _read(path: Path) -> tuple[Values, bool, str]:
-    """Cached values of every sheet, whether a formula lacks its value, and a
+def _read(path: Path) -> tuple[Values, set[tuple[str, str]], str]:
+    """Cached values of every sheet, the cells whose formula lacks its value, and a
     digest of the workbook's cell contents (formulas included, file metadata not)."""
     openpyxl = _openpyxl()
     values = openpyxl.load_workbook(path, data_only=True)
     formulas = openpyxl.load_workbook(path, data_only=False)
     out: Values = {}
-    missing = False
+    missing: set[tuple[str, str]] = set()
     digest = hashlib.sha256()
     for ws in values.worksheets:
         cells = out.setdefault(ws.title, {})
@@ -193,8 +193,8 @@ def _read(path: Path) -> tuple[Values, bool, str]:
                 cells[cell.coordinate] = cell.value
                 raw = raw_sheet[cell.coordinate].value
                 digest.update(repr((cell.coordinate, raw, cell.value)).encode())
-                if cell.value is None:
-                    missing = missing or (isinstance(raw, str) and raw.startswith("="))
+                if cell.value is None and isinstance(raw, str) and raw.startswith("="):
+                    missing.add((ws.title, cell.coordinate))
     return out, missing, digest.hexdigest()
 
 
@@ -248,12 +248,19 @@ def _formulas(path: Path, work: Path) -> Values | None:
     return _read(written)[0]
 
 
-def workbook_values(path: Path, work: Path) -> tuple[Values, str]:
-    """Cell values of a workbook, recalculated when formulas lack cached values;
-    returns the values (do not modify them: they may be shared) and how
-    (``cached``, ``libreoffice``, ``formulas`` or ``uncalculated``; `` (reused)``
-    is appended when an earlier recalculation of the same cells is reused)."""
+def workbook_values(path: Path, work: Path,
+                    positions: Sequence[tuple[str | None, str]] | None = None) -> tuple[Values, str]:
+    """Cell values of a workbook, recalculated when a formula lacks its cached value
+    (only a formula inside ``positions`` counts when they are given; a ``None``
+    sheet is the workbook's first); returns the values (do not modify them: they
+    may be shared) and how (``cached``, ``libreoffice``, ``formulas`` or
+    ``uncalculated``; `` (reused)`` is appended when an earlier recalculation of
+    the same cells is reused)."""
     values, missing, key = _read(path)
+    if positions is not None:
+        first = next(iter(values), None)
+        wanted = {(sheet or first, coord) for sheet, cells in positions for coord in expand(cells)}
+        missing &= wanted
     if not missing:
         return values, "cached"
     known = RECALCULATED.get(key)
@@ -284,12 +291,14 @@ def grade_case(output: Path, answer: Path, position: str, work: Path) -> tuple[b
     if not output.is_file():
         return False, {"reason": "no output workbook was written"}
     try:
-        got, method = workbook_values(output, work)
-        expected, _ = workbook_values(answer, work / "answer")
+        positions = parse_positions(position)
+        expected, _ = workbook_values(answer, work / "answer", positions)
+        first = next(iter(expected), None)
+        resolved = [(sheet or first, cells) for sheet, cells in positions]
+        got, method = workbook_values(output, work, resolved)
     except Exception as exc:  # openpyxl raises many types for a damaged file
         return False, {"reason": f"unreadable workbook: {type(exc).__name__}: {exc}"}
-    first = next(iter(expected), None)
-    for sheet, cells in parse_positions(position):
+    for sheet, cells in resolved:
         name = sheet or first
         if name not in got:
             return False, {"reason": f"sheet {name!r} is missing from the output", "recalc": method}
