@@ -432,7 +432,8 @@ class SpreadsheetBench:
         soft = passed / len(results)
         methods = sorted({r.get("recalc", "cached") for r in results})
         return Outcome(passed == len(results), round(soft, 4), {
-            "soft": round(soft, 4), "hard": float(passed == len(results)), "cases": results, "recalc": methods})
+            "soft": round(soft, 4), "hard": float(passed == len(results)), "first_case": float(results[0]["passed"]),
+            "cases": results, "recalc": methods, "sandbox": self.sandbox})
 
     def relabel_task(self, task: Task, actions: Sequence[tuple[str, Mapping[str, Any]]], text: str) -> Task | None:
         return None  # a free-form task has no answer workbook to grade against
