@@ -72,9 +72,9 @@ def test_code_cannot_write_outside_its_folder(env: SpreadsheetBench, tmp_path: P
 import glob, os
 wrote = []
 found = [p for top in os.listdir('/') if top not in ('proc', 'dev', 'usr')
-         for depth in range(7) for p in glob.glob(f'/{{top}}/' + '*/' * depth + '*_input.xlsx')]
+         for depth in range(7) for p in glob.glob(f'/{{top}}/' + '*/' * depth + '*input.xlsx')]
 print('found', found)
-for path in {targets!r} + found:
+for path in {targets!r} + [p for p in found if not p.startswith('/job/')]:
     try:
         open(path, 'wb').write(b'pwned')
         wrote.append(path)
