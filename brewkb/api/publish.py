@@ -136,8 +136,18 @@ def push_run(kb: KB, run: str, remote: str) -> str:
     return kb.store.push(remote, refspecs)
 
 
+def _inside(out: Path, relative: Path) -> Path:
+    """``out / relative``, refused unless it resolves inside ``out`` (links included)."""
+    base = out.resolve()
+    path = (base / relative).resolve()
+    if not path.is_relative_to(base):
+        raise BrewError(f"refusing to write {path}: it is outside {base}; check the recipe's name with `brewkb lint`")
+    return path
+
+
 def export_skills(kb: KB, out: Path, rev: str | None = None) -> list[Path]:
-    """Each recipe as ``out/<name>/SKILL.md`` in the Agent Skills format."""
+    """Each recipe as ``out/<name>/SKILL.md`` in the Agent Skills format; only
+    well-named recipes are exported, and nothing is written outside ``out``."""
     recipes = kb.recipes(rev)
     if not recipes:
         raise BrewError(f"no recipes {'at ' + rev if rev else 'in the working tree'} to export")
@@ -148,7 +158,7 @@ def export_skills(kb: KB, out: Path, rev: str | None = None) -> list[Path]:
         if run:
             view = load_run(kb, run)
             rewards = {c.name: c.final_reward for c in view.changes if c.final_reward is not None}
-    written = []
+    planned = []
     for recipe in recipes:
         metadata = {"source": "brewkb", "source-revision": revision or "working tree",
                     "concept": recipe.concept or recipe.name}
@@ -157,7 +167,7 @@ def export_skills(kb: KB, out: Path, rev: str | None = None) -> list[Path]:
         front = {"name": recipe.name, "description": recipe.description.strip(), "metadata": metadata}
         text = "---\n" + yaml.safe_dump(front, sort_keys=False, allow_unicode=True) + "---\n\n" + \
             recipe.body.strip() + "\n"
-        path = out / recipe.name / "SKILL.md"
+        planned.append((_inside(out, Path(recipe.name) / "SKILL.md"), text))
+    for path, text in planned:  # every destination is checked before anything is written
         write_atomic(path, text)
-        written.append(path)
-    return written
+    return [path for path, _ in planned]
