@@ -198,27 +198,29 @@ def _read(path: Path) -> tuple[Values, set[tuple[str, str]], str]:
     return out, missing, digest.hexdigest()
 
 
-class _Recalculated:
-    """Recalculated workbooks by content digest, so grading a solution twice (or
-    two solutions that write the same cells) recalculates once. Bounded, thread-safe."""
+class _Memo:
+    """A bounded, thread-safe memo: a workbook read or recalculated once (an
+    answer graded for every episode, a solution graded twice) is not read or
+    recalculated again."""
 
     def __init__(self, size: int = 512) -> None:
         self.size = size
-        self.entries: dict[str, tuple[Values, str]] = {}
+        self.entries: dict[str, Any] = {}
         self.lock = threading.Lock()
 
-    def get(self, key: str) -> tuple[Values, str] | None:
+    def get(self, key: str) -> Any:
         with self.lock:
             return self.entries.get(key)
 
-    def put(self, key: str, entry: tuple[Values, str]) -> None:
+    def put(self, key: str, entry: Any) -> None:
         with self.lock:
             if len(self.entries) >= self.size:
                 self.entries.pop(next(iter(self.entries)))
             self.entries[key] = entry
 
 
-RECALCULATED = _Recalculated()
+RECALCULATED = _Memo()  # by cell contents
+READ = _Memo()  # by file bytes
 
 
 def _libreoffice(path: Path, work: Path) -> Path | None:
@@ -256,11 +258,16 @@ def workbook_values(path: Path, work: Path,
     may be shared) and how (``cached``, ``libreoffice``, ``formulas`` or
     ``uncalculated``; `` (reused)`` is appended when an earlier recalculation of
     the same cells is reused)."""
-    values, missing, key = _read(path)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    read = READ.get(digest)
+    if read is None:
+        read = _read(path)
+        READ.put(digest, read)
+    values, missing, key = read
     if positions is not None:
         first = next(iter(values), None)
         wanted = {(sheet or first, coord) for sheet, cells in positions for coord in expand(cells)}
-        missing &= wanted
+        missing = missing & wanted
     if not missing:
         return values, "cached"
     known = RECALCULATED.get(key)
@@ -279,6 +286,7 @@ def _recalculate(path: Path, work: Path, values: Values) -> tuple[Values, str]:
     if computed is None:
         return values, "uncalculated"
     by_upper = {name.upper(): cells for name, cells in computed.items()}
+    values = {sheet: dict(cells) for sheet, cells in values.items()}  # the read values are shared
     for sheet, cells in values.items():  # formulas upper-cases sheet names; keep the originals
         for coord, value in by_upper.get(sheet.upper(), {}).items():
             if cells.get(coord) is None:
