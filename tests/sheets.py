@@ -53,3 +53,29 @@ def processes_with(token: str) -> list[int]:
             except OSError:
                 continue
     return found
+
+
+COPY_INPUT = "import os, shutil\nshutil.copyfile(os.environ['INPUT_PATH'], os.environ['OUTPUT_PATH'])\n"
+
+
+class SheetPolicy:
+    """An agent policy for ``tests.fakes.roles.RolePlayer`` on the sample: it sends
+    one ``run_python`` call — the known answers for tasks whose id sorts into the
+    first half, a copy of the input for the rest — then says it is done."""
+
+    def __init__(self, tasks: dict[str, SheetTask]) -> None:
+        self.tasks = tasks
+        ordered = sorted(tasks)
+        self.solved = set(ordered[: len(ordered) // 2])
+
+    def __call__(self, body: dict[str, object]) -> dict[str, object] | None:
+        messages = body.get("messages") or []
+        assert isinstance(messages, list)
+        if any(m.get("role") == "tool" for m in messages):
+            return {"content": "The workbook is saved to OUTPUT_PATH."}
+        task_text = next((str(m.get("content")) for m in messages if m.get("role") == "user"), "")
+        task_id = next((i for i, t in self.tasks.items() if task_text.startswith(t.instruction)), None)
+        if task_id is None:
+            return None
+        code = answer_code(self.tasks[task_id]) if task_id in self.solved else COPY_INPUT
+        return {"tool_calls": [{"id": f"call-{task_id}", "name": "run_python", "arguments": {"code": code}}]}

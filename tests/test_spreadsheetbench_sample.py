@@ -9,9 +9,9 @@ pytest.importorskip("openpyxl")
 from brewkb.envs.base import Task  # noqa: E402
 from brewkb.envs.spreadsheetbench import SpreadsheetBench, load_dataset  # noqa: E402
 from brewkb.sandbox import Limits  # noqa: E402
-from tests.sheets import SAMPLE, answer_code, needs_bwrap, submitted  # noqa: E402
+from tests.sheets import COPY_INPUT, SAMPLE, answer_code, needs_bwrap, submitted  # noqa: E402
 
-COPY_INPUT = "import os, shutil\nshutil.copyfile(os.environ['INPUT_PATH'], os.environ['OUTPUT_PATH'])\n"
+
 # cases where the unmodified input already matches the answer in the answer range
 # (the benchmark's own property; a do-nothing agent passes them)
 DO_NOTHING_PASSES = {"193-42": [True, True, False], "30468": [True, False, False],
