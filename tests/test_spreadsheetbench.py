@@ -211,6 +211,7 @@ def test_eval_end_to_end_on_the_cli(tmp_path: Path, make_repo: MakeRepo) -> None
     assert out.returncode == 0, out.stderr
     (column,) = json.loads(out.stdout)
     assert column["episodes"] == 3 and column["success_rate"] == pytest.approx(2 / 3, abs=1e-3)
+    assert column["scores"] == {"first_case": 1.0, "soft": 0.8333, "hard": 0.6667}  # 202 passes its first case
 
 
 def test_missing_dataset_is_explained(tmp_path: Path) -> None:
