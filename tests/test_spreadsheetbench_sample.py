@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 pytest.importorskip("openpyxl")
 
 from brewkb.envs.base import Task  # noqa: E402
-from brewkb.envs.spreadsheetbench import SpreadsheetBench, load_dataset  # noqa: E402
+from brewkb.envs.spreadsheetbench import SpreadsheetBench, grade_case, load_dataset  # noqa: E402
 from brewkb.sandbox import Limits  # noqa: E402
 from tests.sheets import COPY_INPUT, SAMPLE, answer_code, needs_bwrap, submitted  # noqa: E402
 
@@ -16,6 +18,10 @@ from tests.sheets import COPY_INPUT, SAMPLE, answer_code, needs_bwrap, submitted
 # (the benchmark's own property; a do-nothing agent passes them)
 DO_NOTHING_PASSES = {"193-42": [True, True, False], "30468": [True, False, False],
                      "570-43": [True, True, True], "CF_4909": [True, True, True], "CF_8276": [True, True, True]}
+
+
+# both instruction types, a formula-recalculated input, and the duplicated-input task
+SANDBOXED = ("193-42", "208-20", "30468", "37228", "39180", "79-7", "CF_8276", "109-21")
 
 
 @pytest.fixture(scope="module")
@@ -29,17 +35,24 @@ def test_the_sample_loads_forty_tasks_of_three_cases() -> None:
     assert {t.instruction_type for t in tasks} == {"Cell-Level Manipulation", "Sheet-Level Manipulation"}
 
 
+def test_every_answer_graded_against_itself_passes(tmp_path: Path) -> None:
+    results = {(t.id, n): grade_case(c.answer, c.answer, t.answer_position, tmp_path / t.id / str(n))
+               for t in load_dataset(SAMPLE) for n, c in enumerate(t.cases, start=1)}
+    assert len(results) == 120
+    assert {key: detail for key, (ok, detail) in results.items() if not ok} == {}
+
+
 @needs_bwrap
 def test_known_answers_written_in_the_sandbox_grade_full_marks(env: SpreadsheetBench) -> None:
-    """Every answer workbook, written by agent code inside the sandbox and graded
-    against itself, passes: 40 tasks, 120 cases. One exception is the data's: cases
-    2 and 3 of task 193-42 have byte-identical inputs but different answers, so
-    code that sees only the input can pass one of the two."""
+    """Code that writes the known answers, run inside the sandbox, passes. One
+    exception is the data's: cases 2 and 3 of task 193-42 have byte-identical inputs
+    but different answers, so code that sees only the input passes one of the two."""
     outcomes = {task_id: env.grade(Task(task_id, "solve", "test"), submitted(task_id, answer_code(task)))
-                for task_id, task in env.sheet_tasks.items()}
+                for task_id, task in env.sheet_tasks.items() if task_id in SANDBOXED}
     failed = {k: [c["passed"] for c in o.detail["cases"]] for k, o in outcomes.items() if not o.success}
     assert failed == {"193-42": [True, False, True]}
     full = [o for k, o in outcomes.items() if k != "193-42"]
+    assert len(full) == len(SANDBOXED) - 1
     assert all(o.detail["first_case"] == o.detail["soft"] == o.detail["hard"] == 1.0 for o in full)
     assert {o.detail["sandbox"] for o in outcomes.values()} == {"bwrap"}
 
