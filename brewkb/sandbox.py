@@ -27,10 +27,12 @@ isolation; callers must record that choice.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import shutil
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,12 +70,31 @@ class Limits:
 
 
 def check_mode(mode: str) -> None:
-    """Refuse an unknown mode, or ``bwrap`` where it is not installed."""
+    """Refuse an unknown mode, or ``bwrap`` where it is not installed or cannot
+    create its namespaces here (tried once per process)."""
     if mode not in MODES:
         raise ConfigError(f"env.options.sandbox: expected one of {', '.join(MODES)}, got {mode!r}")
     if mode == "bwrap" and shutil.which("bwrap") is None:
         raise ConfigError(f"run_python needs bubblewrap to isolate agent code: {INSTALL_HINT} (or set "
                           "env.options.sandbox = \"none\" to run it without isolation)")
+    if mode == "bwrap":
+        problem = _probe(shutil.which("bwrap") or "bwrap")
+        if problem:
+            raise ConfigError(f"bubblewrap cannot create a sandbox here ({problem}); allow user namespaces "
+                              "(sysctl kernel.unprivileged_userns_clone=1) or run brewkb as root, or set "
+                              "env.options.sandbox = \"none\" to run agent code without isolation")
+
+
+@functools.lru_cache(maxsize=4)
+def _probe(bwrap: str) -> str:
+    """bwrap's complaint when a sandbox like the real one cannot start, else ``""``."""
+    with tempfile.TemporaryDirectory(prefix="brewkb-probe-") as tmp:
+        done = run_capped(_argv("bwrap", Path(JOB), ("i", "o"), Limits(), Path(tmp), ["/usr/bin/true"]), b"",
+                          timeout=60, max_output=10_000, env={})
+    if done.returncode == 0:
+        return ""
+    lines = done.stderr.decode("utf-8", "replace").strip().splitlines()
+    return done.problem or (lines[-1] if lines else f"exit status {done.returncode}")
 
 
 def _system_binds() -> list[str]:
@@ -100,9 +121,11 @@ def _python_binds() -> list[str]:
     return args
 
 
-def _argv(mode: str, folder: Path, names: tuple[str, str], limits: Limits, work: Path) -> list[str]:
-    """``folder`` is where ``work`` is seen by the code; ``names`` are the input's and the output's."""
-    runner = [sys.executable, "-I", "-c", RUNNER, str(folder / "solution.py"), str(limits.memory_mb * 1024 * 1024),
+def _argv(mode: str, folder: Path, names: tuple[str, str], limits: Limits, work: Path,
+          command: list[str] | None = None) -> list[str]:
+    """``folder`` is where ``work`` is seen by the code; ``names`` are the input's and the output's;
+    ``command`` replaces the Python runner (the probe runs ``true``)."""
+    runner = command or [sys.executable, "-I", "-c", RUNNER, str(folder / "solution.py"), str(limits.memory_mb * 1024 * 1024),
               str(max(1, int(limits.timeout + 0.999))), str(limits.processes), str(limits.file_mb * 1024 * 1024)]
     if mode == "none":
         return runner

@@ -167,3 +167,13 @@ def test_missing_bubblewrap_is_refused_with_the_install_command(monkeypatch: pyt
     outcome = weak.grade(Task(TASK_ID, "solve", "test"), submitted(TASK_ID, answer_code(weak.sheet_tasks[TASK_ID])))
     assert outcome.success and outcome.detail["sandbox"] == "none"
     assert weak.describe()["sandbox"] == "none"
+
+
+def test_a_bubblewrap_that_cannot_sandbox_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    fake = tmp_path / "bwrap"
+    fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    with pytest.raises(ConfigError, match="cannot create a sandbox here \\(bwrap: No permissions to create new "
+                                          "namespace\\); allow user namespaces"):
+        SpreadsheetBench(SAMPLE)
