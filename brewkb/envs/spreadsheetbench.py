@@ -18,11 +18,12 @@ Formulas written without cached values (openpyxl writes none) are recalculated
 first: with headless LibreOffice when ``soffice`` is installed, otherwise with
 the ``formulas`` package; the outcome says which.
 
-The environment's one tool, ``run_python(code)``, runs the agent's code in a
-subprocess (timeout, memory limit) on a temporary copy of the task's first
-input workbook, with ``INPUT_PATH`` and ``OUTPUT_PATH`` in its environment. The
-grader runs the last submitted code on every test case in the same way; input
-files are never modified.
+The environment's one tool, ``run_python(code)``, runs the agent's code in the
+bubblewrap sandbox of ``brewkb.sandbox`` on a private copy of the task's first
+input workbook, with only ``INPUT_PATH`` and ``OUTPUT_PATH`` in its environment.
+The grader runs the last submitted code on every test case in the same way and
+copies the output out without following links; the dataset is never visible to
+the code. Workbooks read or recalculated are memoised by content.
 """
 
 from __future__ import annotations
