@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +14,7 @@ pytest.importorskip("openpyxl")
 from brewkb.envs.base import Task  # noqa: E402
 from brewkb.envs.spreadsheetbench import SpreadsheetBench, grade_case, load_dataset  # noqa: E402
 from brewkb.sandbox import Limits  # noqa: E402
+from tests.conftest import MakeRepo  # noqa: E402
 from tests.sheets import COPY_INPUT, SAMPLE, answer_code, needs_bwrap, submitted  # noqa: E402
 
 
@@ -78,3 +82,21 @@ def test_grading_twice_does_not_recalculate_twice(env: SpreadsheetBench) -> None
     assert all(method.endswith("(reused)") for method in again.detail["recalc"])
     assert again.detail["cases"] == [{**c, "recalc": c["recalc"].split()[0] + " (reused)"} for c in
                                      first.detail["cases"]]
+
+
+@needs_bwrap
+def test_do_nothing_baseline_through_the_cli(make_repo: MakeRepo) -> None:
+    agent = Path(__file__).resolve().parents[1] / "examples" / "sheet_do_nothing_agent.py"
+    kb = make_repo({"brewkb.toml": f'[agent]\nname = "command"\ncommand = ["{sys.executable}", "{agent}"]\n'
+                                   "[env]\nseed = 2\noptions = { train = 0.875, eval = 0.0 }\n", "recipes/.keep": ""})
+    out = subprocess.run([sys.executable, "-m", "brewkb", "eval", "--env", "spreadsheetbench", "--data", str(SAMPLE),
+                          "--context", "none", "--json"], cwd=kb, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    (column,) = json.loads(out.stdout)
+    test_ids = [t.id for t in SpreadsheetBench(SAMPLE, seed=2, fractions=(0.875, 0.0)).tasks("test")]
+    assert test_ids == ["17251", "193-42", "30468", "48799", "CF_4909"]
+    cases = [DO_NOTHING_PASSES.get(i, [False] * 3) for i in test_ids]
+    assert column["episodes"] == len(test_ids) == 5
+    assert column["scores"] == {"first_case": round(sum(c[0] for c in cases) / 5, 4),
+                                "soft": round(sum(sum(c) / 3 for c in cases) / 5, 4),
+                                "hard": round(sum(all(c) for c in cases) / 5, 4)}
