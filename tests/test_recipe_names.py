@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from brewkb.errors import BrewError
 from brewkb.kb import KB
+from brewkb.retrieval import open_index, retrieve
 from tests.conftest import MakeRepo
 
 
@@ -60,6 +62,10 @@ def test_show_and_index_see_only_well_named_recipes(kb_root: Path) -> None:
     assert indexed.returncode == 0, indexed.stderr
     with KB.open(kb_root) as kb:
         assert [r.name for r in kb.recipes()] == ["good"] == [r.name for r in kb.recipes("HEAD")]
+        # what the MCP server's search_recipes and get_recipe tools read
+        assert [h.name for h in retrieve(open_index(kb, None), "refund cancelled order", 5)] == ["good"]
+        with pytest.raises(BrewError, match="no recipe named 'not-other'"):
+            kb.recipe("not-other")
 
 
 def test_export_writes_nothing_outside_its_folder(kb_root: Path, tmp_path: Path) -> None:
