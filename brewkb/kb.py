@@ -13,7 +13,7 @@ from pathlib import Path
 from brewkb.config import CONFIG_FILE, Config, load_config, parse_config
 from brewkb.errors import BrewError, ConfigError, RecipeError
 from brewkb.gitstore import GitStore
-from brewkb.recipes import Recipe, parse_recipe, read_recipe
+from brewkb.recipes import MAX_NAME, Recipe, is_slug, parse_recipe, read_recipe
 
 __all__ = ["KB", "find_root"]
 
@@ -105,26 +105,36 @@ class KB:
 
     def recipes(self, rev: str | None = None) -> list[Recipe]:
         """All recipes of the working tree (``rev=None``) or of a revision.
-        A file that does not parse is skipped with a warning (``brewkb lint``
-        explains it)."""
+        A file that does not parse, or whose ``name`` is not a slug equal to its
+        file stem, is skipped with a warning (``brewkb lint`` explains it): every
+        reader — search, show, index, MCP, export — sees only well-named recipes."""
         found: list[Recipe] = []
         if rev is None:
             self.store.require_work_tree()
             for path in self.recipe_files():
                 try:
-                    found.append(read_recipe(path))
+                    recipe = read_recipe(path)
                 except RecipeError as exc:
                     log.warning("skipping %s (run `brewkb lint`)", exc)
+                    continue
+                if _well_named(recipe, path.stem, str(path)):
+                    found.append(recipe)
             return found
         commit = self.store.resolve(rev)
         for name, data in sorted(self.store.read_folder(commit, self.recipes_prefix()).items()):
             try:
-                found.append(parse_recipe(data.decode("utf-8")))
+                recipe = parse_recipe(data.decode("utf-8"))
             except (RecipeError, UnicodeDecodeError) as exc:
                 log.warning("skipping %s at %s: %s", name, rev, exc)
+                continue
+            if _well_named(recipe, Path(name).stem, f"{name} at {rev}"):
+                found.append(recipe)
         return found
 
     def recipe(self, name: str, rev: str | None = None) -> Recipe:
+        if not is_slug(name):
+            raise BrewError(f"{_short(name)} is not a recipe name: names are lowercase letters, digits and single "
+                            f"hyphens, at most {MAX_NAME} characters; list them with `brewkb search ''`")
         by_name = {r.name: r for r in self.recipes(rev)}
         if name in by_name:
             return by_name[name]
@@ -136,3 +146,16 @@ class KB:
                 f"; there are no recipes yet: write one in {self.config.kb.recipes_dir}/ or run `brewkb refine`")
         where = f"at {rev}" if rev else "in the working tree"
         raise BrewError(f"no recipe named {name!r} {where}{hint}")
+
+
+def _short(name: str) -> str:
+    return repr(name) if len(name) <= 80 else f"{name[:60]!r}... ({len(name)} characters)"
+
+
+def _well_named(recipe: Recipe, stem: str, where: str) -> bool:
+    """Whether a recipe's name is a slug equal to its file stem; warns when not."""
+    if is_slug(recipe.name) and recipe.name == stem:
+        return True
+    problem = "is not a valid slug" if not is_slug(recipe.name) else f"differs from the file name {stem!r}"
+    log.warning("skipping %s: its name %s %s (run `brewkb lint`)", where, _short(recipe.name), problem)
+    return False

@@ -1,5 +1,11 @@
 """Run an external program safely: argv (never a shell), JSON on stdin, output
-capped, a deadline that kills the whole process group.
+capped, a deadline, and no process left behind.
+
+On Linux the program runs under ``reaper.py``, a child subreaper that kills every
+descendant when the program exits or the deadline passes — including ones that
+left the process group with ``setsid`` — so a child that still holds stdout
+cannot keep a finished program's output waiting. Elsewhere the process group
+is killed.
 """
 
 from __future__ import annotations
@@ -8,6 +14,7 @@ import os
 import selectors
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -16,6 +23,9 @@ from pathlib import Path
 __all__ = ["Completed", "run_capped"]
 
 STDERR_KEEP = 64_000
+REAPER = Path(__file__).with_name("reaper.py")
+CANNOT_START = 127  # reaper.py's status when the program cannot be started
+GRACE = 10.0  # seconds the reaper gets to kill the tree before its group is killed
 
 
 @dataclass(frozen=True)
@@ -30,7 +40,14 @@ class Completed:
     seconds: float
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """Ask the reaper to kill the tree (it exits when done); then kill its group."""
+    if sys.platform.startswith("linux"):
+        try:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(GRACE)
+        except subprocess.TimeoutExpired:
+            pass
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -38,13 +55,20 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
+def _contained(argv: Sequence[str]) -> list[str]:
+    if sys.platform.startswith("linux"):
+        return [sys.executable, "-I", "-S", str(REAPER), *argv]
+    return list(argv)
+
+
 def run_capped(argv: Sequence[str], stdin: bytes, *, timeout: float, max_output: int,
                cwd: Path | None = None, env: Mapping[str, str] | None = None) -> Completed:
-    """Run ``argv`` with ``stdin``; kill its process group at ``timeout`` seconds
-    or when stdout exceeds ``max_output`` bytes."""
+    """Run ``argv`` with ``stdin``; kill it and all its descendants at ``timeout``
+    seconds or when stdout exceeds ``max_output`` bytes, and its descendants
+    anyway when it exits."""
     start = time.monotonic()
     try:
-        proc = subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        proc = subprocess.Popen(_contained(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 cwd=cwd, env=dict(env) if env is not None else None, start_new_session=True)
     except OSError as exc:
         return Completed(b"", b"", None, f"cannot start {argv[0]!r}: {exc.strerror}", 0.0)
@@ -63,7 +87,7 @@ def run_capped(argv: Sequence[str], stdin: bytes, *, timeout: float, max_output:
     while open_streams:
         remaining = timeout - (time.monotonic() - start)
         if remaining <= 0:
-            problem = f"timed out after {timeout:g} s; the process group was killed"
+            problem = f"timed out after {timeout:g} s; the process and its descendants were killed"
             break
         for key, _ in selector.select(remaining):
             chunk = os.read(key.fd, 65536)
@@ -75,21 +99,23 @@ def run_capped(argv: Sequence[str], stdin: bytes, *, timeout: float, max_output:
             if key.data is err and len(err) > STDERR_KEEP:
                 del err[: len(err) - STDERR_KEEP]
         if len(out) > max_output:
-            problem = f"wrote more than {max_output} bytes to stdout; the process group was killed"
+            problem = f"wrote more than {max_output} bytes to stdout; the process and its descendants were killed"
             break
     selector.close()
     if problem is not None:
-        _kill_group(proc)
+        _stop(proc)
         return Completed(bytes(out[:max_output]), bytes(err), None, problem, time.monotonic() - start)
     try:
         code = proc.wait(max(0.1, timeout - (time.monotonic() - start)))
     except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        return Completed(bytes(out), bytes(err), None, f"timed out after {timeout:g} s; the process group was killed",
+        _stop(proc)
+        return Completed(bytes(out), bytes(err), None, f"timed out after {timeout:g} s; the process and its descendants were killed",
                          time.monotonic() - start)
-    # children that outlived the agent are not left behind
+    # children that outlived the agent are not left behind (the reaper took the rest)
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+    if code == CANNOT_START and sys.platform.startswith("linux") and err.startswith(b"cannot start "):
+        return Completed(b"", bytes(err), None, err.decode("utf-8", "replace").strip(), time.monotonic() - start)
     return Completed(bytes(out), bytes(err), code, None, time.monotonic() - start)

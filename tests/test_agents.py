@@ -131,6 +131,60 @@ def test_hanging_agent_and_its_children_are_killed(tmp_path: Path) -> None:
         pytest.fail("the agent's child process survived the timeout")
 
 
+def gone(pid: int) -> bool:
+    """Whether ``pid`` no longer runs (a zombie waiting for init counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+DETACH = """
+    import json, os, sys, time
+    req = json.load(sys.stdin)
+    if os.fork() == 0:
+        os.setsid()                                   # leaves the agent's session and process group
+        if os.fork() == 0:
+            open({pid_file!r}, "w").write(str(os.getpid()))
+            {child}
+        os._exit(0)
+    while not os.path.exists({pid_file!r}):
+        time.sleep(0.05)
+    print(json.dumps({{"messages": [{{"role": "user", "content": req["task"]}},
+                                    {{"role": "assistant", "content": "ok"}}]}}))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the reaper needs Linux prctl; elsewhere the "
+                    "process group is killed")
+def test_detached_children_do_not_outlive_the_episode(tmp_path: Path) -> None:
+    pid_file = str(tmp_path / "grandchild.pid")
+    argv = script(tmp_path, "detach.py", DETACH.format(pid_file=pid_file, child="time.sleep(300)"))
+    start = time.monotonic()
+    result = run_episode(CommandAgent(argv, timeout=120), TASK, "", CounterEnv(), KBUse())
+    # the grandchild still holds the agent's stdout, yet the episode ended with the agent
+    assert time.monotonic() - start < 60
+    assert "error" not in result.meta and result.messages[-1]["content"] == "ok"
+    assert gone(int(Path(pid_file).read_text()))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the reaper needs Linux prctl")
+def test_timeout_kills_detached_children_too(tmp_path: Path) -> None:
+    pid_file = str(tmp_path / "grandchild.pid")
+    body = DETACH.format(pid_file=pid_file, child="time.sleep(300)").replace("print(json.dumps(", "time.sleep(300)\n"
+                                                                              "    print(json.dumps(")
+    result = run_episode(CommandAgent(script(tmp_path, "hang.py", body), timeout=3), TASK, "", CounterEnv(), KBUse())
+    assert "timed out after 3 s" in result.meta["error"]
+    assert gone(int(Path(pid_file).read_text()))
+
+
+def test_missing_program_is_explained(tmp_path: Path) -> None:
+    result = run_episode(CommandAgent([str(tmp_path / "no-such-agent")], timeout=30), TASK, "", CounterEnv(),
+                         KBUse())
+    assert result.meta["error"].startswith("cannot start") and "No such file" in result.meta["error"]
+
+
 def test_flooding_agent_is_cut_off(tmp_path: Path) -> None:
     argv = script(tmp_path, "flood.py", """
         import sys

@@ -132,18 +132,16 @@ def test_a_name_that_is_not_its_file_name(tmp_path: Path) -> None:
         "rename the file to baggage-allowance.md and set `name: baggage-allowance`, or set `name: baggage`")
     assert fixes[("recipes/seats.md", "name 'seat-change' differs from the file name 'seats'")] == (
         "rename the file to seat-change.md or set `name: seats`")
-    found = json.loads(run(kb, "search", "change a seat", "--json").stdout)
-    assert found[0]["name"] == "seat-change" and found[0]["path"] == "recipes/seats.md"
-    git(kb, "add", "-A")
-    git(kb, "commit", "-qm", "recipes")
-    at_head = json.loads(run(kb, "search", "change a seat", "--rev", "HEAD", "--json").stdout)
-    assert at_head[0]["path"] == "HEAD:recipes/seats.md"
-    for result in found + at_head:
-        assert result["path"] is None or (kb / result["path"].split(":")[-1]).is_file()
+    # until lint's fix is applied, every reader skips them, and says why
+    (kb / "recipes" / "pay.md").write_text(recipe_text("pay", "Pay an order"))
+    searched = run(kb, "search", "change a seat or pay", "--json")
+    assert [r["name"] for r in json.loads(searched.stdout)] == ["pay"]
+    assert "skipping" in searched.stderr and "differs from the file name 'seats' (run `brewkb lint`)" in searched.stderr
     exported = run(kb, "export", "skills", str(tmp_path / "skills"), "--json")
-    skills = json.loads(exported.stdout)["skills"]
-    assert [Path(p).parent.name for p in skills] == ["baggage-allowance", "seat-change"]
-
+    assert [Path(p).parent.name for p in json.loads(exported.stdout)["skills"]] == ["pay"]
+    (kb / "recipes" / "seats.md").rename(kb / "recipes" / "seat-change.md")
+    found = json.loads(run(kb, "search", "change a seat", "--json").stdout)
+    assert found[0]["name"] == "seat-change" and found[0]["path"] == "recipes/seat-change.md"
 
 SMALL = ('[env]\nname = "shop"\noptions = { train = 24, eval = 8, test = 8 }\n'
          '[search]\niterations = 1\nwidth = 2\ndepth = 1\n')

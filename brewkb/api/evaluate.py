@@ -48,6 +48,9 @@ class Column:
     failed_to_run: int = 0
     """Episodes the agent or its endpoint could not run (counted as failures)."""
     first_error: str | None = None
+    # graders' per-episode scores averaged over the episodes when every episode has
+    # them: SpreadsheetBench's ``first_case`` (the paper's metric), ``soft`` and ``hard``
+    scores: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -79,7 +82,20 @@ def _column(label: str, runs: Sequence[Trajectory], recipes: int | None) -> Colu
                   mean_steps_success=round(sum(t.steps for t in wins) / len(wins), 2) if wins else None,
                   llm_calls=sum(int(t.usage.get("calls", 0)) for t in runs),
                   tokens=sum(int(t.usage.get("tokens_in", 0)) + int(t.usage.get("tokens_out", 0)) for t in runs),
-                  recipes=recipes, failed_to_run=len(errors), first_error=errors[0] if errors else None)
+                  recipes=recipes, failed_to_run=len(errors), first_error=errors[0] if errors else None,
+                  scores=_scores(runs))
+
+
+SCORES = ("first_case", "soft", "hard")
+
+
+def _scores(runs: Sequence[Trajectory]) -> dict[str, float]:
+    out = {}
+    for key in SCORES:
+        values = [t.outcome.detail.get(key) for t in runs]
+        if values and all(isinstance(v, int | float) for v in values):
+            out[key] = round(sum(values) / len(values), 4)  # type: ignore[arg-type]
+    return out
 
 
 def _pool(kb: KB, from_run: str | None) -> list[Trajectory]:

@@ -16,7 +16,6 @@ from brewkb.errors import BrewError
 from brewkb.fsutil import write_atomic
 from brewkb.gitstore import parse_trailers
 from brewkb.kb import KB
-from brewkb.recipes import slugify
 from brewkb.refs import NOTES_REF, BrewRef
 from brewkb.search.engine import rebuild
 from brewkb.search.render import mermaid
@@ -137,8 +136,18 @@ def push_run(kb: KB, run: str, remote: str) -> str:
     return kb.store.push(remote, refspecs)
 
 
+def _inside(out: Path, relative: Path) -> Path:
+    """``out / relative``, refused unless it resolves inside ``out`` (links included)."""
+    base = out.resolve()
+    path = (base / relative).resolve()
+    if not path.is_relative_to(base):
+        raise BrewError(f"refusing to write {path}: it is outside {base}; check the recipe's name with `brewkb lint`")
+    return path
+
+
 def export_skills(kb: KB, out: Path, rev: str | None = None) -> list[Path]:
-    """Each recipe as ``out/<name>/SKILL.md`` in the Agent Skills format."""
+    """Each recipe as ``out/<name>/SKILL.md`` in the Agent Skills format; only
+    well-named recipes are exported, and nothing is written outside ``out``."""
     recipes = kb.recipes(rev)
     if not recipes:
         raise BrewError(f"no recipes {'at ' + rev if rev else 'in the working tree'} to export")
@@ -149,17 +158,16 @@ def export_skills(kb: KB, out: Path, rev: str | None = None) -> list[Path]:
         if run:
             view = load_run(kb, run)
             rewards = {c.name: c.final_reward for c in view.changes if c.final_reward is not None}
-    written = []
+    planned = []
     for recipe in recipes:
         metadata = {"source": "brewkb", "source-revision": revision or "working tree",
                     "concept": recipe.concept or recipe.name}
         if recipe.name in rewards:
             metadata["reward"] = f"{rewards[recipe.name]:.4f}"
-        slug = slugify(recipe.name)  # a hand-written name may not be one; a skill's name and folder must be
-        front = {"name": slug, "description": recipe.description.strip(), "metadata": metadata}
+        front = {"name": recipe.name, "description": recipe.description.strip(), "metadata": metadata}
         text = "---\n" + yaml.safe_dump(front, sort_keys=False, allow_unicode=True) + "---\n\n" + \
             recipe.body.strip() + "\n"
-        path = out / slug / "SKILL.md"
+        planned.append((_inside(out, Path(recipe.name) / "SKILL.md"), text))
+    for path, text in planned:  # every destination is checked before anything is written
         write_atomic(path, text)
-        written.append(path)
-    return written
+    return [path for path, _ in planned]

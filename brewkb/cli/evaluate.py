@@ -22,6 +22,8 @@ def table(columns: Sequence[Column]) -> list[str]:
         recipes = "–" if c.recipes is None else str(c.recipes)
         success = f"{c.success_rate:.1%} ({c.ci_low:.0%}–{c.ci_high:.0%})"
         rows.append(f"{c.label[:21]:22}{success:>24}{steps:>14}{c.llm_calls:>11}{c.tokens:>10}{recipes:>9}")
+        if c.scores:
+            rows.append(f"{'':22}" + "  ".join(f"{k.replace('_', '-')} {v:.1%}" for k, v in c.scores.items()))
     return rows
 
 

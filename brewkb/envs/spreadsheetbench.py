@@ -18,11 +18,12 @@ Formulas written without cached values (openpyxl writes none) are recalculated
 first: with headless LibreOffice when ``soffice`` is installed, otherwise with
 the ``formulas`` package; the outcome says which.
 
-The environment's one tool, ``run_python(code)``, runs the agent's code in a
-subprocess (timeout, memory limit) on a temporary copy of the task's first
-input workbook, with ``INPUT_PATH`` and ``OUTPUT_PATH`` in its environment. The
-grader runs the last submitted code on every test case in the same way; input
-files are never modified.
+The environment's one tool, ``run_python(code)``, runs the agent's code in the
+bubblewrap sandbox of ``brewkb.sandbox`` on a private copy of the task's first
+input workbook, with only ``INPUT_PATH`` and ``OUTPUT_PATH`` in its environment.
+The grader runs the last submitted code on every test case in the same way and
+copies the output out without following links; the dataset is never visible to
+the code. Workbooks read or recalculated are memoised by content.
 """
 
 from __future__ import annotations
@@ -30,11 +31,13 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import os
 import random
 import shutil
+import stat
 import subprocess
-import sys
 import tempfile
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,7 +46,7 @@ from typing import Any
 from brewkb.config import EnvConfig
 from brewkb.envs.base import SPLITS, Task
 from brewkb.errors import ConfigError
-from brewkb.subproc import run_capped
+from brewkb.sandbox import Limits, check_mode, run_python
 from brewkb.trajectories import Outcome, Trajectory, tool_calls
 
 __all__ = ["SpreadsheetBench", "load_dataset", "parse_positions", "normalise", "grade_case", "Case"]
@@ -173,22 +176,52 @@ def same(a: Any, b: Any) -> bool:
 Values = dict[str, dict[str, Any]]
 
 
-def _read(path: Path) -> tuple[Values, bool]:
-    """Cached values of every sheet, and whether a formula lacks its value."""
+def _read(path: Path) -> tuple[Values, set[tuple[str, str]], str]:
+    """Cached values of every sheet, the cells whose formula lacks its value, and a
+    digest of the workbook's cell contents (formulas included, file metadata not)."""
     openpyxl = _openpyxl()
     values = openpyxl.load_workbook(path, data_only=True)
     formulas = openpyxl.load_workbook(path, data_only=False)
     out: Values = {}
-    missing = False
+    missing: set[tuple[str, str]] = set()
+    digest = hashlib.sha256()
     for ws in values.worksheets:
         cells = out.setdefault(ws.title, {})
+        raw_sheet = formulas[ws.title]
+        digest.update(repr(ws.title).encode())
         for row in ws.iter_rows():
             for cell in row:
                 cells[cell.coordinate] = cell.value
-                if cell.value is None:
-                    raw = formulas[ws.title][cell.coordinate].value
-                    missing = missing or (isinstance(raw, str) and raw.startswith("="))
-    return out, missing
+                raw = raw_sheet[cell.coordinate].value
+                digest.update(repr((cell.coordinate, raw, cell.value)).encode())
+                if cell.value is None and isinstance(raw, str) and raw.startswith("="):
+                    missing.add((ws.title, cell.coordinate))
+    return out, missing, digest.hexdigest()
+
+
+class _Memo:
+    """A bounded, thread-safe memo: a workbook read or recalculated once (an
+    answer graded for every episode, a solution graded twice) is not read or
+    recalculated again."""
+
+    def __init__(self, size: int = 512) -> None:
+        self.size = size
+        self.entries: dict[str, Any] = {}
+        self.lock = threading.Lock()
+
+    def get(self, key: str) -> Any:
+        with self.lock:
+            return self.entries.get(key)
+
+    def put(self, key: str, entry: Any) -> None:
+        with self.lock:
+            if len(self.entries) >= self.size:
+                self.entries.pop(next(iter(self.entries)))
+            self.entries[key] = entry
+
+
+RECALCULATED = _Memo()  # by cell contents
+READ = _Memo()  # by file bytes
 
 
 def _libreoffice(path: Path, work: Path) -> Path | None:
@@ -215,16 +248,38 @@ def _formulas(path: Path, work: Path) -> Values | None:
     written = next(out.glob("*"), None)
     if written is None:
         return None
-    values, _ = _read(written)
-    return values
+    return _read(written)[0]
 
 
-def workbook_values(path: Path, work: Path) -> tuple[Values, str]:
-    """Cell values of a workbook, recalculated when formulas lack cached values;
-    returns the values and how (``cached``, ``libreoffice``, ``formulas`` or ``uncalculated``)."""
-    values, missing = _read(path)
+def workbook_values(path: Path, work: Path,
+                    positions: Sequence[tuple[str | None, str]] | None = None) -> tuple[Values, str]:
+    """Cell values of a workbook, recalculated when a formula lacks its cached value
+    (only a formula inside ``positions`` counts when they are given; a ``None``
+    sheet is the workbook's first); returns the values (do not modify them: they
+    may be shared) and how (``cached``, ``libreoffice``, ``formulas`` or
+    ``uncalculated``; `` (reused)`` is appended when an earlier recalculation of
+    the same cells is reused)."""
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    read = READ.get(digest)
+    if read is None:
+        read = _read(path)
+        READ.put(digest, read)
+    values, missing, key = read
+    if positions is not None:
+        first = next(iter(values), None)
+        wanted = {(sheet or first, coord) for sheet, cells in positions for coord in expand(cells)}
+        missing = missing & wanted
     if not missing:
         return values, "cached"
+    known = RECALCULATED.get(key)
+    if known is not None:
+        return known[0], f"{known[1]} (reused)"
+    values, method = _recalculate(path, work, values)
+    RECALCULATED.put(key, (values, method))
+    return values, method
+
+
+def _recalculate(path: Path, work: Path, values: Values) -> tuple[Values, str]:
     converted = _libreoffice(path, work)
     if converted is not None:
         return _read(converted)[0], "libreoffice"
@@ -232,6 +287,7 @@ def workbook_values(path: Path, work: Path) -> tuple[Values, str]:
     if computed is None:
         return values, "uncalculated"
     by_upper = {name.upper(): cells for name, cells in computed.items()}
+    values = {sheet: dict(cells) for sheet, cells in values.items()}  # the read values are shared
     for sheet, cells in values.items():  # formulas upper-cases sheet names; keep the originals
         for coord, value in by_upper.get(sheet.upper(), {}).items():
             if cells.get(coord) is None:
@@ -244,12 +300,14 @@ def grade_case(output: Path, answer: Path, position: str, work: Path) -> tuple[b
     if not output.is_file():
         return False, {"reason": "no output workbook was written"}
     try:
-        got, method = workbook_values(output, work)
-        expected, _ = workbook_values(answer, work / "answer")
+        positions = parse_positions(position)
+        expected, _ = workbook_values(answer, work / "answer", positions)
+        first = next(iter(expected), None)
+        resolved = [(sheet or first, cells) for sheet, cells in positions]
+        got, method = workbook_values(output, work, resolved)
     except Exception as exc:  # openpyxl raises many types for a damaged file
         return False, {"reason": f"unreadable workbook: {type(exc).__name__}: {exc}"}
-    first = next(iter(expected), None)
-    for sheet, cells in parse_positions(position):
+    for sheet, cells in resolved:
         name = sheet or first
         if name not in got:
             return False, {"reason": f"sheet {name!r} is missing from the output", "recalc": method}
@@ -261,33 +319,39 @@ def grade_case(output: Path, answer: Path, position: str, work: Path) -> tuple[b
 
 
 # --------------------------------------------------------------- execution
-RUNNER = ("import resource, runpy, sys\n"
-          "limit = int(sys.argv[2]) * 1024 * 1024\n"
-          "resource.setrlimit(resource.RLIMIT_AS, (limit, limit))\n"
-          "sys.argv = sys.argv[1:2]\n"
-          "runpy.run_path(sys.argv[0], run_name='__main__')\n")
-
-
-def run_code(code: str, source: Path, work: Path, *, timeout: float, memory_mb: int) -> tuple[str, Path]:
-    """Run ``code`` on a copy of ``source`` in ``work``; returns the observation
-    text and the output path."""
-    work.mkdir(parents=True, exist_ok=True)
-    inp, out = work / f"input{source.suffix}", work / f"output{source.suffix}"
-    shutil.copyfile(source, inp)
-    out.unlink(missing_ok=True)
-    script = work / "solution.py"
-    script.write_text(code, encoding="utf-8")
-    env = {"INPUT_PATH": str(inp), "OUTPUT_PATH": str(out), "PATH": "/usr/bin:/bin", "HOME": str(work),
-           "PYTHONPATH": ":".join(p for p in sys.path if p)}
-    done = run_capped([sys.executable, "-c", RUNNER, str(script), str(memory_mb)], b"", timeout=timeout,
-                      max_output=200_000, cwd=work, env=env)
+def run_code(code: str, source: Path, work: Path, *, sandbox: str, limits: Limits) -> tuple[str, Path]:
+    """Run ``code`` in the sandbox on a private copy of ``source`` in ``work/job``;
+    returns the observation text and where the output workbook was collected to
+    (``work/output.xlsx``; the file is absent when the code wrote none)."""
+    job = work / "job"
+    if work.exists():
+        shutil.rmtree(work)
+    job.mkdir(parents=True)
+    name = f"input{source.suffix}"
+    shutil.copyfile(source, job / name)
+    done = run_python(code, job, name, mode=sandbox, limits=limits)
+    out = _collect(job / f"output{source.suffix}", work / f"output{source.suffix}")
     parts = [f"exit status: {done.returncode}" if done.problem is None else f"stopped: {done.problem}"]
     if done.stdout:
         parts.append("stdout:\n" + done.stdout.decode("utf-8", "replace")[-4000:])
     if done.stderr:
         parts.append("stderr:\n" + done.stderr.decode("utf-8", "replace")[-4000:])
-    parts.append("OUTPUT_PATH written" if out.is_file() else "OUTPUT_PATH not written")
+    parts.append("OUTPUT_PATH written" if out.is_file() else "OUTPUT_PATH not written (or not a regular file)")
     return "\n".join(parts), out
+
+
+def _collect(written: Path, dest: Path) -> Path:
+    """Copy the code's output out of its folder; a symlink or anything but a
+    regular file is not an output (it could point at the answer or a host file)."""
+    try:
+        fd = os.open(written, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return dest
+    with os.fdopen(fd, "rb") as src:
+        if stat.S_ISREG(os.fstat(src.fileno()).st_mode):
+            with dest.open("wb") as out:
+                shutil.copyfileobj(src, out)
+    return dest
 
 
 def _digest(path: Path) -> str:
@@ -303,7 +367,7 @@ class _Session:
         if name != "run_python" or not isinstance(arguments.get("code"), str):
             return "Error: the only tool is run_python(code: str)"
         observation, _ = run_code(arguments["code"], self.task.cases[0].input, self.work / "session",
-                                  timeout=self.env.timeout, memory_mb=self.env.memory_mb)
+                                  sandbox=self.env.sandbox, limits=self.env.limits)
         return observation
 
 
@@ -313,10 +377,11 @@ class SpreadsheetBench:
     name = "spreadsheetbench"
 
     def __init__(self, root: Path, *, seed: int = 0, fractions: tuple[float, float] = (0.5, 0.2),
-                 timeout: float = 60.0, memory_mb: int = 2048) -> None:
+                 limits: Limits = Limits(), sandbox: str = "bwrap") -> None:
+        check_mode(sandbox)
         self.root = root
         self.sheet_tasks = {t.id: t for t in load_dataset(root)}
-        self.timeout, self.memory_mb = timeout, memory_mb
+        self.limits, self.sandbox = limits, sandbox
         ids = sorted(self.sheet_tasks)
         random.Random(seed).shuffle(ids)
         n_train, n_eval = round(len(ids) * fractions[0]), round(len(ids) * fractions[1])
@@ -331,11 +396,13 @@ class SpreadsheetBench:
         opts = config.options
         return cls((root / config.data).resolve(), seed=config.seed,
                    fractions=(float(opts.get("train", 0.5)), float(opts.get("eval", 0.2))),
-                   timeout=float(opts.get("timeout", 60.0)), memory_mb=int(opts.get("memory_mb", 2048)))
+                   limits=Limits(timeout=float(opts.get("timeout", 60.0)), memory_mb=int(opts.get("memory_mb", 2048)),
+                                 processes=int(opts.get("processes", 64))),
+                   sandbox=str(opts.get("sandbox", "bwrap")))
 
     def describe(self) -> dict[str, Any]:
         """The seeded split, for the run's manifest."""
-        return {"name": self.name, "data": str(self.root),
+        return {"name": self.name, "data": str(self.root), "sandbox": self.sandbox,
                 "splits": {s: sorted(i for i, sp in self.split_of.items() if sp == s) for s in SPLITS}}
 
     def tasks(self, split: str) -> list[Task]:
@@ -358,15 +425,14 @@ class SpreadsheetBench:
         codes = [(c.args() or {}).get("code") for c in tool_calls(trajectory.messages) if c.name == "run_python"]
         code = next((c for c in reversed(codes) if isinstance(c, str)), None)
         if code is None:
-            return Outcome(False, 0.0, {"reason": "no run_python call: nothing to grade"})
+            return Outcome(False, 0.0, {"reason": "no run_python call: nothing to grade", "sandbox": self.sandbox})
         before = [_digest(c.input) for c in sheet.cases]
         results = []
         with tempfile.TemporaryDirectory(prefix="brewkb-grade-") as tmp:
             for n, case in enumerate(sheet.cases):
                 work = Path(tmp) / f"case{n}"
-                observation, output = run_code(code, case.input, work, timeout=self.timeout,
-                                               memory_mb=self.memory_mb)
-                ok, detail = grade_case(output, case.answer, sheet.answer_position, work)
+                observation, output = run_code(code, case.input, work, sandbox=self.sandbox, limits=self.limits)
+                ok, detail = grade_case(output, case.answer, sheet.answer_position, work / "recalc")
                 results.append({"case": n + 1, "passed": ok, **detail,
                                 **({} if ok else {"run": observation[-500:]})})
         if [_digest(c.input) for c in sheet.cases] != before:  # guards the dataset itself
@@ -375,7 +441,8 @@ class SpreadsheetBench:
         soft = passed / len(results)
         methods = sorted({r.get("recalc", "cached") for r in results})
         return Outcome(passed == len(results), round(soft, 4), {
-            "soft": round(soft, 4), "hard": float(passed == len(results)), "cases": results, "recalc": methods})
+            "soft": round(soft, 4), "hard": float(passed == len(results)), "first_case": float(results[0]["passed"]),
+            "cases": results, "recalc": methods, "sandbox": self.sandbox})
 
     def relabel_task(self, task: Task, actions: Sequence[tuple[str, Mapping[str, Any]]], text: str) -> Task | None:
         return None  # a free-form task has no answer workbook to grade against
