@@ -24,16 +24,28 @@ over each recipe's whole text, as Tantivy does per field.
 Then compares the hybrid-KB path of the search (one MultiIndex per iteration)
 with a fresh index per hybrid KB (skipped with ``--json``).
 
+``--airline`` instead runs the pipeline (import → reflect → concepts →
+integrate, offline backend) on the tau-bench airline conversations in a
+temporary KB and prints, for each concept's recipe and each of its tasks' texts
+(what the search's R_ret ranks it on), the MRR among the distilled recipes:
+micro (over task–recipe pairs) and macro (over recipes), for brewkb's default
+boosts, for the per-field weighting of index schema 1, for text-only BM25 and
+for bm25s over each recipe's whole text.
+
     python bench/retrieval.py [--sizes 1000,30000] [--queries 300] [--reps 3] [--json]
+    python bench/retrieval.py --airline [--json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -42,8 +54,11 @@ import bm25s
 import numpy as np
 from rank_bm25 import BM25Okapi
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from brewkb.config import Boosts  # noqa: E402
 from brewkb.index import MultiIndex, RecipeIndex, analyze  # noqa: E402
+from brewkb.kb import KB  # noqa: E402
 from brewkb.recipes import Recipe, build_body  # noqa: E402
 
 SYLLABLES = ["ka", "lo", "mi", "ner", "tos", "vel", "ur", "pi", "sha", "dro", "en", "qua", "rix", "bel",
@@ -222,6 +237,57 @@ def bench_hybrids(concepts: int = 25, per_concept: int = 3, seed: int = 1) -> No
     print(f"  same top-1: {same1:.1%}   same top-3 (order included): {same3:.1%}   (shared document frequencies)")
 
 
+AIRLINE = ROOT.parent / "shared" / "data" / "tau-bench-airline" / "gpt-4o-trajectories.json"
+SCHEMA_1 = Boosts(text=0, summary=0, name=2, concept=3, aliases=2, description=3, tags=1.5, body=1)
+
+
+def airline_kb(root: Path) -> tuple[list[Recipe], list[tuple[str, str]]]:
+    """Recipes distilled from the airline conversations, and (recipe, task text) pairs."""
+    env = {**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@b", "GIT_COMMITTER_NAME": "b",
+           "GIT_COMMITTER_EMAIL": "b@b"}
+    brewkb = [sys.executable, "-m", "brewkb"]
+    subprocess.run([*brewkb, "init", str(root)], check=True, capture_output=True, env=env)
+    for step in (["git", "add", "-A"], ["git", "commit", "-qm", "init"],
+                 [*brewkb, "import", str(AIRLINE), "--format", "tau-bench", "--run", "air"],
+                 [*brewkb, "reflect", "air"], [*brewkb, "concepts", "air"], [*brewkb, "integrate", "air", "--write"]):
+        subprocess.run(step, cwd=root, check=True, capture_output=True, env=env)
+    concepts = json.loads((root / "runs" / "air" / "concepts.json").read_text())["concepts"]
+    texts = {}
+    for line in (root / "runs" / "air" / "rollouts.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        texts[row["task_id"]] = row["task"]
+    pairs = [(c["slug"], texts[t]) for c in concepts for t in c["q_train"] + c["q_eval"] if t in texts]
+    return KB.open(root).recipes(), pairs
+
+
+def bench_airline() -> dict[str, dict[str, float]]:
+    with tempfile.TemporaryDirectory() as tmp:
+        recipes, pairs = airline_kb(Path(tmp) / "kb")
+    names = [r.name for r in recipes]
+    okapi = bm25s.BM25(k1=1.2, b=0.75)
+    okapi.index([analyze(full_text(r)) for r in recipes], show_progress=False)
+
+    def bm25s_rank(name: str, text: str) -> int:
+        docs, _ = okapi.retrieve([analyze(text)], k=len(names), show_progress=False, n_threads=0)
+        order = [names[i] for i in docs[0]]
+        return order.index(name) + 1
+
+    systems: dict[str, Callable[[str, str], int]] = {"bm25s": bm25s_rank}
+    for label, boosts in (("brewkb", Boosts()), ("brewkb schema-1 boosts", SCHEMA_1),
+                          ("brewkb text only", Boosts(summary=0))):
+        systems[label] = RecipeIndex.build(recipes, boosts).rank
+    out = {}
+    for label, rank in systems.items():
+        per: dict[str, list[float]] = {}
+        for name, text in pairs:
+            place = rank(name, text)
+            per.setdefault(name, []).append(1 / place if place else 0.0)
+        out[label] = {"mrr_micro": round(statistics.mean(v for vs in per.values() for v in vs), 4),
+                      "mrr_macro": round(statistics.mean(statistics.mean(vs) for vs in per.values()), 4),
+                      "pairs": len(pairs), "recipes": len(recipes)}
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1000,30000")
@@ -229,7 +295,14 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--rank-bm25-queries", type=int, default=40)
     parser.add_argument("--json", action="store_true", help="print one JSON object and nothing else")
+    parser.add_argument("--airline", action="store_true", help="MRR on the tau-bench airline task texts")
     args = parser.parse_args()
+    if args.airline:
+        figures = bench_airline()
+        print(json.dumps({"airline": figures}, indent=1) if args.json else "\n".join(
+            f"{label:24} MRR micro {f['mrr_micro']:.3f}  macro {f['mrr_macro']:.3f}  "
+            f"({f['pairs']} task-recipe pairs, {f['recipes']} recipes)" for label, f in figures.items()))
+        return
     log = (lambda s: print(s, file=sys.stderr, flush=True)) if args.json else print
     sizes = {str(n): bench_size(n, args.queries, args.reps, args.rank_bm25_queries, log)
              for n in (int(s) for s in args.sizes.split(","))}
