@@ -178,3 +178,59 @@ def test_mcp_round_trip(make_repo: MakeRepo) -> None:
     assert [r["name"] for r in found["result"]] == ["export-as-pdf", "print-document"]
     assert recipe_text_ == render_recipe(KB_RECIPES[2])
     assert missing_is_error
+
+
+# A stray query word in another recipe's short description must not outscore
+# several words of the right recipe's body.
+AIRLINE_LIKE = [
+    Recipe(name="baggage-allowance", description="Tell a passenger how many bags they may check.",
+           concept="Baggage allowance",
+           body=build_body([("How to perform", "1. `get_user_details(user_id)` for the membership tier\n"
+                             "2. Count free checked bags per cabin: regular members get none in basic economy, "
+                             "silver members one extra, gold members two extra"),
+                            ("Pitfalls", "Each extra bag costs 50 dollars; never waive the fee.")])),
+    Recipe(name="change-flight", concept="Flight change",
+           description="Move a reservation to another flight and charge the fare difference to a member's card.",
+           body=build_body([("How to perform", "1. `search_direct_flight(origin, destination, date)`\n"
+                             "2. `update_reservation_flights(reservation_id, cabin, flights, payment_id)`")])),
+    Recipe(name="cancel-reservation", description="Cancel a reservation and refund it when the policy allows.",
+           concept="Reservation cancellation",
+           body=build_body([("How to perform", "1. Check the cancellation reason and insurance\n"
+                             "2. `cancel_reservation(reservation_id)`")])),
+    Recipe(name="gold-upgrade", description="Free cabin upgrade for gold passengers.", concept="Upgrades",
+           body=build_body([("How to perform", "1. `update_reservation_flights(reservation_id, cabin, flights, "
+                             "payment_id)` with the new cabin")])),
+]
+SCHEMA_1 = Boosts(text=0.0, summary=0.0, name=2.0, concept=3.0, aliases=2.0, description=3.0, tags=1.5, body=1.0)
+
+
+@pytest.mark.parametrize(("query", "expected"), [
+    ("never waive the fee for gold", ["baggage-allowance", "gold-upgrade"]),  # body words + 1 description word
+    ("fee for an extra bag, member card charge", ["baggage-allowance", "change-flight"]),
+    ("check insurance reason card", ["cancel-reservation", "change-flight", "baggage-allowance"]),
+    ("silver members extra checked bags", ["baggage-allowance", "change-flight", "cancel-reservation"]),
+])
+def test_body_words_beat_a_stray_description_word(query: str, expected: list[str]) -> None:
+    index = RecipeIndex.build(AIRLINE_LIKE)
+    assert [h.name for h in retrieve(index, query, 3)] == expected
+    assert index.rank(expected[0], query) == 1
+    # the per-field weighting of index schema 1 (still configurable) ranks the
+    # first three the other way round
+    old = RecipeIndex.build(AIRLINE_LIKE, SCHEMA_1)
+    assert (old.rank(expected[0], query) == 1) == (query.startswith("silver"))
+
+
+def test_rank_agrees_with_search_and_ignores_non_members() -> None:
+    index = RecipeIndex.build(AIRLINE_LIKE)
+    query = "flights payment origin"
+    names = [h.name for h in retrieve(index, query, len(index))]
+    assert names == ["change-flight", "gold-upgrade"]
+    assert [index.rank(n, query) for n in names] == [1, 2]
+    assert index.rank("baggage-allowance", query) == 0  # not matched
+    assert index.rank("no-such-recipe", query) == 0
+    base = {r.name: r for r in AIRLINE_LIKE}
+    moved = AIRLINE_LIKE[3].replace(description="Upgrades for gold passengers.", body="Nothing about that.")
+    multi = MultiIndex(base, {"c": ("gold-upgrade", moved)})
+    assert multi.rank("gold-upgrade", "new cabin", candidate=None) == 1
+    assert multi.rank("gold-upgrade", "new cabin", candidate="c") == 0  # its candidate does not match
+    assert multi.hybrid("c").rank("change-flight", "cabin") == 1
