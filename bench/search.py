@@ -18,6 +18,7 @@ episodes rollout reuse saved.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import subprocess
 import sys
 import tempfile
@@ -145,7 +146,7 @@ def bench(concepts: int, iterations: int) -> None:
         store, expander, evaluator, roots = setup(Path(tmp) / "kb", concepts)
         OUTSIDE = OUTSIDE_CPU = 0.0
         start, start_cpu = time.perf_counter(), time.process_time()
-        result = search(SearchSpec(iterations=iterations), store, expander, evaluator, roots)
+        result = asyncio.run(search(SearchSpec(iterations=iterations), store, expander, evaluator, roots))
         total, total_cpu = time.perf_counter() - start, time.process_time() - start_cpu
         nodes = sum(len(t.nodes) for t in result.trees.values())
         start = time.perf_counter()
