@@ -29,8 +29,9 @@ integrate, offline backend) on the tau-bench airline conversations in a
 temporary KB and prints, for each concept's recipe and each of its tasks' texts
 (what the search's R_ret ranks it on), the MRR among the distilled recipes:
 micro (over task–recipe pairs) and macro (over recipes), for brewkb's default
-boosts, for the per-field weighting of index schema 1, for text-only BM25 and
-for bm25s over each recipe's whole text.
+boosts, for the per-field weighting of index schema 1, for text-only BM25, for
+bm25s over each recipe's whole text, and for brewkb fused with the offline
+embedder (hashed character n-grams) by reciprocal rank fusion.
 
     python bench/retrieval.py [--sizes 1000,30000] [--queries 300] [--reps 3] [--json]
     python bench/retrieval.py --airline [--json]
@@ -59,7 +60,8 @@ sys.path.insert(0, str(ROOT))
 from brewkb.config import Boosts  # noqa: E402
 from brewkb.index import MultiIndex, RecipeIndex, analyze  # noqa: E402
 from brewkb.kb import KB  # noqa: E402
-from brewkb.recipes import Recipe, build_body  # noqa: E402
+from brewkb.llm.embed import hashed_ngram_embeddings  # noqa: E402
+from brewkb.recipes import Recipe, build_body, render_recipe  # noqa: E402
 
 SYLLABLES = ["ka", "lo", "mi", "ner", "tos", "vel", "ur", "pi", "sha", "dro", "en", "qua", "rix", "bel",
              "ton", "ga", "fi", "mor", "sel", "tre", "zu", "ap", "wen", "cor", "li", "das", "em", "or"]
@@ -276,6 +278,20 @@ def bench_airline() -> dict[str, dict[str, float]]:
     for label, boosts in (("brewkb", Boosts()), ("brewkb schema-1 boosts", SCHEMA_1),
                           ("brewkb text only", Boosts(summary=0))):
         systems[label] = RecipeIndex.build(recipes, boosts).rank
+    index = RecipeIndex.build(recipes)
+    vectors = hashed_ngram_embeddings([render_recipe(r) for r in recipes])
+
+    def fused_rank(name: str, text: str) -> int:
+        """Reciprocal rank fusion (k=60) of brewkb's ranking and the offline embedder's."""
+        lexical = [h.name for h in index.search(text, len(names))]
+        dense = [names[i] for i in np.argsort(-(vectors @ hashed_ngram_embeddings([text])[0]), kind="stable")]
+        fused: dict[str, float] = {}
+        for ranking in (lexical, dense):
+            for place, n in enumerate(ranking, start=1):
+                fused[n] = fused.get(n, 0.0) + 1 / (60 + place)
+        return sorted(fused, key=lambda n: -fused[n]).index(name) + 1
+
+    systems["brewkb + offline embedder, RRF"] = fused_rank
     out = {}
     for label, rank in systems.items():
         per: dict[str, list[float]] = {}
@@ -300,7 +316,7 @@ def main() -> None:
     if args.airline:
         figures = bench_airline()
         print(json.dumps({"airline": figures}, indent=1) if args.json else "\n".join(
-            f"{label:24} MRR micro {f['mrr_micro']:.3f}  macro {f['mrr_macro']:.3f}  "
+            f"{label:32} MRR micro {f['mrr_micro']:.3f}  macro {f['mrr_macro']:.3f}  "
             f"({f['pairs']} task-recipe pairs, {f['recipes']} recipes)" for label, f in figures.items()))
         return
     log = (lambda s: print(s, file=sys.stderr, flush=True)) if args.json else print
