@@ -144,6 +144,8 @@ class _Searchable:
     _order: list[tuple[str, str]] | None = None
     _doc_of: dict[tuple[str, str], int]
     _parsed: dict[str, tantivy.Query | None]
+    _looked: dict[int, tuple[tantivy.Query, int, list[tuple[float, tantivy.DocAddress]]]]
+    _look_ahead = 0
 
     def _text_query(self, text: str) -> tantivy.Query | None:
         # The search asks the same task texts of many hybrid KBs: build each query once.
@@ -173,12 +175,25 @@ class _Searchable:
             self._searcher = self._index.searcher()
         return self._searcher
 
+    def _hits(self, query: tantivy.Query, limit: int) -> list[tuple[float, tantivy.DocAddress]]:
+        # The search ranks a candidate (``rank``) right after taking its top k for
+        # the same text: in a MultiIndex one look at the first FIRST_LOOK serves both.
+        seen = self._looked.get(id(query))
+        if seen is not None and seen[0] is query and (seen[1] >= limit or len(seen[2]) < seen[1]):
+            return seen[2][:limit]
+        want = max(limit, self._look_ahead)
+        hits = self._searcher_now().search(query, want, count=False).hits
+        if len(self._looked) >= 4096:
+            self._looked.clear()
+        self._looked[id(query)] = (query, want, hits)
+        return hits[:limit]
+
     def _search(self, query: tantivy.Query, limit: int) -> list[tuple[float, str, str]]:
-        searcher = self._searcher_now()
-        hits = searcher.search(query, limit, count=False).hits
+        hits = self._hits(query, limit)
         if self._order is not None:
             order = self._order
             return [(score, *order[address.doc]) for score, address in hits]
+        searcher = self._searcher_now()
         found = []
         for score, address in hits:
             doc = searcher.doc(address)
@@ -189,16 +204,16 @@ class _Searchable:
         """1-based place of the document ``key`` among ``total`` for ``query`` (0: not matched)."""
         if query is None:
             return 0
-        searcher = self._searcher_now()
         limit = FIRST_LOOK
         while True:
-            hits = searcher.search(query, min(limit, total), count=False).hits
+            hits = self._hits(query, min(limit, total))
             if self._order is not None:
                 target = self._doc_of[key]
                 for place, (_, address) in enumerate(hits, start=1):
                     if address.doc == target:
                         return place
             else:
+                searcher = self._searcher_now()
                 for place, (_, address) in enumerate(hits, start=1):
                     doc = searcher.doc(address)
                     if (doc.get_first("slot"), doc.get_first("variant")) == key:
@@ -228,7 +243,7 @@ class RecipeIndex(_Searchable):
     def __init__(self, index: tantivy.Index, recipes: Sequence[Recipe], boosts: Boosts) -> None:
         self._index = index
         self._boosts = _boost_map(boosts)
-        self._parsed = {}
+        self._parsed, self._looked = {}, {}
         self.recipes = {r.name: r for r in recipes}
         self._remember_order([(r.name, BASE) for r in recipes])
 
@@ -287,12 +302,14 @@ class MultiIndex(_Searchable):
     document; ``candidate=None`` ranks the base KB.
     """
 
+    _look_ahead = FIRST_LOOK
+
     def __init__(self, base: dict[str, Recipe], candidates: dict[str, tuple[str, Recipe]],
                  boosts: Boosts = Boosts()) -> None:
         if BASE in candidates:
             raise IndexError_(f"{BASE!r} is reserved and cannot be a candidate id")
         self._boosts = _boost_map(boosts)
-        self._parsed = {}
+        self._parsed, self._looked = {}, {}
         self._scoped: dict[tuple[str, str | None], tantivy.Query] = {}
         self.base = dict(base)
         self.candidates = dict(candidates)
