@@ -146,7 +146,7 @@ class Boosts:
     over that part alone (0 leaves a field out of the index and the query)."""
 
     text: float = field(default=1.0, metadata=_min(0.0))
-    summary: float = field(default=0.2, metadata=_min(0.0))
+    summary: float = field(default=0.0, metadata=_min(0.0))
     name: float = field(default=0.0, metadata=_min(0.0))
     concept: float = field(default=0.0, metadata=_min(0.0))
     aliases: float = field(default=0.0, metadata=_min(0.0))

@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -158,14 +159,16 @@ class _Searchable:
 
     def _terms_query(self, terms: list[str]) -> tantivy.Query | None:
         # Index terms go straight into term queries: no user text is ever parsed
-        # as query syntax, and building is cheaper than Tantivy's query parser.
+        # as query syntax, and building is cheaper than Tantivy's query parser. A
+        # repeated term is one clause with its count as a factor: the same score
+        # for one walk of its postings.
+        counts = Counter(terms)
         clauses = []
         term_query, boost_query, should = tantivy.Query.term_query, tantivy.Query.boost_query, tantivy.Occur.Should
         for field, boost in self._boosts.items():
-            if boost == 1.0:
-                clauses += [(should, term_query(_SCHEMA, field, term)) for term in terms]
-            else:
-                clauses += [(should, boost_query(term_query(_SCHEMA, field, term), boost)) for term in terms]
+            for term, count in counts.items():
+                query, weight = term_query(_SCHEMA, field, term), boost * count
+                clauses.append((should, query if weight == 1.0 else boost_query(query, weight)))
         if not clauses:
             return None
         return clauses[0][1] if len(clauses) == 1 else tantivy.Query.boolean_query(clauses)

@@ -77,7 +77,7 @@ def test_mrr_by_hand() -> None:
 
 
 def test_render_context_respects_the_budget(index: RecipeIndex) -> None:
-    hits = retrieve(index, "export a report as pdf, then print", 3)
+    hits = retrieve(index, "export my report as a pdf file and print it", 3)
     full = render_context(hits, budget_tokens=10_000)
     assert full.index("## Recipe: export-as-pdf") < full.index("## Recipe: print-document")
     assert "`export(doc, format='pdf')`" in full
@@ -208,7 +208,7 @@ SCHEMA_1 = Boosts(text=0.0, summary=0.0, name=2.0, concept=3.0, aliases=2.0, des
     ("never waive the fee for gold", ["baggage-allowance", "gold-upgrade"]),  # body words + 1 description word
     ("fee for an extra bag, member card charge", ["baggage-allowance", "change-flight"]),
     ("check insurance reason card", ["cancel-reservation", "change-flight", "baggage-allowance"]),
-    ("silver members extra checked bags", ["baggage-allowance", "change-flight", "cancel-reservation"]),
+    ("silver members extra checked bags", ["baggage-allowance", "cancel-reservation", "change-flight"]),
 ])
 def test_body_words_beat_a_stray_description_word(query: str, expected: list[str]) -> None:
     index = RecipeIndex.build(AIRLINE_LIKE)
