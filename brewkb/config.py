@@ -275,7 +275,11 @@ def parse_config(text: str, source: str = CONFIG_FILE) -> Config:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{source}: not valid TOML ({exc}); fix the syntax") from None
-    return _build(Config, data, "")
+    config = _build(Config, data, "")
+    if not any(dataclasses.astuple(config.retrieval.boosts)):
+        raise ConfigError("retrieval.boosts: every boost is 0, so no recipe could ever be found; "
+                          "set retrieval.boosts.text = 1")
+    return config
 
 
 def load_config(root: Path, environ: typing.Mapping[str, str] | None = None) -> Config:
