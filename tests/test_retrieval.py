@@ -134,6 +134,24 @@ def test_search_cli(make_repo: MakeRepo) -> None:
     assert text.strip() == "No recipe matches."
 
 
+def test_search_cli_follows_the_configured_boosts(make_repo: MakeRepo) -> None:
+    root = _kb(make_repo)
+
+    def search(query: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "brewkb", "search", query, "--json"],
+                              cwd=root, capture_output=True, text=True)
+
+    assert [d["name"] for d in json.loads(search("pdf").stdout)] == ["export-as-pdf", "print-document"]
+    # the body alone: "pdf" four times in print-document's pitfalls; the cached
+    # whole-text index of the same recipes is not served for other boosts
+    (root / "brewkb.toml").write_text("[retrieval.boosts]\ntext = 0\nbody = 1\n")
+    assert [d["name"] for d in json.loads(search("pdf").stdout)] == ["print-document", "export-as-pdf"]
+    (root / "brewkb.toml").write_text("[retrieval.boosts]\ntext = 0\n")
+    failed = search("pdf")
+    assert failed.returncode == 1 and "Traceback" not in failed.stderr
+    assert "retrieval.boosts: every boost is 0" in failed.stderr and failed.stderr.count("\n") == 1
+
+
 def _policy_recipes() -> list[Recipe]:
     text = (AIRLINE / "policy.md").read_text()
     sections = re.split(r"(?m)^## ", text)[1:]
