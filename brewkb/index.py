@@ -120,7 +120,9 @@ def _new_index(path: Path | None) -> tantivy.Index:
 
 
 def _write(index: tantivy.Index, docs: Iterable[tantivy.Document]) -> None:
-    writer = index.writer(heap_size=15_000_000, num_threads=1)
+    # One segment, written in insertion order, lets a hit's address name its document
+    # (see `_remember_order`); the arena grows only as far as the documents need.
+    writer = index.writer(heap_size=1_000_000_000, num_threads=1)
     for doc in docs:
         writer.add_document(doc)
     writer.commit()
