@@ -3,13 +3,16 @@
 Runs EG-MCTS with an instant fake agent and an instant rule-based backend at the
 paper's size (25 concepts x 10 iterations x 3 candidates, about 750 nodes) and
 at 1,000 concepts (about 30,000 nodes), and prints the engine's milliseconds
-per node: wall time minus the time spent inside the agent, the grader and the
-backend (which stand for episodes and LLM calls). Also prints the time to
+per node, wall and CPU: time minus the time spent inside the agent, the grader
+and the backend (which stand for episodes and LLM calls). The KB size (concepts)
+and the node count (which grows with iterations) are set apart, so
+``--concepts 1000 --iterations 3,10`` shows how the cost per node moves with
+the number of nodes at one KB size. Also prints the time to
 rebuild the trees from git (what `refine --resume` does first), and, on the
 shop world with the scripted agent and the offline backend, how many agent
 episodes rollout reuse saved.
 
-    python bench/search.py [--concepts 25,1000] [--iterations 10]
+    python bench/search.py [--concepts 25,1000] [--iterations 10] [--no-shop]
 """
 
 from __future__ import annotations
@@ -43,16 +46,18 @@ from brewkb.search.store import SearchStore  # noqa: E402
 from brewkb.trajectories import Outcome, Trajectory  # noqa: E402
 
 WORDS = "alpha beta gamma delta epsilon zeta theta kappa lambda sigma omega orbit comet nova pulse".split()
-OUTSIDE = 0.0  # seconds spent in the agent, the grader and the backend
+OUTSIDE = 0.0  # wall seconds spent in the agent, the grader and the backend
+OUTSIDE_CPU = 0.0  # their CPU seconds (this process)
 
 
 class Clock:
     def __enter__(self) -> None:
-        self.t = time.perf_counter()
+        self.t, self.c = time.perf_counter(), time.process_time()
 
     def __exit__(self, *exc: object) -> None:
-        global OUTSIDE
+        global OUTSIDE, OUTSIDE_CPU
         OUTSIDE += time.perf_counter() - self.t
+        OUTSIDE_CPU += time.process_time() - self.c
 
 
 def words(i: int) -> str:
@@ -136,21 +141,23 @@ def setup(root: Path, concepts: int) -> tuple[SearchStore, Expander, Evaluator, 
 
 
 def bench(concepts: int, iterations: int) -> None:
-    global OUTSIDE
+    global OUTSIDE, OUTSIDE_CPU
     with tempfile.TemporaryDirectory() as tmp:
         store, expander, evaluator, roots = setup(Path(tmp) / "kb", concepts)
-        OUTSIDE = 0.0
-        start = time.perf_counter()
+        OUTSIDE = OUTSIDE_CPU = 0.0
+        start, start_cpu = time.perf_counter(), time.process_time()
         result = asyncio.run(search(SearchSpec(iterations=iterations), store, expander, evaluator, roots))
-        total = time.perf_counter() - start
+        total, total_cpu = time.perf_counter() - start, time.process_time() - start_cpu
         nodes = sum(len(t.nodes) for t in result.trees.values())
         start = time.perf_counter()
         state = rebuild(store, sorted(roots))
         resume = time.perf_counter() - start
         assert sum(len(t.nodes) for t in state.trees.values()) == nodes
     engine = (total - OUTSIDE) / nodes * 1000
-    print(f"{concepts:>5} concepts x {iterations} iterations: {nodes} nodes in {total:.1f} s; "
-          f"agent+grader+backend {OUTSIDE:.1f} s; engine {engine:.2f} ms/node; rebuild from git {resume:.2f} s")
+    engine_cpu = (total_cpu - OUTSIDE_CPU) / nodes * 1000
+    print(f"KB of {concepts:>5} recipes x {iterations:>2} iterations: {nodes:>6} nodes in {total:.1f} s "
+          f"(CPU {total_cpu:.1f} s); agent+grader+backend {OUTSIDE:.1f} s; engine {engine:.2f} ms/node wall, "
+          f"{engine_cpu:.2f} ms/node CPU; rebuild from git {resume:.2f} s", flush=True)
 
 
 def shop_reuse() -> None:
@@ -172,11 +179,15 @@ def shop_reuse() -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--concepts", default="25,1000")
-    parser.add_argument("--iterations", type=int, default=10)
+    parser.add_argument("--iterations", default="10",
+                        help="comma-separated; nodes grow with iterations at a fixed KB size")
+    parser.add_argument("--no-shop", action="store_true", help="skip the shop-world reuse figure")
     args = parser.parse_args()
     for n in (int(c) for c in args.concepts.split(",")):
-        bench(n, args.iterations)
-    shop_reuse()
+        for iterations in (int(i) for i in args.iterations.split(",")):
+            bench(n, iterations)
+    if not args.no_shop:
+        shop_reuse()
 
 
 if __name__ == "__main__":

@@ -146,12 +146,18 @@ class ExecutorConfig:
 
 @dataclass(frozen=True)
 class Boosts:
-    name: float = field(default=2.0, metadata=_min(0.0))
-    concept: float = field(default=3.0, metadata=_min(0.0))
-    aliases: float = field(default=2.0, metadata=_min(0.0))
-    description: float = field(default=3.0, metadata=_min(0.0))
-    tags: float = field(default=1.5, metadata=_min(0.0))
-    body: float = field(default=1.0, metadata=_min(0.0))
+    """Weights of BM25 scores added up: ``text`` over the whole recipe,
+    ``summary`` over its name, concept, aliases and description, each other
+    over that part alone (0 leaves a field out of the index and the query)."""
+
+    text: float = field(default=1.0, metadata=_min(0.0))
+    summary: float = field(default=0.0, metadata=_min(0.0))
+    name: float = field(default=0.0, metadata=_min(0.0))
+    concept: float = field(default=0.0, metadata=_min(0.0))
+    aliases: float = field(default=0.0, metadata=_min(0.0))
+    description: float = field(default=0.0, metadata=_min(0.0))
+    tags: float = field(default=0.0, metadata=_min(0.0))
+    body: float = field(default=0.0, metadata=_min(0.0))
 
 
 @dataclass(frozen=True)
@@ -274,7 +280,11 @@ def parse_config(text: str, source: str = CONFIG_FILE) -> Config:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{source}: not valid TOML ({exc}); fix the syntax") from None
-    return _build(Config, data, "")
+    config = _build(Config, data, "")
+    if not any(dataclasses.astuple(config.retrieval.boosts)):
+        raise ConfigError("retrieval.boosts: every boost is 0, so no recipe could ever be found; "
+                          "set retrieval.boosts.text = 1")
+    return config
 
 
 def load_config(root: Path, environ: typing.Mapping[str, str] | None = None) -> Config:

@@ -1,30 +1,37 @@
 """The one module that imports tantivy: a BM25 index over recipes.
 
-Fields: ``name`` (raw, stored), ``name_words`` (the name's words, so
-``export-as-pdf`` matches "export pdf"), ``concept``, ``aliases``,
-``description``, ``tags`` and ``body``, all with an English analyzer
-(lowercase, ASCII folding, stopwords, Porter stemming). Scores are BM25 per
-field, multiplied by the field's boost and summed over fields and terms.
+Fields: ``name`` (raw, stored), ``text`` (the whole recipe: name words,
+concept, aliases, description, tags and body, as one BM25 document),
+``summary`` (what the recipe says it is for: name words, concept, aliases and
+description), and the parts on their own: ``name_words`` (the name's words, so ``export-as-pdf``
+matches "export pdf"), ``concept``, ``aliases``, ``description``, ``tags``,
+``body``; all with an English analyzer (lowercase, ASCII folding, stopwords,
+Porter stemming). A score is the BM25 of the whole text times its boost, plus
+the summary's and each part's own BM25 times its (small) boost; a field whose
+boost is 0 is neither indexed nor queried. Scoring the whole text as one document keeps one
+stray query word in another recipe's short description from outscoring many
+words of the right recipe's body.
 
-User text is reduced to its lowercase words before it reaches Tantivy's query
-parser, so no input (``AND``, ``(x``, ``foo:bar``, ``""``) can raise or be read
-as query syntax.
+User text is reduced to its index terms, which become term queries: no input
+(``AND``, ``(x``, ``foo:bar``, ``""``) can raise or be read as query syntax.
 
 ``RecipeIndex`` holds one KB. ``MultiIndex`` holds a base KB plus many
 candidate documents and answers for any *hybrid* KB (the base with one
 concept's document replaced by one candidate) without building an index per
 hybrid; document frequencies are then shared by all hybrids of the index (see
-``bench/retrieval.py`` for how often that changes a ranking).
+``bench/retrieval.py`` for how often that changes a ranking). ``rank`` gives a
+document's place in a ranking without building ``Hit`` objects.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import tempfile
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import tantivy
@@ -35,13 +42,13 @@ from brewkb.recipes import Recipe
 
 __all__ = ["Hit", "RecipeIndex", "MultiIndex", "HybridView", "analyze", "SCHEMA_VERSION"]
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
 TOKENIZER = "brew_en"
-TEXT_FIELDS = ("name_words", "concept", "aliases", "description", "tags", "body")
-_BOOST_OF = {"name_words": "name", "concept": "concept", "aliases": "aliases",
-             "description": "description", "tags": "tags", "body": "body"}
+TEXT_FIELDS = ("text", "summary", "name_words", "concept", "aliases", "description", "tags", "body")
+_BOOST_OF = {"text": "text", "summary": "summary", "name_words": "name", "concept": "concept",
+             "aliases": "aliases", "description": "description", "tags": "tags", "body": "body"}
 BASE = "base"
-_WORD = re.compile(r"[^\W_]+")
+FIRST_LOOK = 16  # ``rank`` looks this deep before ranking every match
 
 _ANALYZER = (
     tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
@@ -74,22 +81,33 @@ _SCHEMA = _schema()
 
 @dataclass(frozen=True)
 class Hit:
-    """One retrieved recipe. ``snippet`` is the start of its description."""
+    """One retrieved recipe."""
 
     name: str
     score: float
     concept: str
-    snippet: str
     recipe: Recipe
 
+    @cached_property
+    def snippet(self) -> str:
+        """The start of the recipe's description (made when first read)."""
+        text = " ".join(self.recipe.description.split())
+        return text if len(text) <= 160 else text[:159].rsplit(" ", 1)[0] + "…"
 
-def _document(recipe: Recipe, slot: str, variant: str) -> tantivy.Document:
-    return tantivy.Document(
-        name=recipe.name, slot=slot, variant=variant,
-        name_words=recipe.name.replace("-", " "), concept=recipe.concept,
-        aliases="\n".join(recipe.aliases), description=recipe.description,
-        tags="\n".join(recipe.tags), body=recipe.body,
-    )
+
+def _fields(recipe: Recipe) -> dict[str, str]:
+    name_words = recipe.name.replace("-", " ")
+    aliases, tags = "\n".join(recipe.aliases), "\n".join(recipe.tags)
+    return {"text": "\n".join((name_words, recipe.concept, aliases, recipe.description, tags, recipe.body)),
+            "summary": "\n".join((name_words, recipe.concept, aliases, recipe.description)),
+            "name_words": name_words, "concept": recipe.concept, "aliases": aliases,
+            "description": recipe.description, "tags": tags, "body": recipe.body}
+
+
+def _document(recipe: Recipe, slot: str, variant: str, fields: Sequence[str]) -> tantivy.Document:
+    # A field that is never queried is not indexed: half the writing for the default boosts.
+    text = _fields(recipe)
+    return tantivy.Document(name=recipe.name, slot=slot, variant=variant, **{f: text[f] for f in fields})
 
 
 def _new_index(path: Path | None) -> tantivy.Index:
@@ -102,7 +120,9 @@ def _new_index(path: Path | None) -> tantivy.Index:
 
 
 def _write(index: tantivy.Index, docs: Iterable[tantivy.Document]) -> None:
-    writer = index.writer(heap_size=15_000_000, num_threads=1)
+    # One segment, written in insertion order, lets a hit's address name its document
+    # (see `_remember_order`); the arena grows only as far as the documents need.
+    writer = index.writer(heap_size=1_000_000_000, num_threads=1)
     for doc in docs:
         writer.add_document(doc)
     writer.commit()
@@ -111,9 +131,13 @@ def _write(index: tantivy.Index, docs: Iterable[tantivy.Document]) -> None:
     index.reload()
 
 
-def _snippet(recipe: Recipe, limit: int = 160) -> str:
-    text = " ".join(recipe.description.split())
-    return text if len(text) <= limit else text[: limit - 1].rsplit(" ", 1)[0] + "…"
+def _boost_map(boosts: Boosts) -> dict[str, float]:
+    return {f: getattr(boosts, _BOOST_OF[f]) for f in TEXT_FIELDS if getattr(boosts, _BOOST_OF[f]) > 0}
+
+
+def indexed_fields(boosts: Boosts) -> str:
+    """A short name of the fields ``boosts`` indexes (part of an on-disk index's key)."""
+    return "-".join(_BOOST_OF[f] for f in _boost_map(boosts))
 
 
 class _Searchable:
@@ -121,33 +145,87 @@ class _Searchable:
     _boosts: dict[str, float]
     _searcher: tantivy.Searcher | None = None
     _order: list[tuple[str, str]] | None = None
+    _doc_of: dict[tuple[str, str], int]
     _parsed: dict[str, tantivy.Query | None]
+    _looked: dict[int, tuple[tantivy.Query, int, list[tuple[float, tantivy.DocAddress]]]]
+    _look_ahead = 0
 
     def _text_query(self, text: str) -> tantivy.Query | None:
-        # The search asks the same task texts of many hybrid KBs: parse each once.
+        # The search asks the same task texts of many hybrid KBs: build each query once.
         cache = self._parsed
         if text not in cache:
             if len(cache) >= 4096:
                 cache.clear()
-            # Only lowercase words reach the parser: no operator, field, quote or
-            # bracket survives, so the parse cannot fail.
-            words = _WORD.findall(text.lower())
-            cache[text] = (self._index.parse_query(" ".join(words), list(self._boosts), field_boosts=self._boosts)
-                           if words and analyze(" ".join(words)) else None)
+            cache[text] = self._terms_query(analyze(text))
         return cache[text]
 
-    def _search(self, query: tantivy.Query, limit: int) -> list[tuple[float, str, str]]:
+    def _terms_query(self, terms: list[str]) -> tantivy.Query | None:
+        # Index terms go straight into term queries: no user text is ever parsed
+        # as query syntax, and building is cheaper than Tantivy's query parser. A
+        # repeated term is one clause with its count as a factor: the same score
+        # for one walk of its postings.
+        counts = Counter(terms)
+        clauses = []
+        term_query, boost_query, should = tantivy.Query.term_query, tantivy.Query.boost_query, tantivy.Occur.Should
+        for field, boost in self._boosts.items():
+            for term, count in counts.items():
+                query, weight = term_query(_SCHEMA, field, term), boost * count
+                clauses.append((should, query if weight == 1.0 else boost_query(query, weight)))
+        if not clauses:
+            return None
+        return clauses[0][1] if len(clauses) == 1 else tantivy.Query.boolean_query(clauses)
+
+    def _searcher_now(self) -> tantivy.Searcher:
         if self._searcher is None:
             self._searcher = self._index.searcher()
-        searcher = self._searcher
-        hits = searcher.search(query, limit, count=False).hits
+        return self._searcher
+
+    def _hits(self, query: tantivy.Query, limit: int) -> list[tuple[float, tantivy.DocAddress]]:
+        # The search ranks a candidate (``rank``) right after taking its top k for
+        # the same text: in a MultiIndex one look at the first FIRST_LOOK serves both.
+        seen = self._looked.get(id(query))
+        if seen is not None and seen[0] is query and (seen[1] >= limit or len(seen[2]) < seen[1]):
+            return seen[2][:limit]
+        want = max(limit, self._look_ahead)
+        hits = self._searcher_now().search(query, want, count=False).hits
+        if len(self._looked) >= 4096:
+            self._looked.clear()
+        self._looked[id(query)] = (query, want, hits)
+        return hits[:limit]
+
+    def _search(self, query: tantivy.Query, limit: int) -> list[tuple[float, str, str]]:
+        hits = self._hits(query, limit)
         if self._order is not None:
-            return [(float(score), *self._order[address.doc]) for score, address in hits]
+            order = self._order
+            return [(score, *order[address.doc]) for score, address in hits]
+        searcher = self._searcher_now()
         found = []
         for score, address in hits:
             doc = searcher.doc(address)
             found.append((float(score), str(doc.get_first("slot")), str(doc.get_first("variant"))))
         return found
+
+    def _rank(self, query: tantivy.Query | None, key: tuple[str, str], total: int) -> int:
+        """1-based place of the document ``key`` among ``total`` for ``query`` (0: not matched)."""
+        if query is None:
+            return 0
+        limit = FIRST_LOOK
+        while True:
+            hits = self._hits(query, min(limit, total))
+            if self._order is not None:
+                target = self._doc_of[key]
+                for place, (_, address) in enumerate(hits, start=1):
+                    if address.doc == target:
+                        return place
+            else:
+                searcher = self._searcher_now()
+                for place, (_, address) in enumerate(hits, start=1):
+                    doc = searcher.doc(address)
+                    if (doc.get_first("slot"), doc.get_first("variant")) == key:
+                        return place
+            if len(hits) < limit or limit >= total:
+                return 0
+            limit = total
 
     def _remember_order(self, keys: list[tuple[str, str]]) -> None:
         """With one segment, Tantivy numbers documents in insertion order, so a
@@ -161,10 +239,7 @@ class _Searchable:
             if (doc.get_first("slot"), doc.get_first("variant")) != keys[i]:
                 return
         self._order = keys
-
-
-def _boost_map(boosts: Boosts) -> dict[str, float]:
-    return {f: getattr(boosts, _BOOST_OF[f]) for f in TEXT_FIELDS if getattr(boosts, _BOOST_OF[f]) > 0}
+        self._doc_of = {key: i for i, key in enumerate(keys)}
 
 
 class RecipeIndex(_Searchable):
@@ -173,23 +248,23 @@ class RecipeIndex(_Searchable):
     def __init__(self, index: tantivy.Index, recipes: Sequence[Recipe], boosts: Boosts) -> None:
         self._index = index
         self._boosts = _boost_map(boosts)
-        self._parsed = {}
+        self._parsed, self._looked = {}, {}
         self.recipes = {r.name: r for r in recipes}
+        self._remember_order([(r.name, BASE) for r in recipes])
 
     @classmethod
     def build(cls, recipes: Sequence[Recipe], boosts: Boosts = Boosts(), path: Path | None = None) -> RecipeIndex:
         """Index ``recipes`` in memory, or in the folder ``path`` (written
         through a temporary folder, so a half-built index is never visible)."""
+        fields = list(_boost_map(boosts))
         if path is None:
             index = _new_index(None)
-            _write(index, (_document(r, r.name, BASE) for r in recipes))
-            built = cls(index, recipes, boosts)
-            built._remember_order([(r.name, BASE) for r in recipes])
-            return built
+            _write(index, (_document(r, r.name, BASE, fields) for r in recipes))
+            return cls(index, recipes, boosts)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
         try:
-            _write(_new_index(tmp), (_document(r, r.name, BASE) for r in recipes))
+            _write(_new_index(tmp), (_document(r, r.name, BASE, fields) for r in recipes))
             os.rename(tmp, path)
         except OSError:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -213,10 +288,14 @@ class RecipeIndex(_Searchable):
         query = self._text_query(text)
         if query is None or k <= 0 or not self.recipes:
             return []
-        return [
-            Hit(name, score, self.recipes[name].concept, _snippet(self.recipes[name]), self.recipes[name])
-            for score, name, _ in self._search(query, k)
-        ]
+        recipes = self.recipes
+        return [Hit(name, score, recipes[name].concept, recipes[name]) for score, name, _ in self._search(query, k)]
+
+    def rank(self, name: str, text: str) -> int:
+        """1-based place of recipe ``name`` in the ranking for ``text``; 0 when it does not match."""
+        if name not in self.recipes:
+            return 0
+        return self._rank(self._text_query(text), (name, BASE), len(self.recipes))
 
 
 class MultiIndex(_Searchable):
@@ -228,18 +307,23 @@ class MultiIndex(_Searchable):
     document; ``candidate=None`` ranks the base KB.
     """
 
+    _look_ahead = FIRST_LOOK
+
     def __init__(self, base: dict[str, Recipe], candidates: dict[str, tuple[str, Recipe]],
                  boosts: Boosts = Boosts()) -> None:
         if BASE in candidates:
             raise IndexError_(f"{BASE!r} is reserved and cannot be a candidate id")
         self._boosts = _boost_map(boosts)
-        self._parsed = {}
+        self._parsed, self._looked = {}, {}
+        self._scoped: dict[tuple[str, str | None], tantivy.Query] = {}
         self.base = dict(base)
         self.candidates = dict(candidates)
+        self._slot_named = {r.name: slot for slot, r in self.base.items()}
         self._index = _new_index(None)
+        fields = list(self._boosts)
         keys = [(slot, BASE) for slot in self.base] + [(slot, cid) for cid, (slot, _) in self.candidates.items()]
-        docs = [_document(r, slot, BASE) for slot, r in self.base.items()]
-        docs += [_document(r, slot, cid) for cid, (slot, r) in self.candidates.items()]
+        docs = [_document(r, slot, BASE, fields) for slot, r in self.base.items()]
+        docs += [_document(r, slot, cid, fields) for cid, (slot, r) in self.candidates.items()]
         _write(self._index, docs)
         self._remember_order(keys)
 
@@ -257,10 +341,27 @@ class MultiIndex(_Searchable):
             (tantivy.Occur.Should, tantivy.Query.term_query(_SCHEMA, "variant", candidate)),
         ])
 
-    def hybrid(self, candidate: str | None) -> HybridView:
-        """The hybrid KB of ``candidate`` as a ``Searchable``."""
+    def _scoped_query(self, text: str, candidate: str | None) -> tantivy.Query | None:
+        key = (text, candidate)
+        if key not in self._scoped:
+            query = self._text_query(text)
+            if query is None:
+                return None
+            if len(self._scoped) >= 4096:
+                self._scoped.clear()
+            # The filter must not add to the score: a candidate's own `variant` term is rare.
+            members = tantivy.Query.const_score_query(self._members_filter(candidate), 0.0)
+            self._scoped[key] = tantivy.Query.boolean_query([(tantivy.Occur.Must, query),
+                                                             (tantivy.Occur.Must, members)])
+        return self._scoped[key]
+
+    def _check(self, candidate: str | None) -> None:
         if candidate is not None and candidate not in self.candidates:
             raise IndexError_(f"unknown candidate {candidate!r}")
+
+    def hybrid(self, candidate: str | None) -> HybridView:
+        """The hybrid KB of ``candidate`` as a ``Searchable``."""
+        self._check(candidate)
         return HybridView(self, candidate)
 
     def members(self, candidate: str | None) -> dict[str, Recipe]:
@@ -272,19 +373,28 @@ class MultiIndex(_Searchable):
         return kb
 
     def search(self, text: str, k: int = 3, candidate: str | None = None) -> list[Hit]:
-        if candidate is not None and candidate not in self.candidates:
-            raise IndexError_(f"unknown candidate {candidate!r}")
-        query = self._text_query(text)
+        self._check(candidate)
+        query = self._scoped_query(text, candidate)
         if query is None or k <= 0:
             return []
-        # The filter must not add to the score: a candidate's own `variant` term is rare.
-        members = tantivy.Query.const_score_query(self._members_filter(candidate), 0.0)
-        scoped = tantivy.Query.boolean_query([(tantivy.Occur.Must, query), (tantivy.Occur.Must, members)])
         hits = []
-        for score, slot, variant in self._search(scoped, k):
+        for score, slot, variant in self._search(query, k):
             recipe = self.base[slot] if variant == BASE else self.candidates[variant][1]
-            hits.append(Hit(recipe.name, score, recipe.concept, _snippet(recipe), recipe))
+            hits.append(Hit(recipe.name, score, recipe.concept, recipe))
         return hits
+
+    def rank(self, name: str, text: str, candidate: str | None = None) -> int:
+        """1-based place of the recipe called ``name`` in the hybrid KB of
+        ``candidate`` for ``text``; 0 when it is not a member or does not match."""
+        self._check(candidate)
+        replaced = self.candidates[candidate][0] if candidate is not None else None
+        if candidate is not None and self.candidates[candidate][1].name == name:
+            key = (replaced, candidate)
+        elif self._slot_named.get(name, replaced) != replaced:
+            key = (self._slot_named[name], BASE)
+        else:
+            return 0
+        return self._rank(self._scoped_query(text, candidate), key, len(self.base) + 1)
 
 
 @dataclass(frozen=True)
@@ -296,6 +406,9 @@ class HybridView:
 
     def search(self, text: str, k: int = 3) -> list[Hit]:
         return self.multi.search(text, k, candidate=self.candidate)
+
+    def rank(self, name: str, text: str) -> int:
+        return self.multi.rank(name, text, candidate=self.candidate)
 
     def __len__(self) -> int:
         return len(self.multi.base)

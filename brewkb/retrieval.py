@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from brewkb.index import SCHEMA_VERSION, Hit, RecipeIndex
+from brewkb.index import SCHEMA_VERSION, Hit, RecipeIndex, indexed_fields
 from brewkb.kb import KB
 from brewkb.recipes import Recipe, render_recipe
 
@@ -25,9 +25,13 @@ KEEP_INDEXES = 8
 
 class Searchable(Protocol):
     """Anything that ranks recipes for a text: ``RecipeIndex``, or a
-    ``MultiIndex`` bound to one hybrid KB."""
+    ``MultiIndex`` bound to one hybrid KB. ``rank`` is the 1-based place of
+    the recipe ``name`` for ``text`` (0 when it is not retrieved), found
+    without building ``Hit`` objects."""
 
     def search(self, text: str, k: int = 3) -> list[Hit]: ...
+
+    def rank(self, name: str, text: str) -> int: ...
 
     def __len__(self) -> int: ...
 
@@ -50,7 +54,7 @@ def open_index(kb: KB, rev: str | None = None) -> RecipeIndex:
     key, recipes = _state_key(kb, rev)
     boosts = kb.config.retrieval.boosts
     folder = kb.cache_dir / "index" / f"v{SCHEMA_VERSION}"
-    path = folder / key
+    path = folder / f"{key}-{indexed_fields(boosts)}"  # a part with boost 0 is not indexed
     if path.is_dir():
         path.touch()
         return RecipeIndex.open(path, recipes, boosts)
@@ -116,8 +120,7 @@ def mrr(doc_name: str, queries: Iterable[str], index: Searchable) -> float:
         return 0.0
     total = 0.0
     for query in queries:
-        for rank, hit in enumerate(index.search(query, k=len(index)), start=1):
-            if hit.name == doc_name:
-                total += 1.0 / rank
-                break
+        rank = index.rank(doc_name, query)
+        if rank:
+            total += 1.0 / rank
     return total / len(queries)

@@ -44,6 +44,7 @@ def test_values_are_read_into_nested_dataclasses() -> None:
         ('[llm]\napi_key = "sk-secret"', "llm.api_key: keys do not belong in brewkb.toml"),
         ("[search\n", "not valid TOML"),
         ("search = 3", "search: expected a table, got 3"),
+        ("[retrieval.boosts]\ntext = 0", "retrieval.boosts: every boost is 0"),
     ],
 )
 def test_errors_name_the_key_path(toml: str, message: str) -> None:

@@ -44,10 +44,10 @@ def test_a_pdf_question_finds_the_export_recipe_first(index: RecipeIndex) -> Non
 
 def test_field_boosts_change_the_order() -> None:
     query = "pdf"
-    body_heavy = RecipeIndex.build(KB_RECIPES, Boosts(description=0.0, aliases=0.0, concept=0.0, name=0.0))
-    assert retrieve(body_heavy, query, 1)[0].name == "print-document"
-    description_heavy = RecipeIndex.build(KB_RECIPES, Boosts(description=5.0, body=0.1))
-    assert retrieve(description_heavy, query, 1)[0].name == "export-as-pdf"
+    body_only = RecipeIndex.build(KB_RECIPES, Boosts(text=0.0, summary=0.0, body=1.0))
+    assert [h.name for h in retrieve(body_only, query, 3)] == ["print-document", "export-as-pdf"]
+    description_only = RecipeIndex.build(KB_RECIPES, Boosts(text=0.0, summary=0.0, description=1.0))
+    assert [h.name for h in retrieve(description_only, query, 3)] == ["export-as-pdf"]
 
 
 @pytest.mark.parametrize("query", ["what's new?", "AND", "(x", "foo:bar", "", "OR NOT", '"', "pdf AND (",
@@ -77,7 +77,7 @@ def test_mrr_by_hand() -> None:
 
 
 def test_render_context_respects_the_budget(index: RecipeIndex) -> None:
-    hits = retrieve(index, "export pdf print", 3)
+    hits = retrieve(index, "export my report as a pdf file and print it", 3)
     full = render_context(hits, budget_tokens=10_000)
     assert full.index("## Recipe: export-as-pdf") < full.index("## Recipe: print-document")
     assert "`export(doc, format='pdf')`" in full
@@ -110,7 +110,7 @@ def test_index_cache_follows_the_content(make_repo: MakeRepo) -> None:
     root = _kb(make_repo)
     kb = KB.open(root)
     first = open_index(kb)
-    folder = root / ".brewkb" / "index" / "v1"
+    folder = root / ".brewkb" / "index" / "v2"
     assert len(list(folder.iterdir())) == 1
     open_index(kb)
     assert len(list(folder.iterdir())) == 1  # unchanged: not rebuilt
@@ -132,6 +132,24 @@ def test_search_cli(make_repo: MakeRepo) -> None:
     text = subprocess.run([sys.executable, "-m", "brewkb", "search", "AND (", "--rev", "HEAD"],
                           cwd=root, capture_output=True, text=True, check=True).stdout
     assert text.strip() == "No recipe matches."
+
+
+def test_search_cli_follows_the_configured_boosts(make_repo: MakeRepo) -> None:
+    root = _kb(make_repo)
+
+    def search(query: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "brewkb", "search", query, "--json"],
+                              cwd=root, capture_output=True, text=True)
+
+    assert [d["name"] for d in json.loads(search("pdf").stdout)] == ["export-as-pdf", "print-document"]
+    # the body alone: "pdf" four times in print-document's pitfalls; the cached
+    # whole-text index of the same recipes is not served for other boosts
+    (root / "brewkb.toml").write_text("[retrieval.boosts]\ntext = 0\nbody = 1\n")
+    assert [d["name"] for d in json.loads(search("pdf").stdout)] == ["print-document", "export-as-pdf"]
+    (root / "brewkb.toml").write_text("[retrieval.boosts]\ntext = 0\n")
+    failed = search("pdf")
+    assert failed.returncode == 1 and "Traceback" not in failed.stderr
+    assert "retrieval.boosts: every boost is 0" in failed.stderr and failed.stderr.count("\n") == 1
 
 
 def _policy_recipes() -> list[Recipe]:
@@ -178,3 +196,59 @@ def test_mcp_round_trip(make_repo: MakeRepo) -> None:
     assert [r["name"] for r in found["result"]] == ["export-as-pdf", "print-document"]
     assert recipe_text_ == render_recipe(KB_RECIPES[2])
     assert missing_is_error
+
+
+# A stray query word in another recipe's short description must not outscore
+# several words of the right recipe's body.
+AIRLINE_LIKE = [
+    Recipe(name="baggage-allowance", description="Tell a passenger how many bags they may check.",
+           concept="Baggage allowance",
+           body=build_body([("How to perform", "1. `get_user_details(user_id)` for the membership tier\n"
+                             "2. Count free checked bags per cabin: regular members get none in basic economy, "
+                             "silver members one extra, gold members two extra"),
+                            ("Pitfalls", "Each extra bag costs 50 dollars; never waive the fee.")])),
+    Recipe(name="change-flight", concept="Flight change",
+           description="Move a reservation to another flight and charge the fare difference to a member's card.",
+           body=build_body([("How to perform", "1. `search_direct_flight(origin, destination, date)`\n"
+                             "2. `update_reservation_flights(reservation_id, cabin, flights, payment_id)`")])),
+    Recipe(name="cancel-reservation", description="Cancel a reservation and refund it when the policy allows.",
+           concept="Reservation cancellation",
+           body=build_body([("How to perform", "1. Check the cancellation reason and insurance\n"
+                             "2. `cancel_reservation(reservation_id)`")])),
+    Recipe(name="gold-upgrade", description="Free cabin upgrade for gold passengers.", concept="Upgrades",
+           body=build_body([("How to perform", "1. `update_reservation_flights(reservation_id, cabin, flights, "
+                             "payment_id)` with the new cabin")])),
+]
+SCHEMA_1 = Boosts(text=0.0, summary=0.0, name=2.0, concept=3.0, aliases=2.0, description=3.0, tags=1.5, body=1.0)
+
+
+@pytest.mark.parametrize(("query", "expected"), [
+    ("never waive the fee for gold", ["baggage-allowance", "gold-upgrade"]),  # body words + 1 description word
+    ("fee for an extra bag, member card charge", ["baggage-allowance", "change-flight"]),
+    ("check insurance reason card", ["cancel-reservation", "change-flight", "baggage-allowance"]),
+    ("silver members extra checked bags", ["baggage-allowance", "cancel-reservation", "change-flight"]),
+])
+def test_body_words_beat_a_stray_description_word(query: str, expected: list[str]) -> None:
+    index = RecipeIndex.build(AIRLINE_LIKE)
+    assert [h.name for h in retrieve(index, query, 3)] == expected
+    assert index.rank(expected[0], query) == 1
+    # the per-field weighting of index schema 1 (still configurable) ranks the
+    # first three the other way round
+    old = RecipeIndex.build(AIRLINE_LIKE, SCHEMA_1)
+    assert (old.rank(expected[0], query) == 1) == (query.startswith("silver"))
+
+
+def test_rank_agrees_with_search_and_ignores_non_members() -> None:
+    index = RecipeIndex.build(AIRLINE_LIKE)
+    query = "flights payment origin"
+    names = [h.name for h in retrieve(index, query, len(index))]
+    assert names == ["change-flight", "gold-upgrade"]
+    assert [index.rank(n, query) for n in names] == [1, 2]
+    assert index.rank("baggage-allowance", query) == 0  # not matched
+    assert index.rank("no-such-recipe", query) == 0
+    base = {r.name: r for r in AIRLINE_LIKE}
+    moved = AIRLINE_LIKE[3].replace(description="Upgrades for gold passengers.", body="Nothing about that.")
+    multi = MultiIndex(base, {"c": ("gold-upgrade", moved)})
+    assert multi.rank("gold-upgrade", "new cabin", candidate=None) == 1
+    assert multi.rank("gold-upgrade", "new cabin", candidate="c") == 0  # its candidate does not match
+    assert multi.hybrid("c").rank("change-flight", "cabin") == 1
