@@ -153,14 +153,19 @@ def test_refine_records_nodes_notes_gathers_and_a_pr(make_repo: MakeRepo) -> Non
         parent = git(root, "rev-parse", f"{ref}~1").strip()
         assert len(git(root, "diff", "--name-only", parent, ref).split()) <= 1
     merges = git(root, "rev-list", "--first-parent", "brew/r/kb", f"^{head}").split()
-    assert len(merges) == 3 + 1  # iteration 0 (the roots) and one per iteration
+    assert len(merges) == 3 + 2  # iteration 0 (the roots), one per iteration, the final gather
+    final = notes[merges[0]]
+    assert final["final"] is True and set(final["concepts"]) == set(result.concepts)
+    for concept, decision in final["concepts"].items():
+        assert decision["reward"] >= decision["base_reward"]  # the gate
+        assert decision["kept"] == (decision["node"] in (None, 0))
     assert all(len(git(root, "log", "-1", "--format=%P", m).split()) >= 2 for m in merges)
     assert git(root, "log", "-1", "--format=%P", "brew/r/pr").strip() == head
     changed = git(root, "diff", "--name-only", head, "brew/r/pr").split()
     assert changed and all(p.startswith("recipes/") and p.endswith(".md") for p in changed)
     assert git(root, "rev-parse", "brew/r/pr^{tree}") == git(root, "rev-parse", "brew/r/kb^{tree}")
     body = git(root, "log", "-1", "--format=%B", "brew/r/pr")
-    assert "| recipe | root reward |" in body
+    assert "| recipe | base reward | final reward |" in body
     git(root, "fsck", "--strict")
     assert git(root, "status", "--porcelain").strip() == "?? runs/"
     manifest = json.loads((root / "runs" / "r" / "manifest.json").read_text())

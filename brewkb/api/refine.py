@@ -20,6 +20,7 @@ from brewkb.runs import Run, new_run_id
 from brewkb.search.engine import SearchResult, SearchSpec, note_of, rebuild, search
 from brewkb.search.episodes import EpisodeCache
 from brewkb.search.evaluate import Evaluator
+from brewkb.search.final import FinalChoice, finalize
 from brewkb.search.expand import Expander
 from brewkb.search.store import SearchStore, find_base
 from brewkb.search.tree import Tree, best_node
@@ -48,17 +49,28 @@ def _spec(config: SearchConfig, overrides: dict[str, Any]) -> SearchSpec:
     return dataclasses.replace(spec, **{k: v for k, v in overrides.items() if v is not None})
 
 
-def pr_message(run: str, spec: SearchSpec, result: SearchResult, base: str) -> str:
-    """The ``pr`` commit's message: a pull-request body with a reward table
-    (``brewkb pr`` adds the evaluation and the search tree)."""
-    rows = ["| recipe | root reward | final reward (mean) | node | nodes tried |", "|---|---:|---:|---|---:|"]
-    for concept in sorted(result.trees):
-        info = note_of(result, concept)
-        root = "–" if info["root_reward"] is None else f"{info['root_reward']:.3f}"
-        rows.append(f"| `{concept}` | {root} | {info['mean']:.3f} | n{info['node']} | {info['nodes']} |")
+def final_rows(choices: dict[str, FinalChoice], nodes: dict[str, int]) -> list[str]:
+    """The reward table of a run's final evaluation: one row per recipe."""
+    rows = ["| recipe | base reward | final reward | document | nodes tried | note |", "|---|---:|---:|---|---:|---|"]
+    for concept, ch in sorted(choices.items()):
+        doc = ("base (unchanged)" if ch.node is None else "root") if ch.kept else f"n{ch.node}"
+        notes = (["kept: no candidate beat it"] if ch.kept else []) + \
+            (["evaluated on its train tasks (no eval tasks)"] if ch.split == "train" else [])
+        rows.append(f"| `{concept}` | {ch.base_reward:.3f} ({ch.base}) | {ch.reward:.3f} | {doc} | "
+                    f"{nodes.get(concept, 0)} | {'; '.join(notes)} |")
+    return rows
+
+
+def pr_message(run: str, spec: SearchSpec, result: SearchResult, base: str,
+               choices: dict[str, FinalChoice]) -> str:
+    """The ``pr`` commit's message: a pull-request body with the final reward
+    table (``brewkb pr`` adds the evaluation and the search tree)."""
+    rows = final_rows(choices, {c: len(t.nodes) for c, t in result.trees.items()})
     return (f"brew({run}): {len(result.trees)} recipes refined by {spec.strategy}\n\n"
             f"Base {base[:12]}; strategy {spec.strategy}, {spec.rounds} rounds, width {spec.width}, depth "
-            f"{spec.depth}; reward = {spec.lambda_corr}·success + {spec.lambda_ret}·MRR.\n\n" + "\n".join(rows) +
+            f"{spec.depth}; reward = {spec.lambda_corr}·success + {spec.lambda_ret}·MRR. Final rewards: each tree's "
+            f"best candidates and the base version re-evaluated under the last gathered KB; a recipe changes only "
+            f"if a candidate's final reward is at least the base's.\n\n" + "\n".join(rows) +
             f"\n\nEvaluation episodes run: {result.eval_episodes_run}; reused instead of run: "
             f"{result.eval_episodes_reused}.\n"
             f"Audit trail: `git log --notes=brew --first-parent brew/{run}/kb`, `brewkb tree {run}`.\n\n"
@@ -97,18 +109,18 @@ def refine(*, run: str | None = None, resume: str | None = None, base: str | Non
         if not concepts:
             raise RunError(f"run {run_id} found no concept to refine (see runs/{run_id}/manifest.json); "
                            "more or more varied trajectories are needed")
-        result = _search(kb, pipeline, folder, spec, base_commit, concepts, roots, events)
+        result, choices = _search(kb, pipeline, folder, spec, base_commit, concepts, roots, events)
         store = SearchStore(kb.store, run_id, base_commit, kb.recipes_prefix())
-        pr = store.write_pr(pr_message(run_id, spec, result, base_commit), spec.rounds)
+        pr = store.write_pr(pr_message(run_id, spec, result, base_commit, choices), spec.rounds)
         nodes = sum(len(t.nodes) for t in result.trees.values())
-        summary = {c: note_of(result, c) for c in sorted(result.trees)}
+        summary = {c: {**note_of(result, c), "final": choices[c].to_json()} for c in sorted(result.trees)}
         folder.record_stage("search", nodes=nodes, episodes_run=result.episodes_run,
                             episodes_reused=result.episodes_reused, kb=result.kb_commit, pr=pr)
         return RefineResult(run_id, result.kb_commit, pr, summary, nodes, result.episodes_run, result.episodes_reused)
 
 
 def _search(kb: KB, pipeline: Pipeline, folder: Run, spec: SearchSpec, base: str, concepts: list[Any],
-            roots: dict[str, Any], events: EventSink) -> SearchResult:
+            roots: dict[str, Any], events: EventSink) -> tuple[SearchResult, dict[str, FinalChoice]]:
     config = kb.config
     cache = EpisodeCache(config.search.reuse, folder.file("episodes.jsonl"))
     env = pipeline.env
@@ -126,10 +138,13 @@ def _search(kb: KB, pipeline: Pipeline, folder: Run, spec: SearchSpec, base: str
                           lambda_corr=spec.lambda_corr, lambda_ret=spec.lambda_ret)
     store = SearchStore(kb.store, folder.id, base, kb.recipes_prefix())
     result = search(spec, store, expander, evaluator, {c.slug: roots[c.slug] for c in concepts}, events)
+    choices = finalize(store, evaluator, result.trees, candidates=config.search.final_candidates,
+                       min_gain=config.search.min_gain, lambdas=(spec.lambda_corr, spec.lambda_ret),
+                       iteration=spec.rounds + 1)
     ledger = Ledger(folder.file("ledger.jsonl"))
     ledger.record(LedgerEntry("agent", "episodes", cached=False, kind="episode", count=result.episodes_run))
     ledger.record(LedgerEntry("agent", "episodes", cached=True, kind="episode", count=result.episodes_reused))
-    return result
+    return result, choices
 
 
 def load_trees(run: str, *, start: Path = Path(".")) -> tuple[dict[str, Tree], dict[str, int]]:
