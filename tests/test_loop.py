@@ -100,10 +100,13 @@ def test_pr_body_push_to_a_bare_remote(refined: Path, tmp_path: Path) -> None:
         push_run(kb, "r", str(remote))
     statuses = {c.name: c.status for c in view.changes}
     assert statuses["hand-written"] == "unchanged" and "added" in statuses.values()
-    assert "| recipe | change | lines | root reward | final reward |" in body and "```mermaid" in body
+    assert "| recipe | change | lines | base reward | final reward | note |" in body and "```mermaid" in body
     assert "| trajectories |" in body
     remote_refs = git(remote, "for-each-ref", "--format=%(refname)").split()
-    assert set(remote_refs) == {"refs/heads/brew/r/pr", "refs/heads/brew/r/kb", "refs/notes/brew"}
+    assert {"refs/heads/brew/r/pr", "refs/heads/brew/r/kb", "refs/notes/brew"} < set(remote_refs)
+    assert {r for r in remote_refs if r.rsplit("/", 1)[1].startswith("n")} == \
+        set(git(refined, "for-each-ref", "--format=%(refname)", "refs/heads/brew/r/").split()) - \
+        {"refs/heads/brew/r/pr", "refs/heads/brew/r/kb"}
     out = subprocess.run([sys.executable, "-m", "brewkb", "pr", "r", "--body-only"], cwd=refined,
                          capture_output=True, text=True, check=True)
     assert out.stdout == body

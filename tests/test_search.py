@@ -21,7 +21,7 @@ from brewkb.recipes import Recipe, build_body
 from brewkb.search.engine import SearchSpec, _chosen, _select
 from brewkb.search.episodes import EpisodeCache
 from brewkb.search.evaluate import Evaluator
-from brewkb.search.tree import Tree, best_node, reward, uct_select
+from brewkb.search.tree import Tree, best_node, ranked, reward, uct_select
 from brewkb.trajectories import Outcome, Trajectory
 from tests.conftest import MakeRepo, git
 
@@ -62,9 +62,16 @@ def test_uct_prefers_unexpanded_then_exploits_and_explores() -> None:
     assert uct_select(tree_with({0: (None, 0.5)}), 1.0, width=3, max_depth=0) is None
 
 
-def test_best_node_by_mean_with_deterministic_ties() -> None:
+def test_best_node_by_own_reward_with_deterministic_ties() -> None:
     tree = tree_with({0: (None, 0.4), 1: (0, 0.9), 2: (0, 0.9)})
     assert best_node(tree).id == 1
+    assert best_node(tree, changed={1: 50, 2: 10}).id == 2  # fewer characters changed from the parent
+    # a good root is not dragged down by worse descendants (its subtree mean is 0.405)
+    dragged = tree_with({0: (None, 0.72), 1: (0, 0.6), 2: (0, 0.2), 3: (0, 0.1)})
+    assert dragged.root.mean < dragged.nodes[1].mean and best_node(dragged).id == 0
+    deep = tree_with({0: (None, 0.5), 1: (0, 0.8), 2: (1, 0.8)})
+    assert best_node(deep, changed={1: 5, 2: 5}).id == 1  # then the shallower
+    assert [n.id for n in ranked(deep)] == [1, 2, 0]
     assert reward(0.5, 1.0, 0.5, 0.5) == 0.75
 
 
@@ -173,7 +180,27 @@ def test_refine_records_nodes_notes_gathers_and_a_pr(make_repo: MakeRepo) -> Non
     trees, best = load_trees("r", start=root)
     assert set(trees) == set(result.concepts) and all(best[c] == result.concepts[c]["node"] for c in trees)
     assert gc("r", start=root) == result.nodes
-    assert set(store.list_refs("refs/heads/brew/r/")) == {"refs/heads/brew/r/kb", "refs/heads/brew/r/pr"}
+    assert set(store.list_refs("refs/heads/brew/r/")) == {f"refs/heads/brew/r/{k}" for k in ("kb", "pr", "archive")}
+    git(root, "gc", "-q", "--prune=now")
+    after, best_after = load_trees("r", start=root)  # rebuilt from the archive
+    assert best_after == best and {c: {i: n.reward for i, n in t.nodes.items()} for c, t in after.items()} == \
+        {c: {i: n.reward for i, n in t.nodes.items()} for c, t in trees.items()}
+    assert gc("r", start=root) == 0
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_no_chosen_document_is_below_its_root(make_repo: MakeRepo, seed: int) -> None:
+    root = kb_repo(make_repo)
+    (root / "brewkb.toml").write_text(SMALL.replace('name = "shop"', f'name = "shop"\nseed = {seed}'))
+    git(root, "commit", "-qam", "seed")
+    result = refine(run="s", start=root)
+    trees, best = load_trees("s", start=root)
+    final = GitStore(root).read_note(git(root, "rev-parse", "brew/s/kb").strip())
+    for concept, tree in trees.items():
+        assert tree.nodes[best[concept]].reward >= tree.root.reward  # the search's own choice
+        decision = final["concepts"][concept]
+        assert decision["reward"] >= decision["base_reward"]  # the PR's choice under the final evaluation
+        assert {k: decision[k] for k in result.concepts[concept]["final"]} == result.concepts[concept]["final"]
 
 
 def test_same_seed_same_commits(make_repo: MakeRepo) -> None:

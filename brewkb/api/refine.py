@@ -20,10 +20,10 @@ from brewkb.runs import Run, new_run_id
 from brewkb.search.engine import SearchResult, SearchSpec, note_of, rebuild, search
 from brewkb.search.episodes import EpisodeCache
 from brewkb.search.evaluate import Evaluator
-from brewkb.search.final import FinalChoice, finalize
+from brewkb.search.final import FinalChoice, chosen_nodes, finalize, recorded_choices
 from brewkb.search.expand import Expander
 from brewkb.search.store import SearchStore, find_base
-from brewkb.search.tree import Tree, best_node
+from brewkb.search.tree import Tree
 
 __all__ = ["RefineResult", "refine", "load_trees", "gc", "pr_message"]
 
@@ -113,7 +113,9 @@ def refine(*, run: str | None = None, resume: str | None = None, base: str | Non
         store = SearchStore(kb.store, run_id, base_commit, kb.recipes_prefix())
         pr = store.write_pr(pr_message(run_id, spec, result, base_commit, choices), spec.rounds)
         nodes = sum(len(t.nodes) for t in result.trees.values())
-        summary = {c: {**note_of(result, c), "final": choices[c].to_json()} for c in sorted(result.trees)}
+        marked = chosen_nodes(result.trees, choices)
+        summary = {c: {**note_of(result, c), "searched": note_of(result, c)["node"], "node": marked[c],
+                       "final": choices[c].to_json()} for c in sorted(result.trees)}
         folder.record_stage("search", nodes=nodes, episodes_run=result.episodes_run,
                             episodes_reused=result.episodes_reused, kb=result.kb_commit, pr=pr)
         return RefineResult(run_id, result.kb_commit, pr, summary, nodes, result.episodes_run, result.episodes_reused)
@@ -148,20 +150,25 @@ def _search(kb: KB, pipeline: Pipeline, folder: Run, spec: SearchSpec, base: str
 
 
 def load_trees(run: str, *, start: Path = Path(".")) -> tuple[dict[str, Tree], dict[str, int]]:
-    """The run's search trees rebuilt from git, and each tree's best node."""
+    """The run's search trees rebuilt from git (node branches, or the archive
+    after ``gc``), and the node of each tree whose document the PR holds."""
     with KB.open(start) as kb:
         base = find_base(kb.store, run)
         store = SearchStore(kb.store, run, base, kb.recipes_prefix())
         stored = store.load()
         state = rebuild(store, sorted(stored.nodes), stored)
-        return state.trees, {c: best_node(t).id for c, t in state.trees.items()}
+        return state.trees, chosen_nodes(state.trees, recorded_choices(store))
 
 
 def gc(run: str, *, start: Path = Path(".")) -> int:
-    """Delete the run's node branches; ``kb``, ``pr`` and the notes stay."""
+    """Delete the run's node branches; ``kb``, ``pr``, the notes and an
+    ``archive`` ref that keeps the node commits reachable (so ``tree`` and
+    ``pr`` still show every reward) stay."""
     with KB.open(start) as kb:
         refs = {r: s for r, s in kb.store.list_refs(BrewRef.run_prefix(run)).items()
                 if BrewRef.parse(r).kind == "node"}
         if not refs and not kb.store.list_refs(BrewRef.run_prefix(run)):
             raise RunError(f"no run {run!r} in this repository")
+        if refs:
+            SearchStore(kb.store, run, find_base(kb.store, run), kb.recipes_prefix()).archive()
         return kb.store.delete_refs(refs)

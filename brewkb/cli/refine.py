@@ -42,8 +42,9 @@ def refine_cmd(strategy: str | None, iterations: int | None, width: int | None, 
     echo(f"Run {result.run}: {result.nodes} nodes; agent episodes run {result.episodes_run}, "
          f"reused {result.episodes_reused}.")
     for concept, info in result.concepts.items():
-        root = "-" if info["root_reward"] is None else f"{info['root_reward']:.3f}"
-        echo(f"  {concept:32} root {root} → best n{info['node']} mean {info['mean']:.3f}")
+        final = info["final"]
+        chosen = "kept the base version" if final["kept"] else f"n{final['node']}"
+        echo(f"  {concept:32} base {final['base_reward']:.3f} → {chosen}, final reward {final['reward']:.3f}")
     echo(f"Review: git diff HEAD brew/{result.run}/pr   ·   brewkb tree {result.run}")
 
 
@@ -74,7 +75,7 @@ def tree_cmd(run: str, concept: str | None, as_json: bool) -> None:
 @click.command("gc")
 @click.argument("run")
 def gc_cmd(run: str) -> None:
-    """Delete RUN's node branches; its kb and pr branches and the notes stay."""
+    """Delete RUN's node branches; kb, pr, the notes and an archive ref that keeps the nodes' rewards stay."""
     from brewkb.api.refine import gc
 
     echo(f"Deleted {gc(run)} node branches of run {run}.")

@@ -3,8 +3,8 @@ final KB, keep a recipe's base version unless a candidate beats it (the
 no-regression gate), and record the decision as the run's final gather.
 
 Rewards of different iterations were measured in different hybrid KBs, so the
-candidates of every tree (the ``final_candidates`` nodes with the best own
-reward) and the concept's *base version* (the recipe the base commit already
+candidates of every tree (of its ``final_candidates`` nodes with the best own
+reward, those whose own reward is at least the root's) and the concept's *base version* (the recipe the base commit already
 holds, or the root written before any search) are evaluated again, each in
 the KB of the last gather with only its own concept swapped. A candidate
 replaces the base version only if its final reward is at least the base's
@@ -22,9 +22,9 @@ from typing import Any
 from brewkb.recipes import Recipe, parse_recipe
 from brewkb.search.evaluate import Evaluator
 from brewkb.search.store import SearchStore
-from brewkb.search.tree import Tree, ranked
+from brewkb.search.tree import Tree, best_node, ranked
 
-__all__ = ["FinalChoice", "finalize", "changed_chars"]
+__all__ = ["FinalChoice", "finalize", "changed_chars", "recorded_choices", "chosen_nodes"]
 
 BASE = "base"
 
@@ -67,9 +67,9 @@ def finalize(store: SearchStore, evaluator: Evaluator, trees: Mapping[str, Tree]
              min_gain: float, lambdas: tuple[float, float], iteration: int) -> dict[str, FinalChoice]:
     """Choose the PR's document of every concept and write the final gather
     (once: a run that already has it returns the recorded choices)."""
-    recorded = store.final_note()
-    if recorded is not None:
-        return {c: FinalChoice.from_json(c, d) for c, d in recorded["concepts"].items()}
+    recorded = recorded_choices(store)
+    if recorded:
+        return recorded
     stored = {(n.concept, n.id): n for ns in store.load().nodes.values() for n in ns}
     text = {k: store.text(n.blob) for k, n in stored.items()}
     existing = store.git.read_folder(store.base, store.recipes_dir)
@@ -78,8 +78,11 @@ def finalize(store: SearchStore, evaluator: Evaluator, trees: Mapping[str, Tree]
     for concept, tree in sorted(trees.items()):
         changed = {n.id: changed_chars(text[(concept, n.parent)], text[(concept, n.id)])
                    for n in tree.nodes.values() if n.parent is not None}
+        root_reward = tree.root.reward or 0.0
         for node in ranked(tree, changed)[:candidates]:
-            pool[f"{concept}/n{node.id}"] = (concept, parse_recipe(text[(concept, node.id)]))
+            # a document the search measured below its root is no candidate, whatever a second measurement says
+            if (node.reward or 0.0) >= root_reward:
+                pool[f"{concept}/n{node.id}"] = (concept, parse_recipe(text[(concept, node.id)]))
         held = existing.get(store.path(concept))
         base_key = f"{concept}/{BASE}" if held is not None else f"{concept}/n0"
         pool[base_key] = (concept, parse_recipe(held.decode()) if held is not None else
@@ -115,3 +118,16 @@ def finalize(store: SearchStore, evaluator: Evaluator, trees: Mapping[str, Tree]
                                   "min_gain": min_gain, "concepts": notes}},
                         f"brew({store.run}): final evaluation\n", timestamp=store.timestamp(iteration))
     return choices
+
+
+def recorded_choices(store: SearchStore) -> dict[str, FinalChoice]:
+    """The final choices of a finished run (empty before its final gather)."""
+    note = store.final_note()
+    return {c: FinalChoice.from_json(c, d) for c, d in note["concepts"].items()} if note else {}
+
+
+def chosen_nodes(trees: Mapping[str, Tree], choices: Mapping[str, FinalChoice]) -> dict[str, int]:
+    """The node each tree's drawing marks: the PR's document (the root when the
+    PR keeps the recipe of the base commit), or the best own reward before
+    the final evaluation."""
+    return {c: (choices[c].node or 0) if c in choices else best_node(t).id for c, t in trees.items()}
