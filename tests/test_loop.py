@@ -112,6 +112,34 @@ def test_pr_body_push_to_a_bare_remote(refined: Path, tmp_path: Path) -> None:
     assert out.stdout == body
 
 
+def brewkb(cwd: Path, *args: str) -> str:
+    return subprocess.run([sys.executable, "-m", "brewkb", *args], cwd=cwd, capture_output=True, text=True,
+                          check=True).stdout
+
+
+def test_audit_trail_travels_to_a_fresh_clone_and_survives_gc(refined: Path, tmp_path: Path) -> None:
+    remote = tmp_path / "audit.git"
+    git(tmp_path, "init", "-q", "--bare", str(remote))
+    git(refined, "push", "-q", str(remote), "HEAD:refs/heads/main")
+    brewkb(refined, "pr", "r", "--push", str(remote))
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(remote), str(clone))
+    missing = subprocess.run([sys.executable, "-m", "brewkb", "tree", "r"], cwd=clone, capture_output=True, text=True)
+    assert missing.returncode == 1 and "'refs/notes/brew:refs/notes/brew'" in missing.stderr
+    # the fetch that docs/git-model.md documents
+    git(clone, "fetch", "-q", "origin", "refs/heads/brew/*:refs/heads/brew/*", "refs/notes/brew:refs/notes/brew")
+    here = json.loads(brewkb(refined, "tree", "r", "--json"))
+    there = json.loads(brewkb(clone, "tree", "r", "--json"))
+    assert there == here and all(n["reward"] is not None for t in there.values() for n in t["nodes"])
+    body = brewkb(clone, "pr", "r", "--body-only")
+    rows = [line for line in body.splitlines() if line.startswith(tuple(f"| `{c}` |" for c in here))]
+    assert len(rows) == len(here) and not any("| – |" in row for row in rows)
+    assert brewkb(clone, "gc", "r").startswith("Deleted ")
+    git(clone, "gc", "-q", "--prune=now")
+    assert json.loads(brewkb(clone, "tree", "r", "--json")) == here
+    assert brewkb(clone, "pr", "r", "--body-only").split("Evaluation on")[0] == body.split("Evaluation on")[0]
+
+
 def test_skills_export_passes_the_reference_validator(refined: Path, tmp_path: Path) -> None:
     from skills_ref.validator import validate
 

@@ -55,7 +55,7 @@ def find_base(store: GitStore, run: str) -> str:
         if ref.endswith("/n0"):
             return store.read_commit(commit)["parent"][0]
     raise GitError(f"no run {run!r} in this repository (no refs under {BrewRef.run_prefix(run)}); "
-                   "fetch it with `git fetch <remote> 'refs/heads/brew/*:refs/heads/brew/*' refs/notes/brew`")
+                   "fetch it with `git fetch <remote> 'refs/heads/brew/*:refs/heads/brew/*' 'refs/notes/brew:refs/notes/brew'`")
 
 
 class SearchStore:
