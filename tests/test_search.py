@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import asyncio
+
 import json
 import math
 import os
@@ -18,7 +20,8 @@ from brewkb.envs.base import Task
 from brewkb.executors import LocalExecutor
 from brewkb.gitstore import GitStore
 from brewkb.recipes import Recipe, build_body
-from brewkb.search.engine import SearchSpec, _chosen, _select
+from brewkb.llm.roles import Insight
+from brewkb.search.engine import SAMPLE_STRIDE, SearchSpec, _chosen, _select
 from brewkb.search.episodes import EpisodeCache
 from brewkb.search.evaluate import Evaluator
 from brewkb.search.tree import Tree, best_node, ranked, reward, uct_select
@@ -134,6 +137,56 @@ def test_episodes_are_reused_when_the_candidate_is_not_retrieved() -> None:
                     lambda_corr=0.5, lambda_ret=0.5)
     off.evaluate({"b": ("refund", recipe("refund", "refund a damaged parcel to the card"))}, current)
     assert agent.runs == 5  # reuse off: both tasks run again
+
+
+class RoundBackend:
+    """Reflects a fixed insight the first time it sees a trajectory and records
+    what the integrator receives."""
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+        self.integrated: list[list[str]] = []
+
+    async def reflect(self, trajectory: Trajectory, max_concepts: int) -> list[Insight]:
+        return [Insight("refund", f"lesson of {trajectory.id}", "diagnostic", trajectory.id, trajectory.task_id)]
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        return [[1.0, 0.0] for _ in texts]
+
+    async def integrate(self, concept: str, aliases: Any, insights: Any, current: Recipe | None,
+                        sample: int) -> Recipe:
+        self.integrated.append([i.insight for i in insights])
+        assert current is not None
+        return current.replace(body=build_body([("How to perform", f"sample {sample}: {len(insights)} insights")]))
+
+
+def test_expansion_integrates_every_insight_so_far_and_resumes_exactly(tmp_path: Path) -> None:
+    from brewkb.search.expand import ROUND_STRIDE, Expander
+
+    assert ROUND_STRIDE == SAMPLE_STRIDE
+
+    tasks = {"t1": Task("t1", "refund a damaged parcel", "train", {"needs": "parcel"})}
+    stage = [Insight("refund", "from the stages", "prescriptive", "s0", "t0")]
+    journal = tmp_path / "insights.jsonl"
+
+    def expander(backend: RoundBackend) -> Expander:
+        return Expander(env=ContextEnv(), agent=CountingAgent(), executor=LocalExecutor(1), cache=EpisodeCache(1),
+                        backend=backend, tasks=tasks, q_train={"refund": ["t1"]}, mapping={"refund": "refund"},
+                        titles={"refund": ("refund", ())}, k=1, budget=500, boosts=Boosts(), threshold=0.6,
+                        retries=0, max_concepts=2, insights={"refund": stage}, journal=journal)
+
+    doc = recipe("refund", "refund a damaged parcel to the card")
+    backend = RoundBackend()
+    first = expander(backend)
+    asyncio.run(first.expand({"refund": (doc, [1000])}, {"refund": doc}))
+    # round 2 runs the same episode (reused): no new insight, yet it integrates I_k, not nothing
+    asyncio.run(first.expand({"refund": (doc, [2000])}, {"refund": doc}))
+    lesson = backend.integrated[0][1]
+    assert backend.integrated == [["from the stages", lesson], ["from the stages", lesson]]
+    resumed = RoundBackend()
+    asyncio.run(expander(resumed).expand({"refund": (doc, [2001])}, {"refund": doc}))
+    assert resumed.integrated == [["from the stages", lesson]]
+    assert len(journal.read_text().splitlines()) == 2
 
 
 def kb_repo(make_repo: MakeRepo, name: str | None = None, extra: str = "") -> Path:

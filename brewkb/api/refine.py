@@ -135,7 +135,8 @@ def _search(kb: KB, pipeline: Pipeline, folder: Run, spec: SearchSpec, base: str
                         mapping={n: s for n, s in mapping.items() if s in q_train},
                         titles={c.slug: (c.title, c.aliases) for c in concepts},
                         threshold=config.stages.concept_threshold, retries=config.stages.integrate_retries,
-                        max_concepts=config.stages.concepts_per_trajectory)
+                        max_concepts=config.stages.concepts_per_trajectory,
+                        insights=_stage_insights(pipeline, mapping, q_train), journal=folder.file("insights.jsonl"))
     evaluator = Evaluator(**common, q_eval={c.slug: c.q_eval for c in concepts}, q_train=q_train,
                           lambda_corr=spec.lambda_corr, lambda_ret=spec.lambda_ret)
     store = SearchStore(kb.store, folder.id, base, kb.recipes_prefix())
@@ -147,6 +148,16 @@ def _search(kb: KB, pipeline: Pipeline, folder: Run, spec: SearchSpec, base: str
     ledger.record(LedgerEntry("agent", "episodes", cached=False, kind="episode", count=result.episodes_run))
     ledger.record(LedgerEntry("agent", "episodes", cached=True, kind="episode", count=result.episodes_reused))
     return result, choices
+
+
+def _stage_insights(pipeline: Pipeline, mapping: dict[str, str], q_train: dict[str, Any]) -> dict[str, list[Any]]:
+    """Each concept's insights from the reflections stage (I_0 of its expansions)."""
+    train, _ = pipeline.reflections()
+    out: dict[str, list[Any]] = {c: [] for c in q_train}
+    for insight in train:
+        if mapping.get(insight.concept) in out:
+            out[mapping[insight.concept]].append(insight)
+    return out
 
 
 def load_trees(run: str, *, start: Path = Path(".")) -> tuple[dict[str, Tree], dict[str, int]]:
