@@ -63,7 +63,7 @@ def changed_chars(parent: str, child: str) -> int:
     return sum(max(i2 - i1, j2 - j1) for tag, i1, i2, j1, j2 in ops if tag != "equal")
 
 
-def finalize(store: SearchStore, evaluator: Evaluator, trees: Mapping[str, Tree], *, candidates: int,
+async def finalize(store: SearchStore, evaluator: Evaluator, trees: Mapping[str, Tree], *, candidates: int,
              min_gain: float, lambdas: tuple[float, float], iteration: int) -> dict[str, FinalChoice]:
     """Choose the PR's document of every concept and write the final gather
     (once: a run that already has it returns the recorded choices)."""
@@ -87,7 +87,7 @@ def finalize(store: SearchStore, evaluator: Evaluator, trees: Mapping[str, Tree]
         base_key = f"{concept}/{BASE}" if held is not None else f"{concept}/n0"
         pool[base_key] = (concept, parse_recipe(held.decode()) if held is not None else
                           parse_recipe(text[(concept, 0)]))
-    results = evaluator.evaluate(pool, current)
+    results = await evaluator.evaluate(pool, current)
     choices, best, notes = {}, {}, {}
     for concept in sorted(trees):
         mine = {k.rsplit("/", 1)[1]: e for k, e in results.items() if k.rsplit("/", 1)[0] == concept}
