@@ -5,6 +5,7 @@ import json
 import math
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -297,11 +298,32 @@ def test_sigkill_mid_iteration_then_resume_gives_the_same_kb(make_repo: MakeRepo
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert not (root / ".git" / "refs" / "heads" / "brew" / "k" / "pr").exists()
+    assert json.loads((root / "runs" / "k" / "run.lock").read_text())["pid"] == proc.pid  # left by the kill
+    (root / ".git" / "refs" / "heads" / "brew" / "k" / "kb.lock").write_text("")  # as a kill mid-update leaves it
     out = subprocess.run([sys.executable, "-m", "brewkb", "refine", "--resume", "k"], cwd=root,
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
+    assert "stale lock" in out.stderr and "kb.lock" in out.stderr
+    assert not (root / "runs" / "k" / "run.lock").exists()
     assert refs_and_trees(root, "k") == refs_and_trees(reference, "k")
+    assert git(root, "rev-parse", "brew/k/pr") == git(reference, "rev-parse", "brew/k/pr")
+    assert GitStore(root).read_notes() == GitStore(reference).read_notes()
+    lines = (root / "runs" / "k" / "episodes.jsonl").read_text().splitlines()
+    assert len(lines) == len(set(lines))
     git(root, "fsck", "--strict")
+
+
+def test_a_run_in_use_is_refused_up_front(make_repo: MakeRepo) -> None:
+    root = kb_repo(make_repo)
+    (root / "runs" / "busy").mkdir(parents=True)
+    with subprocess.Popen(["sleep", "60"]) as live:
+        (root / "runs" / "busy" / "run.lock").write_text(json.dumps(
+            {"pid": live.pid, "host": socket.gethostname(), "command": "refine"}))
+        out = subprocess.run([sys.executable, "-m", "brewkb", "refine", "--run", "busy"], cwd=root,
+                             capture_output=True, text=True)
+        live.kill()
+    assert out.returncode == 1 and f"in use by process {live.pid}" in out.stderr
+    assert "Traceback" not in out.stderr and not git(root, "for-each-ref", "refs/heads/brew/").strip()
 
 
 def test_two_runs_at_once_keep_their_refs(make_repo: MakeRepo) -> None:

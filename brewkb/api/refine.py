@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,8 @@ from brewkb.search.store import SearchStore, find_base
 from brewkb.search.tree import Tree
 
 __all__ = ["RefineResult", "refine", "arefine", "load_trees", "gc", "pr_message"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -93,9 +97,12 @@ async def arefine(*, run: str | None = None, resume: str | None = None, base: st
                   depth: int | None = None, relabel: bool | None = None, no_cache: bool = False,
                   events: EventSink = null_sink, start: Path = Path(".")) -> RefineResult:
     """``refine`` on the caller's event loop."""
-    with KB.open(start) as kb:
+    with KB.open(start) as kb, contextlib.ExitStack() as held:
         run_id = resume or run or new_run_id("refine")
         folder = Run.at(kb.runs_dir, run_id, create=resume is None)
+        held.enter_context(folder.lock("refine"))
+        for lock in kb.store.clear_locks(BrewRef.run_prefix(run_id)):
+            log.warning("removed %s, left by a killed process (this run's lock is held)", lock)
         recorded = folder.manifest().get("search_spec")
         if resume is not None and recorded is None:
             raise RunError(f"run {run_id} has not started a search; run `brewkb refine --run {run_id}` instead")
