@@ -57,13 +57,17 @@ def test_demo_runs_offline_and_reports(tmp_path: Path) -> None:
                          text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    none = next(line for line in lines if line.strip().startswith("none"))
-    learned = next(line for line in lines if line.strip().startswith("brew/demo/pr"))
-    assert "%" in none and "%" in learned
+    none = next(line for line in lines if line.strip().startswith("no KB"))
+    learned = next(line for line in lines if line.strip().startswith("new KB"))
+    before = next(line for line in lines if line.strip().startswith("base KB"))
+    assert "%" in none and "%" in learned and "%" in before
     assert "brewkb tree demo" in out.stdout and "git log --notes=brew" in out.stdout
     assert (outside / "d" / "runs" / "demo" / "report.md").exists()
     rates = json.loads((outside / "d" / "runs" / "demo" / "eval.json").read_text())["columns"]
-    assert [c["label"] for c in rates] == ["none", "brew/demo/pr"]
+    assert [c["label"].split(" (")[0] for c in rates] == ["new KB", "base KB", "no KB"]
+    assert all(c["episodes"] == 200 for c in rates)
+    body = git(outside / "d", "log", "-1", "--format=%B", "brew/demo/pr")
+    assert "| new KB (this PR) |" in body and "| no KB |" in body and "Evaluation on the test split" in body
 
 
 def test_eval_compares_baselines_and_the_learned_kb(refined: Path) -> None:

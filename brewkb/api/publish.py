@@ -103,11 +103,12 @@ def load_run(kb: KB, run: str) -> RunView:
 
 def eval_table(evaluation: dict[str, Any]) -> list[str]:
     rows = [f"Evaluation on the {evaluation['split']} split ({evaluation['repeats']} episode(s) per task):", "",
-            "| context | success | 95% CI | mean steps of successes | LLM calls | recipes |",
-            "|---|---:|---:|---:|---:|---:|"]
+            "| context | success | 95% CI | episodes | mean steps of successes | LLM calls | recipes |",
+            "|---|---:|---:|---:|---:|---:|---:|"]
     for c in evaluation["columns"]:
         steps = "–" if c["mean_steps_success"] is None else f"{c['mean_steps_success']:.1f}"
-        rows.append(f"| {c['label']} | {c['success_rate']:.1%} | {c['ci_low']:.0%}–{c['ci_high']:.0%} | {steps} | "
+        rows.append(f"| {c['label']} | {c['success_rate']:.1%} | {c['ci_low']:.0%}–{c['ci_high']:.0%} | "
+                    f"{c['episodes']} | {steps} | "
                     f"{c['llm_calls']} | {'–' if c['recipes'] is None else c['recipes']} |")
     return rows
 

@@ -11,20 +11,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from brewkb.api.evaluate import EVAL_FILE, Column, aevaluate
 from brewkb.api.loop import run_command
 from brewkb.config import SearchConfig
 from brewkb.errors import RunError
 from brewkb.events import EventSink, null_sink
+from brewkb.fsutil import write_atomic
 from brewkb.kb import KB
-from brewkb.llm.ledger import Ledger, LedgerEntry
+from brewkb.llm.ledger import Ledger, LedgerEntry, read_ledger, summarise
 from brewkb.pipeline import Pipeline
 from brewkb.refs import BrewRef
 from brewkb.runs import Run, new_run_id
 from brewkb.search.engine import SearchResult, SearchSpec, note_of, rebuild, search
 from brewkb.search.episodes import EpisodeCache
 from brewkb.search.evaluate import Evaluator
-from brewkb.search.final import FinalChoice, chosen_nodes, finalize, recorded_choices
 from brewkb.search.expand import Expander
+from brewkb.search.final import FinalChoice, chosen_nodes, finalize, recorded_choices
 from brewkb.search.store import SearchStore, find_base
 from brewkb.search.tree import Tree
 
@@ -67,7 +69,7 @@ def final_rows(choices: dict[str, FinalChoice], nodes: dict[str, int]) -> list[s
 
 
 def pr_message(run: str, spec: SearchSpec, result: SearchResult, base: str,
-               choices: dict[str, FinalChoice]) -> str:
+               choices: dict[str, FinalChoice], evidence: str = "") -> str:
     """The ``pr`` commit's message: a pull-request body with the final reward
     table (``brewkb pr`` adds the evaluation and the search tree)."""
     rows = final_rows(choices, {c: len(t.nodes) for c, t in result.trees.items()})
@@ -79,23 +81,25 @@ def pr_message(run: str, spec: SearchSpec, result: SearchResult, base: str,
             f"\n\nEvaluation episodes run: {result.eval_episodes_run}; reused instead of run: "
             f"{result.eval_episodes_reused}.\n"
             f"Audit trail: `git log --notes=brew --first-parent brew/{run}/kb`, `brewkb tree {run}`.\n\n"
-            f"Brew-Run: {run}\n")
+            + (evidence + "\n" if evidence else "") + f"Brew-Run: {run}\n")
 
 
 def refine(*, run: str | None = None, resume: str | None = None, base: str | None = None,
            strategy: str | None = None, iterations: int | None = None, width: int | None = None,
-           depth: int | None = None, relabel: bool | None = None, no_cache: bool = False,
+           depth: int | None = None, relabel: bool | None = None, no_cache: bool = False, no_eval: bool = False,
            events: EventSink = null_sink, start: Path = Path(".")) -> RefineResult:
-    """Run the stages and the search; ``resume`` continues a run from its files and git."""
+    """Run the stages and the search, then (unless ``no_eval``) evaluate the
+    new KB, the base KB and no KB on the test split for the PR; ``resume``
+    continues a run from its files and git."""
     return run_command(arefine(run=run, resume=resume, base=base, strategy=strategy, iterations=iterations,
-                               width=width, depth=depth, relabel=relabel, no_cache=no_cache, events=events,
-                               start=start))
+                               width=width, depth=depth, relabel=relabel, no_cache=no_cache, no_eval=no_eval,
+                               events=events, start=start))
 
 
 async def arefine(*, run: str | None = None, resume: str | None = None, base: str | None = None,
                   strategy: str | None = None, iterations: int | None = None, width: int | None = None,
                   depth: int | None = None, relabel: bool | None = None, no_cache: bool = False,
-                  events: EventSink = null_sink, start: Path = Path(".")) -> RefineResult:
+                  no_eval: bool = False, events: EventSink = null_sink, start: Path = Path(".")) -> RefineResult:
     """``refine`` on the caller's event loop."""
     with KB.open(start) as kb, contextlib.ExitStack() as held:
         run_id = resume or run or new_run_id("refine")
@@ -129,7 +133,9 @@ async def arefine(*, run: str | None = None, resume: str | None = None, base: st
                                "more or more varied trajectories are needed")
             result, choices = await _search(kb, pipeline, folder, spec, base_commit, concepts, roots, events)
         store = SearchStore(kb.store, run_id, base_commit, kb.recipes_prefix())
-        pr = store.write_pr(pr_message(run_id, spec, result, base_commit, choices), spec.rounds)
+        held_out = [] if no_eval else await _held_out(kb, folder, result.kb_commit, base_commit, start)
+        pr = store.write_pr(pr_message(run_id, spec, result, base_commit, choices,
+                                       _evidence(kb, folder, held_out)), spec.rounds)
         nodes = sum(len(t.nodes) for t in result.trees.values())
         marked = chosen_nodes(result.trees, choices)
         summary = {c: {**note_of(result, c), "searched": note_of(result, c)["node"], "node": marked[c],
@@ -167,6 +173,39 @@ async def _search(kb: KB, pipeline: Pipeline, folder: Run, spec: SearchSpec, bas
     ledger.record(LedgerEntry("agent", "episodes", cached=False, kind="episode", count=result.episodes_run))
     ledger.record(LedgerEntry("agent", "episodes", cached=True, kind="episode", count=result.episodes_reused))
     return result, choices
+
+
+async def _held_out(kb: KB, folder: Run, kb_commit: str | None, base: str, start: Path) -> list[Column]:
+    """The test split with the new KB (the final gather), the base KB and no KB,
+    saved as the run's ``eval.json``; the test split never enters a stage."""
+    columns = await aevaluate(revs=(kb_commit or base, base), contexts=("none",), split="test", start=start)
+    labelled = [dataclasses.replace(c, label=label) for c, label in zip(
+        columns, ("no KB", "new KB (this PR)", f"base KB ({base[:12]})"), strict=True)]
+    labelled = [labelled[1], labelled[2], labelled[0]]
+    write_atomic(folder.file(EVAL_FILE), json.dumps({"split": "test", "repeats": 1, "columns": [
+        c.to_json() for c in labelled]}, indent=2) + "\n")
+    return labelled
+
+
+def _evidence(kb: KB, folder: Run, columns: list[Column]) -> str:
+    """The held-out table and what produced it, for the ``pr`` commit message."""
+    if not columns:
+        return "Held-out evaluation skipped (--no-eval); run `brewkb eval --split test` for it.\n"
+    from brewkb.api.publish import eval_table
+
+    config = kb.config
+    models = {role: getattr(config.llm.roles, role).model or config.llm.model
+              for role in ("agent", "reflector", "integrator", "judge")}
+    ledger = folder.file("ledger.jsonl")
+    totals = summarise(read_ledger(ledger), config.llm.prices) if ledger.exists() else {}
+    cost = sum(t.cost for t in totals.values())
+    calls = sum(t.calls - t.cached for t in totals.values())
+    table = eval_table({"split": "test", "repeats": 1, "columns": [c.to_json() for c in columns]})
+    return ("\n".join(table) + "\n\n" +
+            f"Backend {config.llm.backend}; agent {config.agent.name}; models "
+            + ", ".join(f"{r} {m}" for r, m in models.items()) +
+            f"; seeds: env {config.env.seed}, agent {config.agent.seed}, llm {config.llm.seed}, "
+            f"stages {config.stages.seed}; LLM calls paid {calls}, cost ${cost:.4f} (ledger).\n")
 
 
 async def _stage_insights(pipeline: Pipeline, mapping: dict[str, str],

@@ -21,10 +21,11 @@ from brewkb.cli.progress import close, renderer
 @click.option("--resume", default=None, metavar="RUN", help="Continue RUN where it stopped.")
 @click.option("--base", default=None, help="Revision the run starts from (default: HEAD).")
 @click.option("--no-cache", is_flag=True, help="Call the LLM even for requests seen before.")
+@click.option("--no-eval", is_flag=True, help="Skip the held-out evaluation on the test split that ends the run.")
 @click.option("--json", "as_json", is_flag=True, help="Events and the result as JSON lines.")
 def refine_cmd(strategy: str | None, iterations: int | None, width: int | None, depth: int | None,
                relabel: bool | None, run: str | None, resume: str | None, base: str | None, no_cache: bool,
-               as_json: bool) -> None:
+               no_eval: bool, as_json: bool) -> None:
     """Learn and refine the KB: the BREW stages, then the search; ends with a PR branch."""
     from brewkb.api.refine import refine
 
@@ -33,7 +34,7 @@ def refine_cmd(strategy: str | None, iterations: int | None, width: int | None, 
     sink = renderer(as_json)
     try:
         result = refine(run=run, resume=resume, base=base, strategy=strategy, iterations=iterations, width=width,
-                        depth=depth, relabel=relabel, no_cache=no_cache, events=sink)
+                        depth=depth, relabel=relabel, no_cache=no_cache, no_eval=no_eval, events=sink)
     finally:
         close(sink)
     if as_json:
