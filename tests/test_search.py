@@ -313,6 +313,18 @@ def test_sigkill_mid_iteration_then_resume_gives_the_same_kb(make_repo: MakeRepo
     git(root, "fsck", "--strict")
 
 
+def test_refine_no_eval_skips_the_held_out_evaluation(make_repo: MakeRepo) -> None:
+    root = kb_repo(make_repo)
+    out = subprocess.run([sys.executable, "-m", "brewkb", "refine", "--run", "q", "--no-eval"], cwd=root,
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "kept the base version" in out.stdout or "final reward" in out.stdout
+    body = git(root, "log", "-1", "--format=%B", "brew/q/pr")
+    assert "Held-out evaluation skipped (--no-eval)" in body and "| new KB" not in body
+    assert not (root / "runs" / "q" / "eval.json").exists()
+    assert body.rstrip().endswith("Brew-Run: q")
+
+
 def test_a_run_in_use_is_refused_up_front(make_repo: MakeRepo) -> None:
     root = kb_repo(make_repo)
     (root / "runs" / "busy").mkdir(parents=True)
