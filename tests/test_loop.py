@@ -68,6 +68,10 @@ def test_demo_runs_offline_and_reports(tmp_path: Path) -> None:
     assert all(c["episodes"] == 200 for c in rates)
     body = git(outside / "d", "log", "-1", "--format=%B", "brew/demo/pr")
     assert "| new KB (this PR) |" in body and "| no KB |" in body and "Evaluation on the test split" in body
+    effects = json.loads((outside / "d" / "runs" / "demo" / "eval.json").read_text())["effects"]
+    assert effects and all(e["episodes_run"] + e["episodes_reused"] == e["tasks"] > 0 for e in effects)
+    assert all(e["effect"] == round(e["with_recipe"] - e["without_recipe"], 4) for e in effects)
+    assert "Per-recipe effect" in body and f"| `{effects[0]['recipe']}` | {effects[0]['tasks']} |" in body
 
 
 def test_eval_compares_baselines_and_the_learned_kb(refined: Path) -> None:

@@ -15,8 +15,9 @@ from brewkb.api.loop import run_command
 from brewkb.context import NoContext, RecipeContext, TrajectoryContext
 from brewkb.errors import BrewError
 from brewkb.events import EventSink, null_sink
-from brewkb.executors import make_executor
+from brewkb.executors import Job, make_executor
 from brewkb.fsutil import write_atomic
+from brewkb.index import RecipeIndex
 from brewkb.kb import KB
 from brewkb.llm import open_backend
 from brewkb.retrieval import open_index
@@ -24,7 +25,7 @@ from brewkb.runs import FILES, Run
 from brewkb.stages.rollouts import make_jobs
 from brewkb.trajectories import Trajectory, read_jsonl
 
-__all__ = ["Column", "evaluate", "aevaluate", "EVAL_FILE"]
+__all__ = ["Column", "Effect", "evaluate", "aevaluate", "EVAL_FILE"]
 
 EVAL_FILE = "eval.json"
 
@@ -47,6 +48,26 @@ class Column:
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class Effect:
+    """A recipe's own effect (leave-one-recipe-out): success on the tasks that
+    retrieved it, with the KB and with the same KB without it."""
+
+    recipe: str
+    tasks: int
+    with_recipe: float
+    without_recipe: float
+    episodes_run: int
+    episodes_reused: int
+
+    @property
+    def effect(self) -> float:
+        return round(self.with_recipe - self.without_recipe, 4)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "effect": self.effect}
 
 
 def _ci(per_task: np.ndarray, seed: int = 0, rounds: int = 2000) -> tuple[float, float]:
@@ -99,11 +120,15 @@ def evaluate(*, revs: Sequence[str] = (), contexts: Sequence[str] = (), split: s
 async def aevaluate(*, revs: Sequence[str] = (), contexts: Sequence[str] = (), split: str = "test",
                     repeats: int = 1, from_run: str | None = None, save_to: str | None = None,
                     env_name: str | None = None, agent_name: str | None = None, data: Path | None = None,
-                    events: EventSink = null_sink, start: Path = Path(".")) -> list[Column]:
+                    events: EventSink = null_sink, start: Path = Path("."),
+                    effects: Sequence[str] = (), found_effects: list[Effect] | None = None) -> list[Column]:
     """One column per baseline in ``contexts`` (``none``, ``trajectories``) and per
     revision in ``revs`` (``.`` or ``working-tree`` for the working tree). With
     neither: ``none`` against the working tree's recipes. ``env_name``,
-    ``agent_name`` and ``data`` override the config for this evaluation."""
+    ``agent_name`` and ``data`` override the config for this evaluation.
+    ``effects`` names recipes of the first revision whose leave-one-recipe-out
+    effect is appended to ``found_effects``."""
+    found: list[Effect] = []
     if not revs and not contexts:
         contexts, revs = ("none",), (".",)
     with KB.open(start) as kb:
@@ -147,12 +172,58 @@ async def aevaluate(*, revs: Sequence[str] = (), contexts: Sequence[str] = (), s
                 results: dict[int, Trajectory] = {}
                 await executor.run(agent, env, jobs, lambda i, t: results.__setitem__(i, t))
                 columns.append(_column(label, [results[i] for i in range(len(jobs))], n_recipes))
+                if effects and label == revs[0]:
+                    found = await _effects(kb, revs[0], effects, jobs, results, executor, agent, env)
         finally:
             await executor.aclose()
             if client is not None:
                 await client.aclose()
+        if found_effects is not None:
+            found_effects.extend(found)
         if save_to:
             run = Run.at(kb.runs_dir, save_to)
             write_atomic(run.file(EVAL_FILE), json.dumps({"split": split, "repeats": repeats, "columns": [
                 c.to_json() for c in columns]}, indent=2) + "\n")
         return columns
+
+
+async def _effects(kb: KB, rev: str, names: Sequence[str], jobs: Sequence[Job], results: dict[int, Trajectory],
+                   executor: Any, agent: Any, env: Any) -> list[Effect]:
+    """Leave-one-recipe-out on the tasks whose episode retrieved each recipe.
+    An episode is run again only where removing the recipe changes the
+    context; identical (task, context) pairs share one episode."""
+    config = kb.config
+    recipes = kb.recipes(None if rev in (".", "working-tree") else rev)
+    known = {(j.task.id, j.context): results[i] for i, j in enumerate(jobs)}
+    plan: dict[str, list[tuple[int, Job]]] = {}
+    todo: dict[tuple[str, str], Job] = {}
+    reused = dict.fromkeys(names, 0)
+    for name in names:
+        index = RecipeIndex.build([r for r in recipes if r.name != name], config.retrieval.boosts)
+        provider = RecipeContext(index, None, config.retrieval.k, config.retrieval.context_tokens)
+        plan[name] = []
+        for i, job in enumerate(jobs):
+            if name not in job.kb.recipes:
+                continue
+            text, use = provider.context(job.task.text)
+            without = Job(job.task, text, use)
+            plan[name].append((i, without))
+            key = (job.task.id, text)
+            if key in known or key in todo:
+                reused[name] += 1
+            else:
+                todo[key] = without
+    keys = list(todo)
+    runs: dict[int, Trajectory] = {}
+    await executor.run(agent, env, [todo[k] for k in keys], lambda i, t: runs.__setitem__(i, t))
+    known.update({k: runs[i] for i, k in enumerate(keys)})
+    out = []
+    for name in names:
+        pairs = plan[name]
+        if not pairs:
+            continue
+        with_rate = sum(results[i].success for i, _ in pairs) / len(pairs)
+        without_rate = sum(known[(j.task.id, j.context)].success for _, j in pairs) / len(pairs)
+        out.append(Effect(name, len(pairs), round(with_rate, 4), round(without_rate, 4),
+                          len(pairs) - reused[name], reused[name]))
+    return out

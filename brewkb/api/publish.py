@@ -23,7 +23,7 @@ from brewkb.search.store import SearchStore, find_base
 from brewkb.search.final import chosen_nodes, recorded_choices
 from brewkb.search.tree import Tree
 
-__all__ = ["RecipeChange", "RunView", "load_run", "pr_body", "push_run", "export_skills"]
+__all__ = ["RecipeChange", "RunView", "load_run", "pr_body", "push_run", "export_skills", "effects_table"]
 
 
 @dataclass(frozen=True)
@@ -113,6 +113,24 @@ def eval_table(evaluation: dict[str, Any]) -> list[str]:
     return rows
 
 
+def effects_table(evaluation: dict[str, Any]) -> list[str]:
+    """Each changed recipe's own effect on the tasks that retrieved it."""
+    effects = evaluation.get("effects")
+    if effects is None:
+        return []
+    if not effects:
+        return ["Per-recipe effect: no changed recipe was retrieved for a test task."]
+    rows = ["Per-recipe effect (leave-one-recipe-out on the test tasks that retrieved it; episodes whose context "
+            "does not change are reused):", "",
+            "| recipe | tasks | success with | without | effect | episodes run | reused |",
+            "|---|---:|---:|---:|---:|---:|---:|"]
+    for e in effects:
+        flag = " ⚠ negative" if e["effect"] < 0 else ""
+        rows.append(f"| `{e['recipe']}` | {e['tasks']} | {e['with_recipe']:.1%} | {e['without_recipe']:.1%} | "
+                    f"{e['effect']:+.1%}{flag} | {e['episodes_run']} | {e['episodes_reused']} |")
+    return rows
+
+
 def change_table(view: RunView) -> list[str]:
     rows = ["| recipe | change | lines | base reward | final reward | note |", "|---|---|---:|---:|---:|---|"]
     for c in view.changes:
@@ -132,6 +150,8 @@ def pr_body(view: RunView) -> str:
                                    ""]
     if view.eval:
         lines += eval_table(view.eval) + [""]
+        if view.eval.get("effects") is not None:
+            lines += effects_table(view.eval) + [""]
     gains = {c.name: (c.final_reward or 0) - (c.root_reward or 0) for c in view.changes if c.name in view.trees}
     if gains:
         biggest = max(sorted(gains), key=lambda n: gains[n])

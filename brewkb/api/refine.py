@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from brewkb.api.evaluate import EVAL_FILE, Column, aevaluate
+from brewkb.api.evaluate import EVAL_FILE, Effect, aevaluate
 from brewkb.api.loop import run_command
 from brewkb.config import SearchConfig
 from brewkb.errors import RunError
@@ -133,7 +133,8 @@ async def arefine(*, run: str | None = None, resume: str | None = None, base: st
                                "more or more varied trajectories are needed")
             result, choices = await _search(kb, pipeline, folder, spec, base_commit, concepts, roots, events)
         store = SearchStore(kb.store, run_id, base_commit, kb.recipes_prefix())
-        held_out = [] if no_eval else await _held_out(kb, folder, result.kb_commit, base_commit, start)
+        changed = sorted(c for c, ch in choices.items() if ch.node is not None)
+        held_out = None if no_eval else await _held_out(kb, folder, result.kb_commit, base_commit, changed, start)
         pr = store.write_pr(pr_message(run_id, spec, result, base_commit, choices,
                                        _evidence(kb, folder, held_out)), spec.rounds)
         nodes = sum(len(t.nodes) for t in result.trees.values())
@@ -175,23 +176,28 @@ async def _search(kb: KB, pipeline: Pipeline, folder: Run, spec: SearchSpec, bas
     return result, choices
 
 
-async def _held_out(kb: KB, folder: Run, kb_commit: str | None, base: str, start: Path) -> list[Column]:
+async def _held_out(kb: KB, folder: Run, kb_commit: str | None, base: str, changed: list[str],
+                   start: Path) -> dict[str, Any]:
     """The test split with the new KB (the final gather), the base KB and no KB,
-    saved as the run's ``eval.json``; the test split never enters a stage."""
-    columns = await aevaluate(revs=(kb_commit or base, base), contexts=("none",), split="test", start=start)
+    and each changed recipe's leave-one-recipe-out effect, saved as the run's
+    ``eval.json``; the test split never enters a stage."""
+    effects: list[Effect] = []
+    columns = await aevaluate(revs=(kb_commit or base, base), contexts=("none",), split="test", start=start,
+                              effects=changed, found_effects=effects)
     labelled = [dataclasses.replace(c, label=label) for c, label in zip(
         columns, ("no KB", "new KB (this PR)", f"base KB ({base[:12]})"), strict=True)]
-    labelled = [labelled[1], labelled[2], labelled[0]]
-    write_atomic(folder.file(EVAL_FILE), json.dumps({"split": "test", "repeats": 1, "columns": [
-        c.to_json() for c in labelled]}, indent=2) + "\n")
-    return labelled
+    evaluation = {"split": "test", "repeats": 1, "columns": [c.to_json() for c in (labelled[1], labelled[2],
+                                                                                  labelled[0])],
+                  "effects": [e.to_json() for e in effects]}
+    write_atomic(folder.file(EVAL_FILE), json.dumps(evaluation, indent=2) + "\n")
+    return evaluation
 
 
-def _evidence(kb: KB, folder: Run, columns: list[Column]) -> str:
-    """The held-out table and what produced it, for the ``pr`` commit message."""
-    if not columns:
+def _evidence(kb: KB, folder: Run, evaluation: dict[str, Any] | None) -> str:
+    """The held-out tables and what produced them, for the ``pr`` commit message."""
+    if evaluation is None:
         return "Held-out evaluation skipped (--no-eval); run `brewkb eval --split test` for it.\n"
-    from brewkb.api.publish import eval_table
+    from brewkb.api.publish import effects_table, eval_table
 
     config = kb.config
     models = {role: getattr(config.llm.roles, role).model or config.llm.model
@@ -200,7 +206,7 @@ def _evidence(kb: KB, folder: Run, columns: list[Column]) -> str:
     totals = summarise(read_ledger(ledger), config.llm.prices) if ledger.exists() else {}
     cost = sum(t.cost for t in totals.values())
     calls = sum(t.calls - t.cached for t in totals.values())
-    table = eval_table({"split": "test", "repeats": 1, "columns": [c.to_json() for c in columns]})
+    table = eval_table(evaluation) + [""] + effects_table(evaluation)
     return ("\n".join(table) + "\n\n" +
             f"Backend {config.llm.backend}; agent {config.agent.name}; models "
             + ", ".join(f"{r} {m}" for r, m in models.items()) +
