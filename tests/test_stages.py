@@ -17,7 +17,7 @@ import pytest
 
 from brewkb.api.stages import concepts, integrate, list_runs, reflect, rollout
 from brewkb.api.trajectories import import_trajectories
-from brewkb.errors import RunError
+from brewkb.errors import RunError, TrajectoryError
 from brewkb.events import Event
 from brewkb.lint import lint_paths
 from brewkb.llm.roles import Insight
@@ -292,3 +292,7 @@ def test_the_test_split_never_enters_a_run(make_repo: MakeRepo) -> None:
     out = subprocess.run([sys.executable, "-m", "brewkb", "rollout", "--run", "leak", "--split", "test"], cwd=root,
                          capture_output=True, text=True)
     assert out.returncode == 2 and "'test' is not one of 'train', 'eval'" in out.stderr
+    with pytest.raises(TrajectoryError, match="held out"):
+        import_trajectories(Path(__file__).parent / "fixtures" / "openai.jsonl", "openai", run="leak", split="test",
+                            start=root)
+    assert not (root / "runs" / "leak").exists()
