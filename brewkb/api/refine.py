@@ -207,9 +207,10 @@ def _evidence(kb: KB, folder: Run, evaluation: dict[str, Any] | None) -> str:
     cost = sum(t.cost for t in totals.values())
     calls = sum(t.calls - t.cached for t in totals.values())
     table = eval_table(evaluation) + [""] + effects_table(evaluation)
+    shown = "none (deterministic offline rules)" if config.llm.backend == "offline" else \
+        ", ".join(f"{r} {m}" for r, m in models.items())
     return ("\n".join(table) + "\n\n" +
-            f"Backend {config.llm.backend}; agent {config.agent.name}; models "
-            + ", ".join(f"{r} {m}" for r, m in models.items()) +
+            f"Backend {config.llm.backend}; agent {config.agent.name}; models {shown}" +
             f"; seeds: env {config.env.seed}, agent {config.agent.seed}, llm {config.llm.seed}, "
             f"stages {config.stages.seed}; LLM calls paid {calls}, cost ${cost:.4f} (ledger).\n")
 
