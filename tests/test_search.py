@@ -325,6 +325,16 @@ def test_refine_no_eval_skips_the_held_out_evaluation(make_repo: MakeRepo) -> No
     assert body.rstrip().endswith("Brew-Run: q")
 
 
+def test_a_kill_between_the_final_gather_and_its_note_resumes_exactly(make_repo: MakeRepo) -> None:
+    root = kb_repo(make_repo)
+    refine(run="f", no_eval=True, start=root)
+    done = {ref: git(root, "rev-parse", ref) for ref in ("brew/f/kb", "brew/f/pr", "refs/notes/brew")}
+    git(root, "update-ref", "refs/notes/brew", "refs/notes/brew~1")  # the final evaluation's note is lost
+    git(root, "update-ref", "-d", "refs/heads/brew/f/pr")
+    refine(resume="f", no_eval=True, start=root)
+    assert {ref: git(root, "rev-parse", ref) for ref in done} == done
+
+
 def test_a_run_in_use_is_refused_up_front(make_repo: MakeRepo) -> None:
     root = kb_repo(make_repo)
     (root / "runs" / "busy").mkdir(parents=True)

@@ -73,7 +73,9 @@ async def finalize(store: SearchStore, evaluator: Evaluator, trees: Mapping[str,
     stored = {(n.concept, n.id): n for ns in store.load().nodes.values() for n in ns}
     text = {k: store.text(n.blob) for k, n in stored.items()}
     existing = store.git.read_folder(store.base, store.recipes_dir)
-    current = {c: parse_recipe(store.text(b)) for c, b in store.kb_blobs(sorted(trees)).items()}
+    final = store.final_commit()
+    last = store.git.read_commit(final)["parent"][0] if final else None  # the KB before the final gather
+    current = {c: parse_recipe(store.text(b)) for c, b in store.kb_blobs(sorted(trees), last).items()}
     pool: dict[str, tuple[str, Recipe]] = {}
     for concept, tree in sorted(trees.items()):
         changed = {n.id: changed_chars(text[(concept, n.parent)], text[(concept, n.id)])
@@ -107,12 +109,13 @@ async def finalize(store: SearchStore, evaluator: Evaluator, trees: Mapping[str,
         else:
             entry = store.git.lookup(store.base_tree, store.path(concept))
             best[concept] = (store.base, entry.sha if entry else "", BASE)
-        notes[concept] = {**choice.to_json(), "episodes_run": sum(e.episodes_run for e in mine.values()),
-                          "episodes_reused": sum(e.episodes_reused for e in mine.values())}
+        # no episode counters: a resumed run replays these episodes from its cache, and the note must not differ
+        notes[concept] = choice.to_json()
     lines = [f"{c}: {'kept the base version' if ch.kept else f'n{ch.node}'} "
              f"(final reward {ch.reward:.3f}, base {ch.base_reward:.3f})" for c, ch in sorted(choices.items())]
-    commit = store.gather(iteration, best, "Final evaluation under the last gathered KB.\n" + "\n".join(lines),
-                          final=True)
+    # a run killed between the final gather and its note has the gather already: only the note is missing
+    commit = store.final_commit() or store.gather(
+        iteration, best, "Final evaluation under the last gathered KB.\n" + "\n".join(lines), final=True)
     store.git.add_notes({commit: {"run": store.run, "final": True, "lambda_corr": lambdas[0],
                                   "lambda_ret": lambdas[1], "candidates_per_concept": candidates,
                                   "min_gain": min_gain, "concepts": notes}},

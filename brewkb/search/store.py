@@ -220,9 +220,9 @@ class SearchStore:
         note = self.git.read_note(final) if final else None
         return note if isinstance(note, Mapping) else None
 
-    def kb_blobs(self, concepts: Sequence[str]) -> dict[str, str]:
-        """Concept → blob of its document at the tip of the ``kb`` branch."""
-        kb = self.git.read_ref(str(BrewRef.kb(self.run)))
+    def kb_blobs(self, concepts: Sequence[str], commit: str | None = None) -> dict[str, str]:
+        """Concept → blob of its document at the tip of the ``kb`` branch (or at ``commit``)."""
+        kb = commit or self.git.read_ref(str(BrewRef.kb(self.run)))
         if kb is None:
             return {}
         folder = self.git.lookup(self.git.commit_tree(kb), self.recipes_dir) if self.recipes_dir else None
