@@ -182,6 +182,10 @@ class SearchConfig:
     reuse: int = field(default=1, metadata=_min(0))
     """Reuse an agent episode when a task gets the same context again: 0 off,
     n keeps up to n episodes per (task, context)."""
+    final_candidates: int = field(default=2, metadata=_min(1))
+    """Nodes per tree (best own reward first) re-evaluated under the final KB."""
+    min_gain: float = 0.0
+    """A candidate replaces a recipe's base version only if its final reward is at least the base's plus this."""
 
 
 @dataclass(frozen=True)

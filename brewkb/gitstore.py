@@ -494,6 +494,17 @@ class GitStore:
                            "permission to push") from None
         return done.stdout
 
+    def clear_locks(self, prefix: str) -> list[Path]:
+        """Delete the ``.lock`` files under the refs folder ``prefix`` (e.g.
+        ``refs/heads/brew/run1/``) and return them. Only for a caller that
+        knows no other process writes those refs (it holds the run's lock):
+        such a lock was left by a killed process."""
+        folder = self.common_dir / prefix
+        found = sorted(folder.rglob("*.lock")) if folder.is_dir() else []
+        for lock in found:
+            lock.unlink(missing_ok=True)
+        return found
+
     def delete_refs(self, refs: Mapping[str, str]) -> int:
         """Delete refs (name → the commit it must still point at) in one transaction."""
         if not refs:

@@ -230,7 +230,11 @@ class Pipeline:
     # -------------------------------------------------------------- stages
     async def rollouts(self, split: str = "train", *, context: str = "kb", rev: str | None = None,
                  repeats: int = 1) -> list[Trajectory]:
-        """Run the agent on every task of ``split``."""
+        """Run the agent on every task of ``split`` (``train`` or ``eval``: the
+        test split never enters a run's stages)."""
+        if split not in ("train", "eval"):
+            raise RunError(f"the {split} split is held out from a run's stages; evaluate on it with "
+                           f"`brewkb eval --split {split}`")
         stage = "rollouts" if split == "train" else "rollouts-eval"
         if self._skip(stage):
             return self.run.read_trajectories(FILES[stage])

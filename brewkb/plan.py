@@ -3,7 +3,8 @@
 Bounds come from counts only: train and eval tasks, the concepts found so far
 (or the most the reflections could give), the strategy's rounds and
 candidates per expansion, integrator retries, the agent's step limit, and the
-stages a resumed run has already finished. Every JSON role's item may take a
+stages a resumed run has already finished, the final evaluation of each
+concept's candidates, and the held-out evaluation on the test split. Every JSON role's item may take a
 repair call, so it counts twice; with ``structured_output = "auto"`` each JSON
 role may also see up to two rejected calls per call in flight while the
 endpoint's mode is found. Episodes that are reused instead of run and cache
@@ -50,6 +51,12 @@ class PlanInputs:
     """LLM calls per agent episode at most (``agent.max_steps`` for the tool agent, else 0)."""
     fallback_calls: int = 0
     """Rejected calls each JSON role may see while the structured-output mode is found."""
+    final_candidates: int = 0
+    """Candidates per concept the final evaluation measures again, besides the base version."""
+    test_tasks: int = 0
+    """Test tasks of the held-out evaluation that ends the run (0: ``--no-eval``)."""
+    k: int = 0
+    """Recipes retrieved per task (bounds the leave-one-recipe-out reruns)."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +118,10 @@ def plan_refine(p: PlanInputs) -> RunPlan:
             calls["reflector"] += 2 * expansion_tasks
             calls["embeddings"] += expansion_tasks * p.concepts_per_trajectory
             calls["integrator"] += n * p.per_expansion * per_integration
+    if n and todo("search"):  # the final evaluation: each concept's candidates and its base version
+        episodes += (p.final_candidates + 1) * sum(e for _, e in sizes)
+    if p.test_tasks and todo("search"):  # new KB, base KB and no KB, then a task's retrieved recipes left out one at a time
+        episodes += (3 + min(n, p.k)) * p.test_tasks
     calls["agent"] = episodes * p.agent_steps
     for role in JSON_ROLES:
         if calls[role]:

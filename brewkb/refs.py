@@ -3,6 +3,7 @@
     refs/heads/brew/<run>/<concept>/n<id>   a search node
     refs/heads/brew/<run>/kb                the run's knowledge base (gather merges)
     refs/heads/brew/<run>/pr                the single commit a reviewer reads
+    refs/heads/brew/<run>/archive           keeps node commits reachable after ``gc``
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ __all__ = ["BrewRef", "NOTES_REF", "RESERVED_CONCEPTS", "check_run_id"]
 
 PREFIX = "refs/heads/brew/"
 NOTES_REF = "refs/notes/brew"
-# `kb` and `pr` are refs of the run itself; a concept folder of that name would
+# `kb`, `pr` and `archive` are refs of the run itself; a concept folder of that name would
 # collide with them (git cannot have both `x` and `x/...`).
-RESERVED_CONCEPTS = frozenset({"kb", "pr"})
+RESERVED_CONCEPTS = frozenset({"kb", "pr", "archive"})
 _RUN_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 _CONCEPT_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 
@@ -34,7 +35,7 @@ def check_run_id(run: str) -> str:
 
 @dataclass(frozen=True, order=True)
 class BrewRef:
-    """A ref of a run: ``kind`` is ``"node"``, ``"kb"`` or ``"pr"``."""
+    """A ref of a run: ``kind`` is ``"node"``, ``"kb"``, ``"pr"`` or ``"archive"``."""
 
     run: str
     kind: str
@@ -53,7 +54,7 @@ class BrewRef:
                 )
             if self.node < 0:
                 raise GitError(f"node id must be ≥ 0, got {self.node}")
-        elif self.kind not in ("kb", "pr"):
+        elif self.kind not in ("kb", "pr", "archive"):
             raise GitError(f"unknown run ref kind {self.kind!r}")
 
     @classmethod
@@ -68,6 +69,10 @@ class BrewRef:
     def pr(cls, run: str) -> BrewRef:
         return cls(run, "pr")
 
+    @classmethod
+    def archive(cls, run: str) -> BrewRef:
+        return cls(run, "archive")
+
     @staticmethod
     def run_prefix(run: str) -> str:
         return f"{PREFIX}{check_run_id(run)}/"
@@ -77,11 +82,11 @@ class BrewRef:
         if not ref.startswith(PREFIX):
             raise GitError(f"{ref!r} is not a brewkb ref (they start with {PREFIX})")
         parts = ref[len(PREFIX) :].split("/")
-        if len(parts) == 2 and parts[1] in ("kb", "pr"):
+        if len(parts) == 2 and parts[1] in ("kb", "pr", "archive"):
             return cls(parts[0], parts[1])
         if len(parts) == 3 and re.fullmatch(r"n\d+", parts[2]):
             return cls(parts[0], "node", parts[1], int(parts[2][1:]))
-        raise GitError(f"{ref!r} is not a brewkb run ref (…/<run>/kb, …/pr or …/<concept>/n<id>)")
+        raise GitError(f"{ref!r} is not a brewkb run ref (…/<run>/kb, …/pr, …/archive or …/<concept>/n<id>)")
 
     def __str__(self) -> str:
         tail = f"{self.concept}/n{self.node}" if self.kind == "node" else self.kind

@@ -7,9 +7,13 @@ counts and timings; a stage whose output is recorded there is not run again.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
+import os
+import socket
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +23,10 @@ from brewkb.fsutil import write_atomic
 from brewkb.refs import check_run_id
 from brewkb.trajectories import Trajectory, read_jsonl, write_jsonl
 
-__all__ = ["Run", "new_run_id", "STAGES", "FILES"]
+__all__ = ["Run", "new_run_id", "STAGES", "FILES", "LOCK"]
+
+log = logging.getLogger(__name__)
+LOCK = "run.lock"
 
 MANIFEST = "manifest.json"
 STAGES = ("rollouts", "rollouts-eval", "grades", "relabel", "reflections", "concepts", "integrate")
@@ -54,6 +61,35 @@ class Run:
     def file(self, name: str) -> Path:
         return self.path / name
 
+    @contextlib.contextmanager
+    def lock(self, command: str) -> Iterator[None]:
+        """Hold ``run.lock`` (naming this process) while ``command`` works on
+        the run. A lock whose process is gone is removed with a warning; one
+        held by a live process (or by another machine) refuses the start."""
+        path = self.file(LOCK)
+        owner = {"pid": os.getpid(), "host": socket.gethostname(), "command": command, "since": int(time.time())}
+        for _ in range(2):
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                held = _read_owner(path)
+                if held is not None and held.get("host") == owner["host"] and not _alive(int(held.get("pid", 0))):
+                    log.warning("removed the stale lock %s of %s (process %s is gone)", path, held.get("command"),
+                                held.get("pid"))
+                    path.unlink(missing_ok=True)
+                    continue
+                who = f"process {held.get('pid')} on {held.get('host')} ({held.get('command')})" if held else \
+                    "a process whose lock file is unreadable"
+                raise RunError(f"run {self.id} is in use by {who}; wait for it to finish, or delete {path} "
+                               "if that process is gone") from None
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                out.write(json.dumps(owner) + "\n")
+            break
+        try:
+            yield
+        finally:
+            path.unlink(missing_ok=True)
+
     def manifest(self) -> dict[str, Any]:
         try:
             return json.loads(self.file(MANIFEST).read_text(encoding="utf-8"))  # type: ignore[no-any-return]
@@ -82,3 +118,23 @@ class Run:
 
     def write_trajectories(self, name: str, trajectories: Iterable[Trajectory]) -> int:
         return write_jsonl(self.file(name), trajectories)
+
+
+def _read_owner(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True

@@ -44,6 +44,20 @@ def test_reflect_sends_the_prompt_and_parses_insights() -> None:
     assert body["temperature"] == 0.1
 
 
+def test_rubric_scores_reach_the_reflector() -> None:
+    judged = TRAJ.with_(rubric={"scores": {"no-tool-errors": 0.0, "concise": None},
+                                "notes": {"no-tool-errors": "1 of 1 tool calls failed"}})
+    with FakeOpenAI() as fake:
+        answer = {"content": json.dumps({"insights": [{"concept": "cancel an order", "insight": "x", "steps": []}]})}
+        fake.reply(answer)
+        run(backend(fake).reflect(judged))
+        fake.reply(answer)
+        run(backend(fake).reflect(TRAJ))
+        judged_input, plain_input = (fake.requests[i][1]["messages"][1]["content"] for i in (0, 1))
+    assert "- no-tool-errors: 0.00 — 1 of 1 tool calls failed" in judged_input and "- concise: unscored" in judged_input
+    assert "Rubric scores" not in plain_input and "rubric scores" in prompt("reflector")
+
+
 def test_integrate_builds_a_recipe_at_integrator_temperature() -> None:
     reply = {"description": "Cancel a pending order.", "when_to_use": "A customer asks to cancel.",
              "how_to_perform": "1. `find_customer(email)`\n2. `cancel_order(order_id, reason)`",

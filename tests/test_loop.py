@@ -55,7 +55,7 @@ def test_demo_runs_offline_and_reports(tmp_path: Path) -> None:
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
-    assert [c["label"] for c in result["columns"]] == ["none", "brew/demo/pr"]
+    assert [c["label"].split(" (")[0] for c in result["columns"]] == ["new KB", "base KB", "no KB"]
     assert "brewkb tree demo" in result["next"] and result["recipes"] > 0
     progress = out.stderr.splitlines()
     assert not [line for line in progress if progress.count(line) > 1 and "skipped" in line]
@@ -63,7 +63,14 @@ def test_demo_runs_offline_and_reports(tmp_path: Path) -> None:
     assert git(outside / "d", "rev-list", "--count", "HEAD").strip() == "1"
     assert (outside / "d" / "runs" / "demo" / "report.md").exists()
     rates = json.loads((outside / "d" / "runs" / "demo" / "eval.json").read_text())["columns"]
-    assert [c["label"] for c in rates] == ["none", "brew/demo/pr"]
+    assert [c["label"].split(" (")[0] for c in rates] == ["new KB", "base KB", "no KB"]
+    assert all(c["episodes"] == 200 for c in rates)
+    body = git(outside / "d", "log", "-1", "--format=%B", "brew/demo/pr")
+    assert "| new KB (this PR) |" in body and "| no KB |" in body and "Evaluation on the test split" in body
+    effects = json.loads((outside / "d" / "runs" / "demo" / "eval.json").read_text())["effects"]
+    assert effects and all(e["episodes_run"] + e["episodes_reused"] == e["tasks"] > 0 for e in effects)
+    assert all(e["effect"] == round(e["with_recipe"] - e["without_recipe"], 4) for e in effects)
+    assert "Per-recipe effect" in body and f"| `{effects[0]['recipe']}` | {effects[0]['tasks']} |" in body
 
 
 def test_eval_compares_baselines_and_the_learned_kb(refined: Path) -> None:
@@ -100,13 +107,44 @@ def test_pr_body_push_to_a_bare_remote(refined: Path, tmp_path: Path) -> None:
         push_run(kb, "r", str(remote))
     statuses = {c.name: c.status for c in view.changes}
     assert statuses["hand-written"] == "unchanged" and "added" in statuses.values()
-    assert "| recipe | change | lines | root reward | final reward |" in body and "```mermaid" in body
+    assert "| recipe | change | lines | base reward | final reward | note |" in body and "```mermaid" in body
     assert "| trajectories |" in body
     remote_refs = git(remote, "for-each-ref", "--format=%(refname)").split()
-    assert set(remote_refs) == {"refs/heads/brew/r/pr", "refs/heads/brew/r/kb", "refs/notes/brew"}
+    assert {"refs/heads/brew/r/pr", "refs/heads/brew/r/kb", "refs/notes/brew"} < set(remote_refs)
+    assert {r for r in remote_refs if r.rsplit("/", 1)[1].startswith("n")} == \
+        set(git(refined, "for-each-ref", "--format=%(refname)", "refs/heads/brew/r/").split()) - \
+        {"refs/heads/brew/r/pr", "refs/heads/brew/r/kb"}
     out = subprocess.run([sys.executable, "-m", "brewkb", "pr", "r", "--body-only"], cwd=refined,
                          capture_output=True, text=True, check=True)
     assert out.stdout == body
+
+
+def brewkb(cwd: Path, *args: str) -> str:
+    return subprocess.run([sys.executable, "-m", "brewkb", *args], cwd=cwd, capture_output=True, text=True,
+                          check=True).stdout
+
+
+def test_audit_trail_travels_to_a_fresh_clone_and_survives_gc(refined: Path, tmp_path: Path) -> None:
+    remote = tmp_path / "audit.git"
+    git(tmp_path, "init", "-q", "--bare", str(remote))
+    git(refined, "push", "-q", str(remote), "HEAD:refs/heads/main")
+    brewkb(refined, "pr", "r", "--push", str(remote))
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(remote), str(clone))
+    missing = subprocess.run([sys.executable, "-m", "brewkb", "tree", "r"], cwd=clone, capture_output=True, text=True)
+    assert missing.returncode == 1 and "'refs/notes/brew:refs/notes/brew'" in missing.stderr
+    # the fetch that docs/git-model.md documents
+    git(clone, "fetch", "-q", "origin", "refs/heads/brew/*:refs/heads/brew/*", "refs/notes/brew:refs/notes/brew")
+    here = json.loads(brewkb(refined, "tree", "r", "--json"))
+    there = json.loads(brewkb(clone, "tree", "r", "--json"))
+    assert there == here and all(n["reward"] is not None for t in there.values() for n in t["nodes"])
+    body = brewkb(clone, "pr", "r", "--body-only")
+    rows = [line for line in body.splitlines() if line.startswith(tuple(f"| `{c}` |" for c in here))]
+    assert len(rows) == len(here) and not any("| – |" in row for row in rows)
+    assert brewkb(clone, "gc", "r").startswith("Deleted ")
+    git(clone, "gc", "-q", "--prune=now")
+    assert json.loads(brewkb(clone, "tree", "r", "--json")) == here
+    assert brewkb(clone, "pr", "r", "--body-only").split("Evaluation on")[0] == body.split("Evaluation on")[0]
 
 
 def test_skills_export_passes_the_reference_validator(refined: Path, tmp_path: Path) -> None:

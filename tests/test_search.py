@@ -5,6 +5,7 @@ import json
 import math
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -19,10 +20,11 @@ from brewkb.envs.base import Task
 from brewkb.executors import LocalExecutor
 from brewkb.gitstore import GitStore
 from brewkb.recipes import Recipe, build_body
-from brewkb.search.engine import SearchSpec, _chosen, _select
+from brewkb.llm.roles import Insight
+from brewkb.search.engine import SAMPLE_STRIDE, SearchSpec, _chosen, _select
 from brewkb.search.episodes import EpisodeCache
 from brewkb.search.evaluate import Evaluator
-from brewkb.search.tree import Tree, best_node, reward, uct_select
+from brewkb.search.tree import Tree, best_node, ranked, reward, uct_select
 from brewkb.trajectories import Outcome, Trajectory
 from tests.conftest import MakeRepo, git
 
@@ -63,9 +65,16 @@ def test_uct_prefers_unexpanded_then_exploits_and_explores() -> None:
     assert uct_select(tree_with({0: (None, 0.5)}), 1.0, width=3, max_depth=0) is None
 
 
-def test_best_node_by_mean_with_deterministic_ties() -> None:
+def test_best_node_by_own_reward_with_deterministic_ties() -> None:
     tree = tree_with({0: (None, 0.4), 1: (0, 0.9), 2: (0, 0.9)})
     assert best_node(tree).id == 1
+    assert best_node(tree, changed={1: 50, 2: 10}).id == 2  # fewer characters changed from the parent
+    # a good root is not dragged down by worse descendants (its subtree mean is 0.405)
+    dragged = tree_with({0: (None, 0.72), 1: (0, 0.6), 2: (0, 0.2), 3: (0, 0.1)})
+    assert dragged.root.mean < dragged.nodes[1].mean and best_node(dragged).id == 0
+    deep = tree_with({0: (None, 0.5), 1: (0, 0.8), 2: (1, 0.8)})
+    assert best_node(deep, changed={1: 5, 2: 5}).id == 1  # then the shallower
+    assert [n.id for n in ranked(deep)] == [1, 2, 0]
     assert reward(0.5, 1.0, 0.5, 0.5) == 0.75
 
 
@@ -132,6 +141,56 @@ def test_episodes_are_reused_when_the_candidate_is_not_retrieved() -> None:
     assert agent.runs == 5  # reuse off: both tasks run again
 
 
+class RoundBackend:
+    """Reflects a fixed insight the first time it sees a trajectory and records
+    what the integrator receives."""
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+        self.integrated: list[list[str]] = []
+
+    async def reflect(self, trajectory: Trajectory, max_concepts: int) -> list[Insight]:
+        return [Insight("refund", f"lesson of {trajectory.id}", "diagnostic", trajectory.id, trajectory.task_id)]
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        return [[1.0, 0.0] for _ in texts]
+
+    async def integrate(self, concept: str, aliases: Any, insights: Any, current: Recipe | None,
+                        sample: int) -> Recipe:
+        self.integrated.append([i.insight for i in insights])
+        assert current is not None
+        return current.replace(body=build_body([("How to perform", f"sample {sample}: {len(insights)} insights")]))
+
+
+def test_expansion_integrates_every_insight_so_far_and_resumes_exactly(tmp_path: Path) -> None:
+    from brewkb.search.expand import ROUND_STRIDE, Expander
+
+    assert ROUND_STRIDE == SAMPLE_STRIDE
+
+    tasks = {"t1": Task("t1", "refund a damaged parcel", "train", {"needs": "parcel"})}
+    stage = [Insight("refund", "from the stages", "prescriptive", "s0", "t0")]
+    journal = tmp_path / "insights.jsonl"
+
+    def expander(backend: RoundBackend) -> Expander:
+        return Expander(env=ContextEnv(), agent=CountingAgent(), executor=LocalExecutor(1), cache=EpisodeCache(1),
+                        backend=backend, tasks=tasks, q_train={"refund": ["t1"]}, mapping={"refund": "refund"},
+                        titles={"refund": ("refund", ())}, k=1, budget=500, boosts=Boosts(), threshold=0.6,
+                        retries=0, max_concepts=2, insights={"refund": stage}, journal=journal)
+
+    doc = recipe("refund", "refund a damaged parcel to the card")
+    backend = RoundBackend()
+    first = expander(backend)
+    asyncio.run(first.expand({"refund": (doc, [1000])}, {"refund": doc}))
+    # round 2 runs the same episode (reused): no new insight, yet it integrates I_k, not nothing
+    asyncio.run(first.expand({"refund": (doc, [2000])}, {"refund": doc}))
+    lesson = backend.integrated[0][1]
+    assert backend.integrated == [["from the stages", lesson], ["from the stages", lesson]]
+    resumed = RoundBackend()
+    asyncio.run(expander(resumed).expand({"refund": (doc, [2001])}, {"refund": doc}))
+    assert resumed.integrated == [["from the stages", lesson]]
+    assert len(journal.read_text().splitlines()) == 2
+
+
 def kb_repo(make_repo: MakeRepo, name: str | None = None, extra: str = "") -> Path:
     return make_repo({"brewkb.toml": SMALL + extra, "recipes/.gitkeep": ""}, name=name)
 
@@ -156,14 +215,19 @@ def test_refine_records_nodes_notes_gathers_and_a_pr(make_repo: MakeRepo) -> Non
         parent = git(root, "rev-parse", f"{ref}~1").strip()
         assert len(git(root, "diff", "--name-only", parent, ref).split()) <= 1
     merges = git(root, "rev-list", "--first-parent", "brew/r/kb", f"^{head}").split()
-    assert len(merges) == 3 + 1  # iteration 0 (the roots) and one per iteration
+    assert len(merges) == 3 + 2  # iteration 0 (the roots), one per iteration, the final gather
+    final = notes[merges[0]]
+    assert final["final"] is True and set(final["concepts"]) == set(result.concepts)
+    for concept, decision in final["concepts"].items():
+        assert decision["reward"] >= decision["base_reward"]  # the gate
+        assert decision["kept"] == (decision["node"] in (None, 0))
     assert all(len(git(root, "log", "-1", "--format=%P", m).split()) >= 2 for m in merges)
     assert git(root, "log", "-1", "--format=%P", "brew/r/pr").strip() == head
     changed = git(root, "diff", "--name-only", head, "brew/r/pr").split()
     assert changed and all(p.startswith("recipes/") and p.endswith(".md") for p in changed)
     assert git(root, "rev-parse", "brew/r/pr^{tree}") == git(root, "rev-parse", "brew/r/kb^{tree}")
     body = git(root, "log", "-1", "--format=%B", "brew/r/pr")
-    assert "| recipe | root reward |" in body
+    assert "| recipe | base reward | final reward |" in body
     git(root, "fsck", "--strict")
     assert git(root, "status", "--porcelain").strip() == "?? runs/"
     manifest = json.loads((root / "runs" / "r" / "manifest.json").read_text())
@@ -171,7 +235,27 @@ def test_refine_records_nodes_notes_gathers_and_a_pr(make_repo: MakeRepo) -> Non
     trees, best = load_trees("r", start=root)
     assert set(trees) == set(result.concepts) and all(best[c] == result.concepts[c]["node"] for c in trees)
     assert gc("r", start=root) == result.nodes
-    assert set(store.list_refs("refs/heads/brew/r/")) == {"refs/heads/brew/r/kb", "refs/heads/brew/r/pr"}
+    assert set(store.list_refs("refs/heads/brew/r/")) == {f"refs/heads/brew/r/{k}" for k in ("kb", "pr", "archive")}
+    git(root, "gc", "-q", "--prune=now")
+    after, best_after = load_trees("r", start=root)  # rebuilt from the archive
+    assert best_after == best and {c: {i: n.reward for i, n in t.nodes.items()} for c, t in after.items()} == \
+        {c: {i: n.reward for i, n in t.nodes.items()} for c, t in trees.items()}
+    assert gc("r", start=root) == 0
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_no_chosen_document_is_below_its_root(make_repo: MakeRepo, seed: int) -> None:
+    root = kb_repo(make_repo)
+    (root / "brewkb.toml").write_text(SMALL.replace('name = "shop"', f'name = "shop"\nseed = {seed}'))
+    git(root, "commit", "-qam", "seed")
+    result = refine(run="s", start=root)
+    trees, best = load_trees("s", start=root)
+    final = GitStore(root).read_note(git(root, "rev-parse", "brew/s/kb").strip())
+    for concept, tree in trees.items():
+        assert tree.nodes[best[concept]].reward >= tree.root.reward  # the search's own choice
+        decision = final["concepts"][concept]
+        assert decision["reward"] >= decision["base_reward"]  # the PR's choice under the final evaluation
+        assert {k: decision[k] for k in result.concepts[concept]["final"]} == result.concepts[concept]["final"]
 
 
 def test_same_seed_same_commits(make_repo: MakeRepo) -> None:
@@ -214,11 +298,54 @@ def test_sigkill_mid_iteration_then_resume_gives_the_same_kb(make_repo: MakeRepo
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert not (root / ".git" / "refs" / "heads" / "brew" / "k" / "pr").exists()
+    assert json.loads((root / "runs" / "k" / "run.lock").read_text())["pid"] == proc.pid  # left by the kill
+    (root / ".git" / "refs" / "heads" / "brew" / "k" / "kb.lock").write_text("")  # as a kill mid-update leaves it
     out = subprocess.run([sys.executable, "-m", "brewkb", "refine", "--resume", "k"], cwd=root,
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
+    assert "stale lock" in out.stderr and "kb.lock" in out.stderr
+    assert not (root / "runs" / "k" / "run.lock").exists()
     assert refs_and_trees(root, "k") == refs_and_trees(reference, "k")
+    assert git(root, "rev-parse", "brew/k/pr") == git(reference, "rev-parse", "brew/k/pr")
+    assert GitStore(root).read_notes() == GitStore(reference).read_notes()
+    lines = (root / "runs" / "k" / "episodes.jsonl").read_text().splitlines()
+    assert len(lines) == len(set(lines))
     git(root, "fsck", "--strict")
+
+
+def test_refine_no_eval_skips_the_held_out_evaluation(make_repo: MakeRepo) -> None:
+    root = kb_repo(make_repo)
+    out = subprocess.run([sys.executable, "-m", "brewkb", "refine", "--run", "q", "--no-eval"], cwd=root,
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "kept the base version" in out.stdout or "final reward" in out.stdout
+    body = git(root, "log", "-1", "--format=%B", "brew/q/pr")
+    assert "Held-out evaluation skipped (--no-eval)" in body and "| new KB" not in body
+    assert not (root / "runs" / "q" / "eval.json").exists()
+    assert body.rstrip().endswith("Brew-Run: q")
+
+
+def test_a_kill_between_the_final_gather_and_its_note_resumes_exactly(make_repo: MakeRepo) -> None:
+    root = kb_repo(make_repo)
+    refine(run="f", no_eval=True, start=root)
+    done = {ref: git(root, "rev-parse", ref) for ref in ("brew/f/kb", "brew/f/pr", "refs/notes/brew")}
+    git(root, "update-ref", "refs/notes/brew", "refs/notes/brew~1")  # the final evaluation's note is lost
+    git(root, "update-ref", "-d", "refs/heads/brew/f/pr")
+    refine(resume="f", no_eval=True, start=root)
+    assert {ref: git(root, "rev-parse", ref) for ref in done} == done
+
+
+def test_a_run_in_use_is_refused_up_front(make_repo: MakeRepo) -> None:
+    root = kb_repo(make_repo)
+    (root / "runs" / "busy").mkdir(parents=True)
+    with subprocess.Popen(["sleep", "60"]) as live:
+        (root / "runs" / "busy" / "run.lock").write_text(json.dumps(
+            {"pid": live.pid, "host": socket.gethostname(), "command": "refine"}))
+        out = subprocess.run([sys.executable, "-m", "brewkb", "refine", "--run", "busy"], cwd=root,
+                             capture_output=True, text=True)
+        live.kill()
+    assert out.returncode == 1 and f"in use by process {live.pid}" in out.stderr
+    assert "Traceback" not in out.stderr and not git(root, "for-each-ref", "refs/heads/brew/").strip()
 
 
 def test_two_runs_at_once_keep_their_refs(make_repo: MakeRepo) -> None:

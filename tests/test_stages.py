@@ -17,7 +17,7 @@ import pytest
 
 from brewkb.api.stages import concepts, integrate, list_runs, reflect, rollout
 from brewkb.api.trajectories import import_trajectories
-from brewkb.errors import RunError
+from brewkb.errors import RunError, TrajectoryError
 from brewkb.events import Event
 from brewkb.lint import lint_paths
 from brewkb.llm.roles import Insight
@@ -282,3 +282,17 @@ def test_cli_runs_the_stages(make_repo: MakeRepo) -> None:
     done = cli("integrate", "c", "--write", "--json")
     assert done.returncode == 0 and json.loads(done.stdout.splitlines()[-1])["written"]  # events, then the result
     assert "7/7 stages (complete)" in cli("runs").stdout
+
+
+def test_the_test_split_never_enters_a_run(make_repo: MakeRepo) -> None:
+    root = make_repo({"brewkb.toml": '[env]\nname = "shop"\noptions = { train = 4, eval = 2, test = 2 }\n'})
+    with pytest.raises(RunError, match="brewkb eval --split test"):
+        rollout(run="leak", splits=("train", "test"), start=root)
+    assert not (root / "runs" / "leak").exists()
+    out = subprocess.run([sys.executable, "-m", "brewkb", "rollout", "--run", "leak", "--split", "test"], cwd=root,
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and "'test' is not one of 'train', 'eval'" in out.stderr
+    with pytest.raises(TrajectoryError, match="held out"):
+        import_trajectories(Path(__file__).parent / "fixtures" / "openai.jsonl", "openai", run="leak", split="test",
+                            start=root)
+    assert not (root / "runs" / "leak").exists()

@@ -16,8 +16,9 @@ from brewkb.api.loop import run_command
 from brewkb.context import NoContext, RecipeContext, TrajectoryContext
 from brewkb.errors import AllFailedError, BrewError
 from brewkb.events import EventSink, null_sink
-from brewkb.executors import make_executor
+from brewkb.executors import Job, make_executor
 from brewkb.fsutil import write_atomic
+from brewkb.index import RecipeIndex
 from brewkb.kb import KB
 from brewkb.llm import open_backend
 from brewkb.retrieval import open_index
@@ -25,7 +26,7 @@ from brewkb.runs import FILES, Run
 from brewkb.stages.rollouts import make_jobs
 from brewkb.trajectories import Trajectory, read_jsonl
 
-__all__ = ["Column", "evaluate", "aevaluate", "EVAL_FILE"]
+__all__ = ["Column", "Effect", "evaluate", "aevaluate", "EVAL_FILE"]
 
 EVAL_FILE = "eval.json"
 
@@ -54,6 +55,26 @@ class Column:
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class Effect:
+    """A recipe's own effect (leave-one-recipe-out): success on the tasks that
+    retrieved it, with the KB and with the same KB without it."""
+
+    recipe: str
+    tasks: int
+    with_recipe: float
+    without_recipe: float
+    episodes_run: int
+    episodes_reused: int
+
+    @property
+    def effect(self) -> float:
+        return round(self.with_recipe - self.without_recipe, 4)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "effect": self.effect}
 
 
 def _ci(per_task: np.ndarray, seed: int = 0, rounds: int = 2000) -> tuple[float, float]:
@@ -142,35 +163,11 @@ async def aevaluate(*, revs: Sequence[str] = (), contexts: Sequence[str] = (), s
         from brewkb.agents import load_agent
         from brewkb.envs import load_environment
 
-        env = load_environment(config.env, kb.root)
-        agent = load_agent(config, kb.root, client)
-        tasks = env.tasks(split) * repeats
-        if not tasks:
-            raise BrewError(f"the {split} split of {env.name} has no tasks")
-        arms: list[tuple[str, Any, int | None]] = []
-        for context in contexts:
-            if context == "none":
-                arms.append(("none", NoContext(), None))
-            elif context == "trajectories":
-                arms.append(("trajectories", TrajectoryContext(_pool(kb, from_run), config.retrieval.k,
-                                                               config.retrieval.context_tokens), None))
-            else:
-                raise BrewError(f"--context {context!r}: use none or trajectories (a KB is a --rev)")
-        for rev in revs:
-            working = rev in (".", "working-tree")
-            index = open_index(kb, None if working else rev)
-            label = "working tree" if working else rev
-            revision = None if working else kb.store.resolve(rev)
-            arms.append((label, RecipeContext(index, revision, config.retrieval.k, config.retrieval.context_tokens),
-                         len(index)))
         executor = make_executor(config.executor)
-        columns = []
         try:
-            for label, provider, n_recipes in arms:
-                jobs = make_jobs(tasks, provider)
-                results: dict[int, Trajectory] = {}
-                await executor.run(agent, env, jobs, lambda i, t: results.__setitem__(i, t))
-                columns.append(_column(label, [results[i] for i in range(len(jobs))], n_recipes))
+            columns, _ = await evaluate_arms(kb, load_agent(config, kb.root, client),
+                                             load_environment(config.env, kb.root), executor, revs=revs,
+                                             contexts=contexts, split=split, repeats=repeats, from_run=from_run)
         finally:
             await executor.aclose()
             if client is not None:
@@ -180,3 +177,84 @@ async def aevaluate(*, revs: Sequence[str] = (), contexts: Sequence[str] = (), s
             write_atomic(run.file(EVAL_FILE), json.dumps({"split": split, "repeats": repeats, "columns": [
                 c.to_json() for c in columns]}, indent=2) + "\n")
         return columns
+
+
+async def evaluate_arms(kb: KB, agent: Any, env: Any, executor: Any, *, revs: Sequence[str] = (),
+                        contexts: Sequence[str] = (), split: str = "test", repeats: int = 1,
+                        from_run: str | None = None, effects: Sequence[str] = ()) -> tuple[list[Column], list[Effect]]:
+    """The columns of ``aevaluate`` run with the caller's agent, environment and
+    executor (``refine`` passes its run's, so the calls are charged to the run),
+    and the leave-one-recipe-out effect of each recipe in ``effects`` (recipes
+    of the first revision)."""
+    config = kb.config
+    tasks = env.tasks(split) * repeats
+    if not tasks:
+        raise BrewError(f"the {split} split of {env.name} has no tasks")
+    arms: list[tuple[str, Any, int | None]] = []
+    for context in contexts:
+        if context == "none":
+            arms.append(("none", NoContext(), None))
+        elif context == "trajectories":
+            arms.append(("trajectories", TrajectoryContext(_pool(kb, from_run), config.retrieval.k,
+                                                           config.retrieval.context_tokens), None))
+        else:
+            raise BrewError(f"--context {context!r}: use none or trajectories (a KB is a --rev)")
+    for rev in revs:
+        working = rev in (".", "working-tree")
+        index = open_index(kb, None if working else rev)
+        label = "working tree" if working else rev
+        revision = None if working else kb.store.resolve(rev)
+        arms.append((label, RecipeContext(index, revision, config.retrieval.k, config.retrieval.context_tokens),
+                     len(index)))
+    columns: list[Column] = []
+    found: list[Effect] = []
+    for label, provider, n_recipes in arms:
+        jobs = make_jobs(tasks, provider)
+        results: dict[int, Trajectory] = {}
+        await executor.run(agent, env, jobs, lambda i, t: results.__setitem__(i, t))
+        columns.append(_column(label, [results[i] for i in range(len(jobs))], n_recipes))
+        if effects and label == revs[0]:
+            found = await _effects(kb, revs[0], effects, jobs, results, executor, agent, env)
+    return columns, found
+
+
+async def _effects(kb: KB, rev: str, names: Sequence[str], jobs: Sequence[Job], results: dict[int, Trajectory],
+                   executor: Any, agent: Any, env: Any) -> list[Effect]:
+    """Leave-one-recipe-out on the tasks whose episode retrieved each recipe.
+    An episode is run again only where removing the recipe changes the
+    context; identical (task, context) pairs share one episode."""
+    config = kb.config
+    recipes = kb.recipes(None if rev in (".", "working-tree") else rev)
+    known = {(j.task.id, j.context): results[i] for i, j in enumerate(jobs)}
+    plan: dict[str, list[tuple[int, Job]]] = {}
+    todo: dict[tuple[str, str], Job] = {}
+    reused = dict.fromkeys(names, 0)
+    for name in names:
+        index = RecipeIndex.build([r for r in recipes if r.name != name], config.retrieval.boosts)
+        provider = RecipeContext(index, None, config.retrieval.k, config.retrieval.context_tokens)
+        plan[name] = []
+        for i, job in enumerate(jobs):
+            if name not in job.kb.recipes:
+                continue
+            text, use = provider.context(job.task.text)
+            without = Job(job.task, text, use)
+            plan[name].append((i, without))
+            key = (job.task.id, text)
+            if key in known or key in todo:
+                reused[name] += 1
+            else:
+                todo[key] = without
+    keys = list(todo)
+    runs: dict[int, Trajectory] = {}
+    await executor.run(agent, env, [todo[k] for k in keys], lambda i, t: runs.__setitem__(i, t))
+    known.update({k: runs[i] for i, k in enumerate(keys)})
+    out = []
+    for name in names:
+        pairs = plan[name]
+        if not pairs:
+            continue
+        with_rate = sum(results[i].success for i, _ in pairs) / len(pairs)
+        without_rate = sum(known[(j.task.id, j.context)].success for _, j in pairs) / len(pairs)
+        out.append(Effect(name, len(pairs), round(with_rate, 4), round(without_rate, 4),
+                          len(pairs) - reused[name], reused[name]))
+    return out

@@ -44,10 +44,11 @@ def open_budget(config: Config, folder: Run, limits: Limits) -> Budget:
 
 def refine_plan(*, run: str | None = None, resume: str | None = None, strategy: str | None = None,
                 iterations: int | None = None, width: int | None = None, depth: int | None = None,
-                relabel: bool | None = None, start: Path = Path(".")) -> RunPlan:
+                relabel: bool | None = None, no_eval: bool = False, start: Path = Path(".")) -> RunPlan:
     """The most a ``refine`` with these settings (or the rest of run ``resume``)
-    can spend: agent episodes, LLM calls per role, and a cost estimate. Calls
-    nothing and writes nothing."""
+    can spend: agent episodes, LLM calls per role, and a cost estimate
+    (``no_eval``: without the held-out evaluation). Calls nothing and writes
+    nothing."""
     from brewkb.api.refine import _spec
     from brewkb.search.store import SearchStore
 
@@ -75,7 +76,8 @@ def refine_plan(*, run: str | None = None, resume: str | None = None, strategy: 
             integrate_retries=config.stages.integrate_retries,
             agent_steps=config.agent.max_steps if config.agent.name == "tool-agent" and
             config.llm.backend != "offline" else 0,
-            fallback_calls=_fallback_allowance(config))
+            fallback_calls=_fallback_allowance(config), final_candidates=config.search.final_candidates,
+            test_tasks=0 if no_eval else len(env.tasks("test")), k=config.retrieval.k)
         if folder is not None:
             inputs = _progress(inputs, folder, train, config.stages.seed)
             if recorded is not None:
@@ -101,7 +103,7 @@ def _fallback_allowance(config: Config) -> int:
 
 def _progress(inputs: PlanInputs, folder: Run, train: set[str], seed: int) -> PlanInputs:
     """What a run has finished, from its files."""
-    done = frozenset(s for s in STAGES if folder.stage_done(s))
+    done = frozenset(s for s in (*STAGES, "search") if folder.stage_done(s))
     rollouts = folder.read_trajectories(FILES["rollouts"])
     selected = None
     if rollouts:

@@ -20,9 +20,10 @@ from brewkb.refs import NOTES_REF, BrewRef
 from brewkb.search.engine import rebuild
 from brewkb.search.render import mermaid
 from brewkb.search.store import SearchStore, find_base
-from brewkb.search.tree import Tree, best_node
+from brewkb.search.final import chosen_nodes, recorded_choices
+from brewkb.search.tree import Tree
 
-__all__ = ["RecipeChange", "RunView", "load_run", "pr_body", "push_run", "export_skills"]
+__all__ = ["RecipeChange", "RunView", "load_run", "pr_body", "push_run", "export_skills", "effects_table"]
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,11 @@ class RecipeChange:
     added: int
     removed: int
     root_reward: float | None
+    """The base version's reward under the final evaluation (the root's own reward for runs without one)."""
     final_reward: float | None
+    """The PR document's reward under the final evaluation."""
+    note: str = ""
+    """``kept: no candidate beat it``, and whether the concept was evaluated on its train tasks."""
 
 
 @dataclass(frozen=True)
@@ -58,7 +63,8 @@ def load_run(kb: KB, run: str) -> RunView:
     search = SearchStore(store, run, base, kb.recipes_prefix())
     stored = search.load()
     state = rebuild(search, sorted(stored.nodes), stored)
-    best = {c: best_node(t).id for c, t in state.trees.items()}
+    choices = recorded_choices(search)
+    best = chosen_nodes(state.trees, choices)
     prefix = kb.recipes_prefix()
     before = store.read_folder(base, prefix)
     after = store.read_folder(pr, prefix)
@@ -71,8 +77,14 @@ def load_run(kb: KB, run: str) -> RunView:
         removed = sum(1 for line in diff if line.startswith("-") and not line.startswith("---"))
         status = "added" if path not in before else "unchanged" if old == new else "rewritten"
         tree = state.trees.get(name)
-        changes.append(RecipeChange(name, status, added, removed, tree.root.reward if tree else None,
-                                    tree.nodes[best[name]].mean if tree else None))
+        if name in choices:
+            choice = choices[name]
+            note = "; ".join((["kept: no candidate beat it"] if choice.kept else []) +
+                             (["evaluated on its train tasks (no eval tasks)"] if choice.split == "train" else []))
+            changes.append(RecipeChange(name, status, added, removed, choice.base_reward, choice.reward, note))
+        else:
+            changes.append(RecipeChange(name, status, added, removed, tree.root.reward if tree else None,
+                                        tree.nodes[best[name]].reward if tree else None))
     rewards = {(c, n.id): n.note["reward"] for c, ns in stored.nodes.items() for n in ns if n.note}
     per_iteration = []
     kb_commit = stored.kb_commit
@@ -91,21 +103,40 @@ def load_run(kb: KB, run: str) -> RunView:
 
 def eval_table(evaluation: dict[str, Any]) -> list[str]:
     rows = [f"Evaluation on the {evaluation['split']} split ({evaluation['repeats']} episode(s) per task):", "",
-            "| context | success | 95% CI | mean steps of successes | LLM calls | recipes |",
-            "|---|---:|---:|---:|---:|---:|"]
+            "| context | success | 95% CI | episodes | mean steps of successes | LLM calls | recipes |",
+            "|---|---:|---:|---:|---:|---:|---:|"]
     for c in evaluation["columns"]:
         steps = "–" if c["mean_steps_success"] is None else f"{c['mean_steps_success']:.1f}"
-        rows.append(f"| {c['label']} | {c['success_rate']:.1%} | {c['ci_low']:.0%}–{c['ci_high']:.0%} | {steps} | "
+        rows.append(f"| {c['label']} | {c['success_rate']:.1%} | {c['ci_low']:.0%}–{c['ci_high']:.0%} | "
+                    f"{c['episodes']} | {steps} | "
                     f"{c['llm_calls']} | {'–' if c['recipes'] is None else c['recipes']} |")
     return rows
 
 
+def effects_table(evaluation: dict[str, Any]) -> list[str]:
+    """Each changed recipe's own effect on the tasks that retrieved it."""
+    effects = evaluation.get("effects")
+    if effects is None:
+        return []
+    if not effects:
+        return ["Per-recipe effect: no changed recipe was retrieved for a test task."]
+    rows = ["Per-recipe effect (leave-one-recipe-out on the test tasks that retrieved it; episodes whose context "
+            "does not change are reused):", "",
+            "| recipe | tasks | success with | without | effect | episodes run | reused |",
+            "|---|---:|---:|---:|---:|---:|---:|"]
+    for e in effects:
+        flag = " ⚠ negative" if e["effect"] < 0 else ""
+        rows.append(f"| `{e['recipe']}` | {e['tasks']} | {e['with_recipe']:.1%} | {e['without_recipe']:.1%} | "
+                    f"{e['effect']:+.1%}{flag} | {e['episodes_run']} | {e['episodes_reused']} |")
+    return rows
+
+
 def change_table(view: RunView) -> list[str]:
-    rows = ["| recipe | change | lines | root reward | final reward |", "|---|---|---:|---:|---:|"]
+    rows = ["| recipe | change | lines | base reward | final reward | note |", "|---|---|---:|---:|---:|---|"]
     for c in view.changes:
         root = "–" if c.root_reward is None else f"{c.root_reward:.3f}"
         final = "–" if c.final_reward is None else f"{c.final_reward:.3f}"
-        rows.append(f"| `{c.name}` | {c.status} | +{c.added} −{c.removed} | {root} | {final} |")
+        rows.append(f"| `{c.name}` | {c.status} | +{c.added} −{c.removed} | {root} | {final} | {c.note} |")
     return rows
 
 
@@ -113,9 +144,14 @@ def pr_body(view: RunView) -> str:
     """Markdown for a pull request: changes, rewards, eval, and the tree of the biggest change."""
     lines = [f"## brewkb run `{view.run}`", "",
              f"Recipes learned and refined by brewkb from graded agent trajectories (base `{view.base[:12]}`).", ""]
-    lines += change_table(view) + [""]
+    lines += change_table(view) + ["", "Rewards are the final evaluation: each tree's best candidates and the base "
+                                   "version (the recipe already in the KB, or the one written before the search) "
+                                   "re-evaluated under the final KB; a recipe changes only if a candidate beats it.",
+                                   ""]
     if view.eval:
         lines += eval_table(view.eval) + [""]
+        if view.eval.get("effects") is not None:
+            lines += effects_table(view.eval) + [""]
     gains = {c.name: (c.final_reward or 0) - (c.root_reward or 0) for c in view.changes if c.name in view.trees}
     if gains:
         biggest = max(sorted(gains), key=lambda n: gains[n])
@@ -127,13 +163,16 @@ def pr_body(view: RunView) -> str:
 
 
 def push_run(kb: KB, run: str, remote: str) -> str:
-    """Push the run's ``pr`` and ``kb`` branches and the reward notes, with explicit refspecs."""
+    """Push every ref of the run (``pr``, ``kb``, node branches, ``archive``)
+    and the reward notes, with explicit refspecs, so ``brewkb tree`` and
+    ``brewkb pr`` work in a clone that fetches them back with
+    ``git fetch REMOTE 'refs/heads/brew/*:refs/heads/brew/*' 'refs/notes/brew:refs/notes/brew'``."""
     refs = [str(BrewRef.pr(run)), str(BrewRef.kb(run))]
     missing = [r for r in refs if kb.store.read_ref(r) is None]
     if missing:
         raise BrewError(f"run {run!r} has no {', '.join(missing)}; finish it with `brewkb refine --resume {run}`")
-    refspecs = [f"{r}:{r}" for r in refs] + [f"{NOTES_REF}:{NOTES_REF}"]
-    return kb.store.push(remote, refspecs)
+    prefix = BrewRef.run_prefix(run)
+    return kb.store.push(remote, [f"{prefix}*:{prefix}*", f"{NOTES_REF}:{NOTES_REF}"])
 
 
 def _inside(out: Path, relative: Path) -> Path:

@@ -3,20 +3,24 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from brewkb.api.evaluate import EVAL_FILE, evaluate_arms
 from brewkb.api.loop import run_command
 from brewkb.api.plan import limits_of, open_budget
 from brewkb.budget import Limits
 from brewkb.config import SearchConfig
 from brewkb.errors import AllFailedError, RunError
 from brewkb.events import EventSink, null_sink
+from brewkb.fsutil import write_atomic
 from brewkb.kb import KB
-from brewkb.llm.ledger import Ledger, LedgerEntry
+from brewkb.llm.ledger import Ledger, LedgerEntry, read_ledger, summarise
 from brewkb.pipeline import Pipeline
 from brewkb.refs import BrewRef
 from brewkb.runs import Run, new_run_id
@@ -24,10 +28,13 @@ from brewkb.search.engine import SearchResult, SearchSpec, note_of, rebuild, sea
 from brewkb.search.episodes import EpisodeCache
 from brewkb.search.evaluate import Evaluator
 from brewkb.search.expand import Expander
+from brewkb.search.final import FinalChoice, chosen_nodes, finalize, recorded_choices
 from brewkb.search.store import SearchStore, find_base
-from brewkb.search.tree import Tree, best_node
+from brewkb.search.tree import Tree
 
 __all__ = ["RefineResult", "refine", "arefine", "load_trees", "gc", "pr_message"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -51,45 +58,62 @@ def _spec(config: SearchConfig, overrides: dict[str, Any]) -> SearchSpec:
     return dataclasses.replace(spec, **{k: v for k, v in overrides.items() if v is not None})
 
 
-def pr_message(run: str, spec: SearchSpec, result: SearchResult, base: str) -> str:
-    """The ``pr`` commit's message: a pull-request body with a reward table
-    (``brewkb pr`` adds the evaluation and the search tree)."""
-    rows = ["| recipe | root reward | final reward (mean) | node | nodes tried |", "|---|---:|---:|---|---:|"]
-    for concept in sorted(result.trees):
-        info = note_of(result, concept)
-        root = "–" if info["root_reward"] is None else f"{info['root_reward']:.3f}"
-        rows.append(f"| `{concept}` | {root} | {info['mean']:.3f} | n{info['node']} | {info['nodes']} |")
+def final_rows(choices: dict[str, FinalChoice], nodes: dict[str, int]) -> list[str]:
+    """The reward table of a run's final evaluation: one row per recipe."""
+    rows = ["| recipe | base reward | final reward | document | nodes tried | note |", "|---|---:|---:|---|---:|---|"]
+    for concept, ch in sorted(choices.items()):
+        doc = ("base (unchanged)" if ch.node is None else "root") if ch.kept else f"n{ch.node}"
+        notes = (["kept: no candidate beat it"] if ch.kept else []) + \
+            (["evaluated on its train tasks (no eval tasks)"] if ch.split == "train" else [])
+        rows.append(f"| `{concept}` | {ch.base_reward:.3f} ({ch.base}) | {ch.reward:.3f} | {doc} | "
+                    f"{nodes.get(concept, 0)} | {'; '.join(notes)} |")
+    return rows
+
+
+def pr_message(run: str, spec: SearchSpec, result: SearchResult, base: str,
+               choices: dict[str, FinalChoice], evidence: str = "") -> str:
+    """The ``pr`` commit's message: a pull-request body with the final reward
+    table (``brewkb pr`` adds the evaluation and the search tree)."""
+    rows = final_rows(choices, {c: len(t.nodes) for c, t in result.trees.items()})
     return (f"brew({run}): {len(result.trees)} recipes refined by {spec.strategy}\n\n"
             f"Base {base[:12]}; strategy {spec.strategy}, {spec.rounds} rounds, width {spec.width}, depth "
-            f"{spec.depth}; reward = {spec.lambda_corr}·success + {spec.lambda_ret}·MRR.\n\n" + "\n".join(rows) +
+            f"{spec.depth}; reward = {spec.lambda_corr}·success + {spec.lambda_ret}·MRR. Final rewards: each tree's "
+            f"best candidates and the base version re-evaluated under the last gathered KB; a recipe changes only "
+            f"if a candidate's final reward is at least the base's.\n\n" + "\n".join(rows) +
             f"\n\nEvaluation episodes run: {result.eval_episodes_run}; reused instead of run: "
             f"{result.eval_episodes_reused}.\n"
             f"Audit trail: `git log --notes=brew --first-parent brew/{run}/kb`, `brewkb tree {run}`.\n\n"
-            f"Brew-Run: {run}\n")
+            + (evidence + "\n" if evidence else "") + f"Brew-Run: {run}\n")
 
 
 def refine(*, run: str | None = None, resume: str | None = None, base: str | None = None,
            strategy: str | None = None, iterations: int | None = None, width: int | None = None,
-           depth: int | None = None, relabel: bool | None = None, no_cache: bool = False,
+           depth: int | None = None, relabel: bool | None = None, no_cache: bool = False, no_eval: bool = False,
            limits: Limits = Limits(), events: EventSink = null_sink, start: Path = Path(".")) -> RefineResult:
-    """Run the stages and the search; ``resume`` continues a run from its files and git.
+    """Run the stages and the search, then (unless ``no_eval``) evaluate the
+    new KB, the base KB and no KB on the test split for the PR; ``resume``
+    continues a run from its files and git.
 
     ``limits`` (kept with the run, so a plain resume keeps them) stop the run
     with ``BudgetExhausted`` before it spends more (see ``brewkb.budget``)."""
     return run_command(arefine(run=run, resume=resume, base=base, strategy=strategy, iterations=iterations,
-                               width=width, depth=depth, relabel=relabel, no_cache=no_cache, limits=limits,
+                               width=width, depth=depth, relabel=relabel, no_cache=no_cache, no_eval=no_eval,
+                               limits=limits,
                                events=events, start=start))
 
 
 async def arefine(*, run: str | None = None, resume: str | None = None, base: str | None = None,
                   strategy: str | None = None, iterations: int | None = None, width: int | None = None,
                   depth: int | None = None, relabel: bool | None = None, no_cache: bool = False,
-                  limits: Limits = Limits(), events: EventSink = null_sink,
+                  no_eval: bool = False, limits: Limits = Limits(), events: EventSink = null_sink,
                   start: Path = Path(".")) -> RefineResult:
     """``refine`` on the caller's event loop."""
-    with KB.open(start, require_config=True) as kb:
+    with KB.open(start, require_config=True) as kb, contextlib.ExitStack() as held:
         run_id = resume or run or new_run_id("refine")
         folder = Run.at(kb.runs_dir, run_id, create=resume is None)
+        held.enter_context(folder.lock("refine"))
+        for lock in kb.store.clear_locks(BrewRef.run_prefix(run_id)):
+            log.warning("removed %s, left by a killed process (this run's lock is held)", lock)
         recorded = folder.manifest().get("search_spec")
         if resume is not None and recorded is None:
             raise RunError(f"run {run_id} has not started a search; run `brewkb refine --run {run_id}` instead")
@@ -118,20 +142,25 @@ async def arefine(*, run: str | None = None, resume: str | None = None, base: st
                 raise RunError(f"run {run_id} found no concept to refine (see runs/{run_id}/manifest.json); "
                                "more or more varied trajectories are needed")
             try:
-                result = await _search(kb, pipeline, folder, spec, base_commit, concepts, roots, events)
+                result, choices = await _search(kb, pipeline, folder, spec, base_commit, concepts, roots, events)
             except AllFailedError as exc:
                 raise AllFailedError(f"{exc}; {pipeline.retry}") from None
+            changed = sorted(c for c, ch in choices.items() if ch.node is not None)
+            held_out = None if no_eval else await _held_out(kb, pipeline, result.kb_commit, base_commit, changed)
         store = SearchStore(kb.store, run_id, base_commit, kb.recipes_prefix())
-        pr = store.write_pr(pr_message(run_id, spec, result, base_commit), spec.rounds)
+        pr = store.write_pr(pr_message(run_id, spec, result, base_commit, choices,
+                                       _evidence(kb, folder, held_out)), spec.rounds)
         nodes = sum(len(t.nodes) for t in result.trees.values())
-        summary = {c: note_of(result, c) for c in sorted(result.trees)}
+        marked = chosen_nodes(result.trees, choices)
+        summary = {c: {**note_of(result, c), "searched": note_of(result, c)["node"], "node": marked[c],
+                       "final": choices[c].to_json()} for c in sorted(result.trees)}
         folder.record_stage("search", nodes=nodes, episodes_run=result.episodes_run,
                             episodes_reused=result.episodes_reused, kb=result.kb_commit, pr=pr)
         return RefineResult(run_id, result.kb_commit, pr, summary, nodes, result.episodes_run, result.episodes_reused)
 
 
 async def _search(kb: KB, pipeline: Pipeline, folder: Run, spec: SearchSpec, base: str, concepts: list[Any],
-            roots: dict[str, Any], events: EventSink) -> SearchResult:
+                  roots: dict[str, Any], events: EventSink) -> tuple[SearchResult, dict[str, FinalChoice]]:
     config = kb.config
     cache = EpisodeCache(config.search.reuse, folder.file("episodes.jsonl"))
     env = pipeline.env
@@ -144,32 +173,93 @@ async def _search(kb: KB, pipeline: Pipeline, folder: Run, spec: SearchSpec, bas
                         mapping={n: s for n, s in mapping.items() if s in q_train},
                         titles={c.slug: (c.title, c.aliases) for c in concepts},
                         threshold=config.stages.concept_threshold, retries=config.stages.integrate_retries,
-                        max_concepts=config.stages.concepts_per_trajectory)
+                        max_concepts=config.stages.concepts_per_trajectory,
+                        insights=await _stage_insights(pipeline, mapping, q_train),
+                        journal=folder.file("insights.jsonl"))
     evaluator = Evaluator(**common, q_eval={c.slug: c.q_eval for c in concepts}, q_train=q_train,
                           lambda_corr=spec.lambda_corr, lambda_ret=spec.lambda_ret)
     store = SearchStore(kb.store, folder.id, base, kb.recipes_prefix())
     result = await search(spec, store, expander, evaluator, {c.slug: roots[c.slug] for c in concepts}, events)
+    choices = await finalize(store, evaluator, result.trees, candidates=config.search.final_candidates,
+                             min_gain=config.search.min_gain, lambdas=(spec.lambda_corr, spec.lambda_ret),
+                             iteration=spec.rounds + 1)
     ledger = Ledger(folder.file("ledger.jsonl"))  # episodes run are recorded as they finish (BudgetedExecutor)
     ledger.record(LedgerEntry("agent", "episodes", cached=True, kind="episode", count=result.episodes_reused))
-    return result
+    return result, choices
+
+
+async def _held_out(kb: KB, pipeline: Pipeline, kb_commit: str | None, base: str,
+                    changed: list[str]) -> dict[str, Any]:
+    """The test split with the new KB (the final gather), the base KB and no KB,
+    and each changed recipe's leave-one-recipe-out effect, saved as the run's
+    ``eval.json``; the test split never enters a stage. Its episodes and calls
+    are the run's: in its ledger, its cache entries and its budget."""
+    columns, effects = await evaluate_arms(kb, pipeline.agent, pipeline.env, pipeline.executor,
+                                           revs=(kb_commit or base, base), contexts=("none",), split="test",
+                                           effects=changed)
+    labelled = [dataclasses.replace(c, label=label) for c, label in zip(
+        columns, ("no KB", "new KB (this PR)", f"base KB ({base[:12]})"), strict=True)]
+    evaluation = {"split": "test", "repeats": 1, "columns": [c.to_json() for c in (labelled[1], labelled[2],
+                                                                                  labelled[0])],
+                  "effects": [e.to_json() for e in effects]}
+    write_atomic(pipeline.run.file(EVAL_FILE), json.dumps(evaluation, indent=2) + "\n")
+    return evaluation
+
+
+def _evidence(kb: KB, folder: Run, evaluation: dict[str, Any] | None) -> str:
+    """The held-out tables and what produced them, for the ``pr`` commit message."""
+    if evaluation is None:
+        return "Held-out evaluation skipped (--no-eval); run `brewkb eval --split test` for it.\n"
+    from brewkb.api.publish import effects_table, eval_table
+
+    config = kb.config
+    models = {role: getattr(config.llm.roles, role).model or config.llm.model
+              for role in ("agent", "reflector", "integrator", "judge")}
+    ledger = folder.file("ledger.jsonl")
+    totals = summarise(read_ledger(ledger), config.llm.prices) if ledger.exists() else {}
+    cost = sum(t.cost for t in totals.values())
+    calls = sum(t.calls - t.cached for t in totals.values())
+    table = eval_table(evaluation) + [""] + effects_table(evaluation)
+    shown = "none (deterministic offline rules)" if config.llm.backend == "offline" else \
+        ", ".join(f"{r} {m}" for r, m in models.items())
+    return ("\n".join(table) + "\n\n" +
+            f"Backend {config.llm.backend}; agent {config.agent.name}; models {shown}" +
+            f"; seeds: env {config.env.seed}, agent {config.agent.seed}, llm {config.llm.seed}, "
+            f"stages {config.stages.seed}; LLM calls paid {calls}, cost ${cost:.4f} (ledger).\n")
+
+
+async def _stage_insights(pipeline: Pipeline, mapping: dict[str, str],
+                          q_train: dict[str, Any]) -> dict[str, list[Any]]:
+    """Each concept's insights from the reflections stage (I_0 of its expansions)."""
+    train, _ = await pipeline.reflections()
+    out: dict[str, list[Any]] = {c: [] for c in q_train}
+    for insight in train:
+        if mapping.get(insight.concept) in out:
+            out[mapping[insight.concept]].append(insight)
+    return out
 
 
 def load_trees(run: str, *, start: Path = Path(".")) -> tuple[dict[str, Tree], dict[str, int]]:
-    """The run's search trees rebuilt from git, and each tree's best node."""
+    """The run's search trees rebuilt from git (node branches, or the archive
+    after ``gc``), and the node of each tree whose document the PR holds."""
     with KB.open(start) as kb:
         base = find_base(kb.store, run)
         store = SearchStore(kb.store, run, base, kb.recipes_prefix())
         stored = store.load()
         state = rebuild(store, sorted(stored.nodes), stored)
-        return state.trees, {c: best_node(t).id for c, t in state.trees.items()}
+        return state.trees, chosen_nodes(state.trees, recorded_choices(store))
 
 
 def gc(run: str, *, start: Path = Path(".")) -> int:
-    """Delete the run's node branches; ``kb``, ``pr`` and the notes stay."""
+    """Delete the run's node branches; ``kb``, ``pr``, the notes and an
+    ``archive`` ref that keeps the node commits reachable (so ``tree`` and
+    ``pr`` still show every reward) stay."""
     with KB.open(start) as kb:
         refs = {r: s for r, s in kb.store.list_refs(BrewRef.run_prefix(run)).items()
                 if BrewRef.parse(r).kind == "node"}
         if not refs and not kb.store.list_refs(BrewRef.run_prefix(run)):
             Run.at(kb.runs_dir, run)  # a run without a search (an import) has no branches to delete
             return 0
+        if refs:
+            SearchStore(kb.store, run, find_base(kb.store, run), kb.recipes_prefix()).archive()
         return kb.store.delete_refs(refs)

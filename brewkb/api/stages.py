@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from brewkb.api.loop import run_command
+from brewkb.errors import RunError
 from brewkb.events import EventSink, null_sink
 from brewkb.fsutil import write_atomic
 from brewkb.kb import KB
@@ -38,6 +39,10 @@ def rollout(*, run: str | None = None, splits: tuple[str, ...] = ("train", "eval
             rev: str | None = None, no_cache: bool = False, force: str | None = None,
             events: EventSink = null_sink, start: Path = Path(".")) -> tuple[str, dict[str, Any]]:
     """Run the agent on the train and eval tasks; returns the run id and stage summaries."""
+    held_out = [s for s in splits if s not in ("train", "eval")]
+    if held_out:
+        raise RunError(f"a run's stages use the train and eval splits only, not {held_out[0]!r} (held out so "
+                       "that evaluations stay clean); evaluate on it with `brewkb eval --split test`")
     with KB.open(start, require_config=True) as kb:
         run_id = run or new_run_id()
 

@@ -35,6 +35,10 @@ def import_trajectories(path: Path, fmt: str, *, run: str | None = None, split: 
     """Convert ``path`` and add its trajectories to the run's ``rollouts.jsonl``.
     Without ``skip_bad`` a bad record stops the import and nothing is written;
     trajectories already in the run are kept, and re-importing adds no duplicates."""
+    if split == "test":
+        raise TrajectoryError("test-split trajectories are held out from a run's stages, so they cannot be "
+                              "imported into one; import them as --split train or eval, or keep them for "
+                              "`brewkb eval --split test`")
     if split not in SPLITS:
         raise TrajectoryError(f"split {split!r} is not one of {', '.join(SPLITS)}")
     new, skipped = [], []

@@ -95,7 +95,7 @@ SUMMARIES = {
               "calling, long prompts. Exit 1 when a role cannot work.",
     "eval": "Compare KB revisions and baselines on a split (default: none vs the working tree).",
     "export": "Export the KB to other formats.",
-    "gc": "Delete RUN's node branches; its kb and pr branches and the notes stay.",
+    "gc": "Delete RUN's node branches; kb, pr, the notes and an archive ref that keeps the nodes' rewards stay.",
     "import": "Import trajectories from SOURCE into a run.",
     "index": "Build the retrieval index (it is also built on first search).",
     "init": "Make DIRECTORY a knowledge base (git init when needed) and commit its files.",

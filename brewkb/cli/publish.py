@@ -11,7 +11,7 @@ from brewkb.cli.output import echo, echo_json
 
 @click.command("pr")
 @click.argument("run")
-@click.option("--push", "remote", default=None, help="Push the pr and kb branches and the notes to REMOTE.")
+@click.option("--push", "remote", default=None, help="Push the run's branches (pr, kb, nodes, archive) and the notes to REMOTE.")
 @click.option("--body-only", is_flag=True, help="Print only the pull-request body (for gh pr create --body-file).")
 @click.option("--json", "as_json", is_flag=True,
               help='Print {"run", "branch", "head", "base", "title", "body", "pushed", "changes"}.')
@@ -36,7 +36,8 @@ def pr_cmd(run: str, remote: str | None, body_only: bool, as_json: bool) -> None
         click.echo(body, nl=False)
         return
     if remote is not None:
-        echo(f"Pushed brew/{run}/pr, brew/{run}/kb and refs/notes/brew to {remote}.")
+        echo(f"Pushed brew/{run}/* and refs/notes/brew to {remote}; fetch them in a clone with "
+             f"git fetch {remote} 'refs/heads/brew/*:refs/heads/brew/*' 'refs/notes/brew:refs/notes/brew'")
     echo(f"Branch: brew/{run}/pr ({view.pr[:12]}) on base {view.base[:12]}")
     echo()
     click.echo(body, nl=False)

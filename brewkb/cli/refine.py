@@ -21,6 +21,7 @@ from brewkb.cli.progress import close, renderer
 @click.option("--resume", default=None, metavar="RUN", help="Continue RUN where it stopped.")
 @click.option("--base", default=None, help="Revision the run starts from (default: HEAD).")
 @click.option("--no-cache", is_flag=True, help="Call the LLM even for requests seen before.")
+@click.option("--no-eval", is_flag=True, help="Skip the held-out evaluation on the test split that ends the run.")
 @click.option("--plan", "show_plan", is_flag=True,
               help="Print the most this run can spend (episodes, LLM calls per role, cost) and call nothing.")
 @click.option("--max-episodes", type=click.IntRange(min=0), default=None, metavar="N",
@@ -32,8 +33,8 @@ from brewkb.cli.progress import close, renderer
 @click.option("--json", "as_json", is_flag=True, help="Events and the result as JSON lines.")
 def refine_cmd(strategy: str | None, iterations: int | None, width: int | None, depth: int | None,
                relabel: bool | None, run: str | None, resume: str | None, base: str | None, no_cache: bool,
-               show_plan: bool, max_episodes: int | None, max_llm_calls: int | None, max_cost: float | None,
-               as_json: bool) -> None:
+               no_eval: bool, show_plan: bool, max_episodes: int | None, max_llm_calls: int | None,
+               max_cost: float | None, as_json: bool) -> None:
     """Learn and refine the KB: the BREW stages, then the search; ends with a PR branch.
 
     A run stopped by --max-episodes, --max-llm-calls or --max-cost exits 75
@@ -44,13 +45,14 @@ def refine_cmd(strategy: str | None, iterations: int | None, width: int | None, 
     if run and resume:
         raise click.UsageError("give --run for a new run or --resume for an existing one, not both")
     if show_plan:
-        _print_plan(run, resume, strategy, iterations, width, depth, relabel, as_json)
+        _print_plan(run, resume, strategy, iterations, width, depth, relabel, no_eval, as_json)
         return
     limits = Limits(episodes=max_episodes, llm_calls=max_llm_calls, cost=max_cost)
     sink = renderer(as_json)
     try:
         result = refine(run=run, resume=resume, base=base, strategy=strategy, iterations=iterations, width=width,
-                        depth=depth, relabel=relabel, no_cache=no_cache, limits=limits, events=sink)
+                        depth=depth, relabel=relabel, no_cache=no_cache, no_eval=no_eval, limits=limits,
+                        events=sink)
     finally:
         close(sink)
     if as_json:
@@ -59,17 +61,18 @@ def refine_cmd(strategy: str | None, iterations: int | None, width: int | None, 
     echo(f"Run {result.run}: {result.nodes} nodes; agent episodes run {result.episodes_run}, "
          f"reused {result.episodes_reused}.")
     for concept, info in result.concepts.items():
-        root = "-" if info["root_reward"] is None else f"{info['root_reward']:.3f}"
-        echo(f"  {concept:32} root {root} → best n{info['node']} mean {info['mean']:.3f}")
+        final = info["final"]
+        chosen = "kept the base version" if final["kept"] else f"n{final['node']}"
+        echo(f"  {concept:32} base {final['base_reward']:.3f} → {chosen}, final reward {final['reward']:.3f}")
     echo(f"Review: git diff HEAD brew/{result.run}/pr   ·   brewkb tree {result.run}")
 
 
 def _print_plan(run: str | None, resume: str | None, strategy: str | None, iterations: int | None,
-                width: int | None, depth: int | None, relabel: bool | None, as_json: bool) -> None:
+                width: int | None, depth: int | None, relabel: bool | None, no_eval: bool, as_json: bool) -> None:
     from brewkb.api.plan import refine_plan
 
     p = refine_plan(run=run, resume=resume, strategy=strategy, iterations=iterations, width=width, depth=depth,
-             relabel=relabel)
+                    relabel=relabel, no_eval=no_eval)
     if as_json:
         echo_json(p.to_json())
         return
@@ -116,7 +119,7 @@ def tree_cmd(run: str, concept: str | None, as_json: bool) -> None:
 @click.argument("run")
 @click.option("--json", "as_json", is_flag=True, help='Print {"run", "deleted"}.')
 def gc_cmd(run: str, as_json: bool) -> None:
-    """Delete RUN's node branches; its kb and pr branches and the notes stay."""
+    """Delete RUN's node branches; kb, pr, the notes and an archive ref that keeps the nodes' rewards stay."""
     from brewkb.api.refine import gc
 
     deleted = gc(run)

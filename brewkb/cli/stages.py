@@ -28,7 +28,7 @@ def _with_events(as_json: bool, call: Callable[..., Any], *args: Any, **kwargs: 
 
 @click.command("rollout")
 @click.option("--run", default=None, help="Run id (default: a new run-<date>-<time>).")
-@click.option("--split", "splits", multiple=True, type=click.Choice(["train", "eval", "test"]),
+@click.option("--split", "splits", multiple=True, type=click.Choice(["train", "eval"]),
               help="Splits to run (default: train and eval).")
 @click.option("--context", type=click.Choice(["kb", "none"]), default="kb", show_default=True,
               help="Give the agent the KB's recipes, or nothing.")

@@ -78,7 +78,8 @@ class LLMBackend:
         return reply.value
 
     async def reflect(self, trajectory: Trajectory, max_concepts: int = 2) -> list[Insight]:
-        value = await self._json("reflector", prompt("reflector"), render_compact(trajectory), "reflection")
+        value = await self._json("reflector", prompt("reflector"),
+                                 render_compact(trajectory) + _rubric_block(trajectory), "reflection")
         polarity = PRESCRIPTIVE if trajectory.success else DIAGNOSTIC
         return [
             Insight(concept=item["concept"].strip(), insight=item["insight"].strip(), polarity=polarity,
@@ -129,3 +130,12 @@ class LLMBackend:
         if not texts:
             return np.zeros((0, 0), dtype=np.float32)
         return np.asarray(await self.client.embed(list(texts)), dtype=np.float32)
+
+
+def _rubric_block(trajectory: Trajectory) -> str:
+    """The judge's rubric scores and notes, for the Reflector (empty when unjudged)."""
+    scores = (trajectory.rubric or {}).get("scores") or {}
+    notes = (trajectory.rubric or {}).get("notes") or {}
+    lines = [f"- {rid}: {'unscored' if score is None else f'{float(score):.2f}'}"
+             + (f" — {notes[rid]}" if notes.get(rid) else "") for rid, score in sorted(scores.items())]
+    return "\n\nRubric scores from the judge (0 = violated, 1 = met):\n" + "\n".join(lines) if lines else ""

@@ -1,10 +1,20 @@
 """Expanding a node: run the agent on its concept's train tasks with the
 current KB, reflect on the episodes, keep the insights that map to the
-concept, and let the integrator write candidate children of the node."""
+concept, and let the integrator write candidate children of the node from
+its document and *all* insights of the concept so far (I_k ∪ B_new, as in the
+paper's Algorithm): the insights the stages found, those of earlier rounds
+and the new ones. A round that finds no new insight still refines the
+document from I_k.
+
+Earlier rounds' insights are kept in a journal (one JSON line per round and
+concept), so a resumed run integrates from exactly what an uninterrupted one
+did."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -13,6 +23,7 @@ from brewkb.aio import gather_all
 from brewkb.config import Boosts
 from brewkb.envs.base import Environment, Task
 from brewkb.executors import Executor, Job
+from brewkb.fsutil import append_line
 from brewkb.index import RecipeIndex
 from brewkb.llm.embed import cosine_matrix
 from brewkb.llm.roles import Backend, Insight
@@ -26,19 +37,49 @@ from brewkb.trajectories import KBUse, Trajectory
 __all__ = ["Expander", "ExpandRequest"]
 
 ExpandRequest = tuple[Recipe, Sequence[int]]  # the node's document, the sample indices wanted
+ROUND_STRIDE = 1000
+"""Sample indices of round ``r`` start at ``r * ROUND_STRIDE`` (the engine's ``SAMPLE_STRIDE``)."""
 
 
 class Expander:
     def __init__(self, *, env: Environment, agent: Any, executor: Executor, cache: EpisodeCache, backend: Backend,
                  tasks: Mapping[str, Task], q_train: Mapping[str, Sequence[str]], mapping: Mapping[str, str],
                  titles: Mapping[str, tuple[str, tuple[str, ...]]], k: int, budget: int, boosts: Boosts,
-                 threshold: float, retries: int, max_concepts: int) -> None:
+                 threshold: float, retries: int, max_concepts: int,
+                 insights: Mapping[str, Sequence[Insight]] | None = None, journal: Path | None = None) -> None:
         self.env, self.agent, self.executor, self.cache, self.backend = env, agent, executor, cache, backend
         self.tasks, self.q_train, self.mapping, self.titles = tasks, q_train, dict(mapping), titles
         self.k, self.budget, self.boosts = k, budget, boosts
         self.threshold, self.retries, self.max_concepts = threshold, retries, max_concepts
         self._reflections: dict[str, list[Insight]] = {}
         self._new: dict[str, str | None] = {}
+        self._stage = {c: list(v) for c, v in (insights or {}).items()}
+        self.journal = journal
+        self._rounds: dict[tuple[int, str], list[Insight]] = {}
+        if journal is not None and journal.exists():
+            for line in journal.read_text(encoding="utf-8").splitlines():
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:  # a line cut short by a crash; its round is redone
+                    continue
+                self._rounds.setdefault((record["round"], record["concept"]),
+                                        [Insight.from_json(i) for i in record["insights"]])
+
+    def known(self, concept: str, round_: int) -> list[Insight]:
+        """I_k: the concept's insights from the stages and from rounds before ``round_``."""
+        found = list(self._stage.get(concept, ()))
+        for (r, c), insights in sorted(self._rounds.items()):
+            if c == concept and r < round_:
+                found += insights
+        return list(dict.fromkeys(found))
+
+    def _record(self, round_: int, concept: str, insights: list[Insight]) -> None:
+        if (round_, concept) in self._rounds:
+            return
+        self._rounds[(round_, concept)] = insights
+        if self.journal is not None:
+            append_line(self.journal, json.dumps({"round": round_, "concept": concept,
+                                                  "insights": [i.to_json() for i in insights]}, sort_keys=True))
 
     async def _episodes(self, concepts: Sequence[str], current: Mapping[str, Recipe]) -> dict[str, list[Trajectory]]:
         index = RecipeIndex.build(list(current.values()), self.boosts)
@@ -88,10 +129,14 @@ class Expander:
             slug_of = await self._concept_of([i.concept for i in insights])
             mine = [i for i in insights if slug_of.get(i.concept) == concept]
             doc, samples = requests[concept]
+            round_ = min(samples) // ROUND_STRIDE
+            known = self.known(concept, round_)
+            every = list(dict.fromkeys(known + mine))  # I_k ∪ B_new
+            self._record(round_, concept, [i for i in mine if i not in known])
             title, aliases = self.titles[concept]
             made = {}
             for sample in samples:
-                for recipe in await integrate(self.backend, concept, title, aliases, mine, doc, 1, self.retries,
+                for recipe in await integrate(self.backend, concept, title, aliases, every, doc, 1, self.retries,
                                               sample):
                     made[sample] = recipe
             return made

@@ -56,7 +56,7 @@ def find_base(store: GitStore, run: str) -> str:
         if ref.endswith("/n0"):
             return store.read_commit(commit)["parent"][0]
     raise GitError(f"no run {run!r} in this repository (no refs under {BrewRef.run_prefix(run)}); "
-                   "fetch it with `git fetch <remote> 'refs/heads/brew/*:refs/heads/brew/*' refs/notes/brew`")
+                   "fetch it with `git fetch <remote> 'refs/heads/brew/*:refs/heads/brew/*' 'refs/notes/brew:refs/notes/brew'`")
 
 
 def _with_all_sources(text: str, trailer: str) -> str:
@@ -120,21 +120,66 @@ class SearchStore:
         self.git.add_notes(with_sources, f"brew({self.run}): rewards of iteration {iteration}\n",
                            timestamp=self.timestamp(iteration))
 
-    def gather(self, iteration: int, best: Mapping[str, tuple[str, str, int]], summary: str) -> str:
+    def gather(self, iteration: int, best: Mapping[str, tuple[str, str, int | str]], summary: str,
+               final: bool = False) -> str:
         """Advance ``kb`` by one merge commit whose parents are the previous KB
         commit and each concept's best node; ``best`` maps concept → (commit,
-        blob, node id)."""
+        blob, node id, or ``"base"`` for the base version). ``final`` marks the
+        gather that ends the search (after the final evaluation and the gate)."""
         ref = str(BrewRef.kb(self.run))
         previous = self.git.read_ref(ref)
         tree = self.git.update_tree(self.base_tree, {self.path(c): Entry(FILE_MODE, "", b)
                                                      for c, (_, b, _) in best.items()})
         parents = [previous or self.base] + list(dict.fromkeys(commit for commit, _, _ in best.values()))
         trailers = {"Brew-Run": self.run, "Brew-Iteration": str(iteration),
-                    "Brew-Best": ", ".join(f"{c}=n{n}" for c, (_, _, n) in sorted(best.items()))[:2000]}
+                    "Brew-Best": ", ".join(f"{c}={_label(n)}" for c, (_, _, n) in sorted(best.items()))[:2000]}
+        if final:
+            trailers["Brew-Final"] = "true"
         message = format_message(f"brew({self.run}): gather iteration {iteration}", summary, trailers)
         commit = self.git.write_commit(tree, parents, message, timestamp=self.timestamp(iteration) + 30)
         self.git.update_ref(ref, commit, expected=previous)
         return commit
+
+    def final_commit(self) -> str | None:
+        """The ``kb`` tip when it is the final gather, else ``None``."""
+        kb = self.git.read_ref(str(BrewRef.kb(self.run)))
+        if kb is None:
+            return None
+        return kb if "Brew-Final" in parse_trailers(self.git.read_commit(kb)["message"][0]) else None
+
+    def archive(self) -> int:
+        """Point ``archive`` at a commit whose parents are every node commit of
+        the run (and of the previous archive), so the nodes and their notes stay
+        reachable, pushable and readable once their branches are deleted.
+        Returns the number of node commits archived."""
+        ref = str(BrewRef.archive(self.run))
+        previous = self.git.read_ref(ref)
+        commits = dict(self._archived(previous))
+        commits.update({(r.concept or "", r.node or 0): c for r, c in self._node_refs()})
+        parents = [self.base] + [commits[k] for k in sorted(commits)]
+        message = format_message(f"brew({self.run}): archive of {len(commits)} nodes",
+                                 "Keeps the run's node commits reachable; see `brewkb tree`.",
+                                 {"Brew-Run": self.run, "Brew-Archive": str(len(commits))})
+        commit = self.git.write_commit(self.base_tree, parents, message, timestamp=self._t0)
+        self.git.update_ref(ref, commit, expected=previous)
+        return len(commits)
+
+    def _node_refs(self) -> list[tuple[BrewRef, str]]:
+        refs = [(BrewRef.parse(ref), commit)
+                for ref, commit in sorted(self.git.list_refs(BrewRef.run_prefix(self.run)).items())]
+        return [(ref, commit) for ref, commit in refs if ref.kind == "node"]
+
+    def _archived(self, archive: str | None) -> list[tuple[tuple[str, int], str]]:
+        """(concept, node id) → commit of every node the archive keeps."""
+        if archive is None:
+            return []
+        parents = self.git.read_commit(archive)["parent"][1:]
+        out = []
+        for commit, raw in zip(parents, self.git.read_many(parents), strict=True):
+            trailers = parse_trailers((raw or b"").decode("utf-8", "replace").partition("\n\n")[2])
+            if "Brew-Concept" in trailers and "Brew-Node" in trailers:
+                out.append(((trailers["Brew-Concept"], int(trailers["Brew-Node"][1:])), commit))
+        return out
 
     def write_pr(self, body: str, iteration: int) -> str:
         """One commit on the base with the final recipes (the ``kb`` tip's tree)."""
@@ -152,9 +197,12 @@ class SearchStore:
         """Nodes, notes and gathers of the run, from refs, commits and notes,
         read in a few batches (a run of 30,000 nodes rebuilds in seconds)."""
         out = StoredRun()
-        nodes = [(BrewRef.parse(ref), commit)
-                 for ref, commit in sorted(self.git.list_refs(BrewRef.run_prefix(self.run)).items())]
-        nodes = [(ref, commit) for ref, commit in nodes if ref.kind == "node"]
+        live = self._node_refs()
+        have = {(r.concept, r.node) for r, _ in live}
+        archived = [(BrewRef.for_node(self.run, c, n), commit)
+                    for (c, n), commit in self._archived(self.git.read_ref(str(BrewRef.archive(self.run))))
+                    if (c, n) not in have]
+        nodes = sorted(live + archived)
         note_blobs = self.git.note_blobs()
         commits = self.git.read_many([c for _, c in nodes])
         blobs = self.git.read_many([f"{c}:{self.path(ref.concept or '')}" for ref, c in nodes])
@@ -182,9 +230,15 @@ class SearchStore:
             kb = self.git.read_commit(kb)["parent"][0]
         return out
 
-    def kb_blobs(self, concepts: Sequence[str]) -> dict[str, str]:
-        """Concept → blob of its document at the tip of the ``kb`` branch."""
-        kb = self.git.read_ref(str(BrewRef.kb(self.run)))
+    def final_note(self) -> Mapping[str, Any] | None:
+        """The final evaluation recorded on the final gather (``None`` before it)."""
+        final = self.final_commit()
+        note = self.git.read_note(final) if final else None
+        return note if isinstance(note, Mapping) else None
+
+    def kb_blobs(self, concepts: Sequence[str], commit: str | None = None) -> dict[str, str]:
+        """Concept → blob of its document at the tip of the ``kb`` branch (or at ``commit``)."""
+        kb = commit or self.git.read_ref(str(BrewRef.kb(self.run)))
         if kb is None:
             return {}
         folder = self.git.lookup(self.git.commit_tree(kb), self.recipes_dir) if self.recipes_dir else None
@@ -198,3 +252,7 @@ class SearchStore:
         if blob not in self._texts:
             self._texts[blob] = self.git.read_blob(blob).decode("utf-8")
         return self._texts[blob]
+
+
+def _label(node: int | str) -> str:
+    return f"n{node}" if isinstance(node, int) else node

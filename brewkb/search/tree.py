@@ -10,10 +10,10 @@ back-propagation maintains and what a rebuild from git derives.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["Node", "Tree", "uct_select", "best_node", "reward"]
+__all__ = ["Node", "Tree", "uct_select", "best_node", "ranked", "reward"]
 
 
 @dataclass
@@ -100,11 +100,20 @@ def _expandable(tree: Tree, node: Node, width: int, max_depth: int) -> bool:
     return any(_expandable(tree, tree.nodes[c], width, max_depth) for c in node.children)
 
 
-def best_node(tree: Tree) -> Node:
-    """The evaluated node with the highest mean reward; ties go to the higher
-    own reward, then more visits, then the shallower, then the older node."""
+def best_node(tree: Tree, changed: Mapping[int, int] | None = None) -> Node:
+    """The evaluated node with the best *own* reward (a subtree mean says how
+    promising a region is, not how good a document is). Ties go to the node
+    with fewer characters changed from its parent (``changed``: node id →
+    characters; unknown counts as 0), then the shallower, then the older."""
+    return ranked(tree, changed)[0]
+
+
+def ranked(tree: Tree, changed: Mapping[int, int] | None = None) -> list[Node]:
+    """The evaluated nodes (the root when none is), best first, in
+    ``best_node``'s order."""
     evaluated = list(tree.evaluated()) or [tree.root]
-    return max(evaluated, key=lambda n: (round(n.mean, 12), round(n.reward or 0.0, 12), n.visits, -n.depth, -n.id))
+    changed = changed or {}
+    return sorted(evaluated, key=lambda n: (-round(n.reward or 0.0, 12), changed.get(n.id, 0), n.depth, n.id))
 
 
 def reward(success_rate: float, mrr: float, lambda_corr: float = 0.5, lambda_ret: float = 0.5) -> float:
