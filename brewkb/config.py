@@ -34,6 +34,7 @@ __all__ = [
     "Boosts",
     "SearchConfig",
     "StagesConfig",
+    "ScrubConfig",
     "load_config",
     "parse_config",
     "DEFAULT_TOML",
@@ -188,6 +189,17 @@ class StagesConfig:
 
 
 @dataclass(frozen=True)
+class ScrubConfig:
+    enabled: bool = True
+    """Replace personal data in trajectories by typed placeholders before reflection."""
+    patterns: dict[str, str] = field(default_factory=dict)
+    """Placeholder kind → regex, added to the defaults (a kind that exists is
+    replaced; an empty regex turns a default off)."""
+    keys: tuple[str, ...] = ()
+    """JSON keys of tool calls and results whose values are personal, added to the defaults."""
+
+
+@dataclass(frozen=True)
 class Config:
     kb: KBConfig = KBConfig()
     llm: LLMConfig = LLMConfig()
@@ -197,6 +209,7 @@ class Config:
     retrieval: RetrievalConfig = RetrievalConfig()
     stages: StagesConfig = StagesConfig()
     search: SearchConfig = SearchConfig()
+    scrub: ScrubConfig = ScrubConfig()
 
 
 _FORBIDDEN = {"llm.api_key": "keys do not belong in brewkb.toml; export OPENAI_API_KEY "
@@ -350,4 +363,9 @@ width = 3
 depth = 3
 lambda_corr = 0.5
 lambda_ret = 0.5
+
+[scrub]
+enabled = true            # personal data → <email>, <user_id>, ... before reflection
+# patterns = { employee_id = "EMP-\\d{6}" }   # added to the default patterns
+# keys = ["badge_id"]                          # JSON keys whose values are personal
 """
