@@ -13,6 +13,7 @@ from brewkb.llm.embed import cosine_matrix, hashed_ngram_embeddings
 from brewkb.llm.offline import OfflineBackend, parse_step
 from brewkb.llm.roles import Rubric
 from brewkb.recipes import render_recipe
+from brewkb.stages.scrub import Scrubber
 from brewkb.trajectories import Outcome, Trajectory
 from tests.conftest import AIRLINE
 
@@ -37,7 +38,7 @@ def insights() -> list[Any]:
     async def go() -> list[Any]:
         out = []
         for t in airline():
-            out.extend(await backend.reflect(t))
+            out.extend(await backend.reflect(Scrubber.build().trajectory(t)))  # as the reflect stage does
         return out
 
     return run(go())

@@ -159,7 +159,10 @@ class Scrubber:
 
 
 def scrubber_of(config: ScrubConfig) -> Scrubber:
-    """The scrubber of a ``[scrub]`` table (its patterns and keys added to the defaults)."""
+    """The scrubber of a ``[scrub]`` table (its patterns and keys added to the
+    defaults); with ``enabled = false`` one that changes nothing."""
+    if not config.enabled:
+        return Scrubber((), frozenset())
     return Scrubber.build(config.patterns, config.keys)
 
 
