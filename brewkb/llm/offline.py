@@ -53,7 +53,8 @@ from brewkb.llm.roles import DIAGNOSTIC, PRESCRIPTIVE, Insight, RelabelledTask, 
 from brewkb.recipes import Recipe, build_body, slugify
 from brewkb.trajectories import ToolCall, Trajectory, content_id, tool_calls
 
-__all__ = ["OfflineBackend", "READ_VERBS", "concept_of_tool", "step_text", "parse_step"]
+__all__ = ["OfflineBackend", "READ_VERBS", "concept_of_tool", "step_text", "parse_step", "is_lookup", "is_talk",
+           "is_handoff"]
 
 READ_VERBS = frozenset({
     "get", "find", "list", "search", "lookup", "look", "read", "fetch", "check", "calculate", "compute",
@@ -81,6 +82,19 @@ def is_lookup(name: str) -> bool:
 def is_talk(name: str) -> bool:
     words = _words(name)
     return bool(words) and (words[0] in TALK_VERBS or "_".join(words) in TALK_VERBS)
+
+
+HANDOFF_VERBS = frozenset({"transfer", "escalate", "handoff", "hand", "route", "forward"})
+HANDOFF_TARGETS = frozenset({"human", "humans", "agent", "agents", "person", "operator", "support", "staff",
+                             "representative", "supervisor", "manager"})
+
+
+def is_handoff(name: str) -> bool:
+    """A tool that hands the conversation to a person (``transfer_to_human_agents``,
+    ``escalate``): it ends the agent's part, it is not what the user wanted done."""
+    words = _words(name)
+    return bool(words) and (words[0] in {"escalate", "handoff"} or
+                            (words[0] in HANDOFF_VERBS and bool(HANDOFF_TARGETS & set(words[1:]))))
 
 
 def concept_of_tool(name: str) -> str:
@@ -119,6 +133,56 @@ def _first_line(text: str | None, limit: int = 160) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
+ACTION_VERBS = frozenset("""add apply book buy cancel change close create delete downgrade edit exchange extend
+modify move open order pay purchase refund register remove renew replace reschedule reserve reset return
+send set subscribe switch transfer unsubscribe update upgrade""".split())
+GENERIC_NOUNS = frozenset({"details", "detail", "info", "information", "status", "data", "list", "by", "id", "all"})
+
+
+def user_turns(trajectory: Trajectory) -> list[str]:
+    return [str(m["content"]) for m in trajectory.messages
+            if m.get("role") == "user" and isinstance(m.get("content"), str) and m["content"].strip()]
+
+
+def request_text(trajectory: Trajectory) -> str:
+    """The request as the user put it: the first user message, else the task."""
+    turns = user_turns(trajectory)
+    return turns[0] if turns else trajectory.task
+
+
+def request_concept(text: str, calls: Sequence[ToolCall]) -> str | None:
+    """A concept for a request nothing was changed for: its first action verb
+    (``cancel``, ``refund``, ...) and the object of the agent's last lookup
+    (``get_reservation_details`` → ``reservation``: what it examined before
+    answering), else the word after the verb; without an action verb, the
+    last lookup's own name, else the request's most frequent words."""
+    words = re.findall(r"[a-z]+", _IDENTIFIERS.sub(" ", text.lower()))
+    verb_at = next((n for n, w in enumerate(words) if w in ACTION_VERBS), None)
+    lookups = [c for c in calls if is_lookup(c.name) and not c.error]
+    if verb_at is None:
+        return concept_of_tool(lookups[-1].name) if lookups else (" ".join(_task_keywords(text)) or None)
+    for call in reversed(lookups):
+        objects = [w for w in _words(call.name)[1:] if w not in GENERIC_NOUNS and w not in STOPWORDS]
+        if objects:
+            return f"{words[verb_at]} {objects[0]}"
+    rest = [w for w in words[verb_at + 1 :] if w not in STOPWORDS and len(w) > 2]
+    return f"{words[verb_at]} {rest[0]}" if rest else words[verb_at]
+
+
+def _owner(index: int, calls: Sequence[ToolCall], by_call: dict[int, str], first: str) -> str | None:
+    """The concept a failed call belongs to: its own state change; for a
+    failed lookup, the next state change it served; else the run's first
+    concept. A failed state change that is not one of the concepts is
+    another procedure's pitfall (``None``)."""
+    if index in by_call:
+        return by_call[index]
+    call = calls[index]
+    if not (is_lookup(call.name) or is_talk(call.name) or is_handoff(call.name)):
+        return None
+    later = next((by_call[n] for n in sorted(by_call) if n > index), None)
+    return later or first
+
+
 def merge_steps(sequences: Sequence[Sequence[str]]) -> list[str]:
     """One procedure from several that worked: every step of every sequence,
     each placed after the step that preceded it where it was seen first
@@ -146,39 +210,45 @@ class OfflineBackend:
     # ------------------------------------------------------------- reflector
     def concepts_of(self, trajectory: Trajectory, max_concepts: int = 2) -> list[tuple[str, int | None]]:
         """Concept names and the index of the call that defines each: the
-        state-changes the run made (and, for a failing run, the ones it tried);
-        else, for a passing run, its last lookup; else the task's words."""
+        state-changes the run made (and, for a failing run, the ones it
+        tried); a hand-off to a person is not one. Without a state change,
+        the request the user made (refused or handed off), named by its
+        action verb and the object the agent looked up."""
         calls = tool_calls(trajectory.messages)
         found: list[tuple[str, int | None]] = []
         for i, call in enumerate(calls):
-            if is_lookup(call.name) or is_talk(call.name) or (call.error and trajectory.success):
+            if (is_lookup(call.name) or is_talk(call.name) or is_handoff(call.name)
+                    or (call.error and trajectory.success)):
                 continue
             concept = concept_of_tool(call.name)
             if concept not in (c for c, _ in found):
                 found.append((concept, i))
         if not found:
-            lookups = [i for i, c in enumerate(calls) if is_lookup(c.name) and not c.error]
-            if lookups and trajectory.success:  # the last lookup is what the answer rested on
-                found.append((concept_of_tool(calls[lookups[-1]].name), lookups[-1]))
-            else:
-                words = _task_keywords(trajectory.task)
-                if words:
-                    found.append((" ".join(words), None))
+            request = request_concept(" ".join(user_turns(trajectory)) or trajectory.task, calls)
+            if request:
+                found.append((request, None))
         return found[:max_concepts]
 
     async def reflect(self, trajectory: Trajectory, max_concepts: int = 2) -> list[Insight]:
         calls = tool_calls(trajectory.messages)
         concepts = self.concepts_of(trajectory, max_concepts)
+        request = _first_line(request_text(trajectory), 400)
         insights: list[Insight] = []
 
         def add(concept: str, text: str, polarity: str, kind: str, steps: tuple[str, ...] = ()) -> None:
             insights.append(Insight(concept, text, polarity, trajectory.id, trajectory.task_id,
-                                    trajectory.task, steps, kind))
+                                    request, steps, kind))
 
+        changes = {i for i, c in enumerate(calls) if not (is_lookup(c.name) or is_talk(c.name))}
         for concept, index in concepts:
-            if index is None or calls[index].error:
+            if index is None:
+                self._request_insight(trajectory, calls, concept, add)
+                continue
+            if calls[index].error:
                 continue  # an attempt that failed teaches through its pitfall below
-            upto = [c for c in calls[: index + 1] if not c.error and not is_talk(c.name)]
+            # only this concept's own steps: what was looked up, then this change
+            upto = [c for n, c in enumerate(calls[: index + 1])
+                    if not c.error and not is_talk(c.name) and (n == index or n not in changes)]
             after = []  # what the agent then told the user, up to the next change
             for c in calls[index + 1 :]:
                 if not (is_talk(c.name) or is_lookup(c.name)):
@@ -193,16 +263,39 @@ class OfflineBackend:
                 add(concept, f"A run that called `{step_text(calls[index])}` without errors still failed: check that "
                              "every detail the task asks for (items, amounts, reasons, payment) is used, "
                              "and nothing else", DIAGNOSTIC, "pitfall")
-        owner = concepts[0][0] if concepts else None
+        by_call = {i: c for c, i in concepts if i is not None}
         for i, call in enumerate(calls):
-            if not call.error or owner is None:
+            if not call.error or not concepts:
                 continue
+            owner = _owner(i, calls, by_call, concepts[0][0])
+            if owner is None:
+                continue  # an error of another procedure than this run's concepts
             text = f"`{step_text(call)}` failed with: \"{_first_line(call.result)}\""
             later = next((c for c in calls[i + 1 :] if not c.error and not is_talk(c.name)), None)
             if later is not None and later.name != call.name:
                 text += f"; the run went on with `{step_text(later)}`"
             add(owner, text, DIAGNOSTIC, "pitfall")
         return insights
+
+    @staticmethod
+    def _request_insight(trajectory: Trajectory, calls: Sequence[ToolCall], concept: str, add: Any) -> None:
+        """What a run that changed nothing teaches about the request it was given."""
+        handoff = next((c for c in calls if is_handoff(c.name) and not c.error), None)
+        looked = tuple(dict.fromkeys(step_text(c) for c in calls if is_lookup(c.name) and not c.error))[:MAX_STEPS]
+        outcome = "passed" if trajectory.success else "failed"
+        if handoff is not None:
+            add(concept, f"A run that {outcome} handed the request to a person with `{step_text(handoff)}` "
+                         "instead of changing anything" + (f", after checking `{looked[-1]}`" if looked else ""),
+                PRESCRIPTIVE if trajectory.success else DIAGNOSTIC, "steps" if trajectory.success else "pitfall",
+                (*looked, step_text(handoff)) if trajectory.success else ())
+        elif trajectory.success:
+            add(concept, "A passing run changed nothing: it checked "
+                         + (", ".join(f"`{s}`" for s in looked) or "the request")
+                         + " and explained why the request could not be done as asked",
+                PRESCRIPTIVE, "steps" if looked else "note", looked)
+        else:
+            add(concept, "A run that changed nothing failed: the request needed an action, "
+                         "or a clear refusal that the policy supports", DIAGNOSTIC, "pitfall")
 
     # ------------------------------------------------------------ integrator
     async def integrate(self, concept: str, aliases: Sequence[str], insights: Sequence[Insight],
