@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from brewkb.index import RecipeIndex  # noqa: E402
-from brewkb.llm.offline import ACTION_VERBS, concept_of_tool, is_handoff, is_lookup, is_talk  # noqa: E402
+from brewkb.llm.offline import action_verb, concept_of_tool, is_handoff, is_lookup, is_talk  # noqa: E402
 from brewkb.recipes import parse_recipe, slugify  # noqa: E402
 from brewkb.stages.concepts import verb_of  # noqa: E402
 
@@ -56,7 +56,7 @@ def relevant(run: dict, names: list[str]) -> set[str]:
         return changes & set(names)
     # the stated request: its first action verb names the recipes of that action
     words = re.findall(r"[a-z]+", run["info"]["task"]["instruction"].lower())
-    verb = next((verb_of(w) for w in words if w in ACTION_VERBS), None)
+    verb = next((verb_of(v) for w in words if (v := action_verb(w))), None)
     return {n for n in names if verb is not None and verb_of(n.replace("-", " ")) == verb}
 
 
@@ -82,6 +82,7 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--learn", default="0-29")
     parser.add_argument("--held-out", default="30-39")
+    parser.add_argument("--per-conversation", action="store_true", help="Print each held-out conversation's ranks.")
     args = parser.parse_args()
     runs = json.loads((args.data / "gpt-4o-trajectories.json").read_text())
     learn = [r for r in runs if int(r["task_id"]) in span(args.learn)]
@@ -109,6 +110,9 @@ def main() -> None:
         turns = user_turns(run)
         first.append(mrr(index, turns[0] if turns else "", wanted))
         every.append(mrr(index, " ".join(turns), wanted))
+        if args.per_conversation:
+            print(f"task {run['task_id']} trial {run['trial']}: relevant {sorted(wanted) or '-'}; reciprocal rank "
+                  f"first turn {first[-1]:.2f}, all turns {every[-1]:.2f}")
     leaks = sum(len(PERSONAL.findall(t)) for t in texts.values())
     print(f"learn tasks {args.learn} ({len(learn)} conversations), held-out tasks {args.held_out} "
           f"({len(held)} conversations; {unlabelled} need an action no recipe is named for and count as misses)")

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from brewkb.api.distill import imported_source
 from brewkb.config import SearchConfig
 from brewkb.errors import RunError
 from brewkb.events import EventSink, null_sink
@@ -78,6 +79,11 @@ def refine(*, run: str | None = None, resume: str | None = None, base: str | Non
             raise RunError(f"run {run_id} has not started a search; run `brewkb refine --run {run_id}` instead")
         if resume is None and recorded is not None:
             raise RunError(f"run {run_id} already exists; continue it with `brewkb refine --resume {run_id}`")
+        source = imported_source(folder)
+        if source is not None:
+            raise RunError(f"run {run_id} holds trajectories imported from {source} logs, not episodes of the "
+                           f"configured environment {kb.config.env.name!r}, which refine re-runs; learn from the "
+                           f"logs with `brewkb distill {run_id}`")
         if relabel is not None:
             kb.config = dataclasses.replace(kb.config, stages=dataclasses.replace(kb.config.stages, relabel=relabel))
         base_commit = recorded["base"] if recorded else kb.store.resolve(base) if base else kb.store.head_commit()

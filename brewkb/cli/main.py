@@ -57,6 +57,7 @@ COMMANDS = {
     "integrate": "brewkb.cli.stages:integrate_cmd",
     "runs": "brewkb.cli.stages:runs_cmd",
     "refine": "brewkb.cli.refine:refine_cmd",
+    "distill": "brewkb.cli.distill:distill_cmd",
     "tree": "brewkb.cli.refine:tree_cmd",
     "gc": "brewkb.cli.refine:gc_cmd",
     "eval": "brewkb.cli.evaluate:eval_cmd",

@@ -54,7 +54,7 @@ from brewkb.recipes import Recipe, build_body, slugify
 from brewkb.trajectories import ToolCall, Trajectory, content_id, tool_calls
 
 __all__ = ["OfflineBackend", "READ_VERBS", "concept_of_tool", "step_text", "parse_step", "is_lookup", "is_talk",
-           "is_handoff"]
+           "is_handoff", "action_verb", "user_turns", "ACTION_VERBS"]
 
 READ_VERBS = frozenset({
     "get", "find", "list", "search", "lookup", "look", "read", "fetch", "check", "calculate", "compute",
@@ -150,23 +150,31 @@ def request_text(trajectory: Trajectory) -> str:
     return turns[0] if turns else trajectory.task
 
 
+def action_verb(word: str) -> str | None:
+    """The base form of an action verb (``cancelled`` → ``cancel``), else ``None``."""
+    for cut in (0, 1, 2, 3):
+        stem = word[: len(word) - cut]
+        if stem in ACTION_VERBS:
+            return stem
+    return None
+
+
 def request_concept(text: str, calls: Sequence[ToolCall]) -> str | None:
     """A concept for a request nothing was changed for: its first action verb
     (``cancel``, ``refund``, ...) and the object of the agent's last lookup
     (``get_reservation_details`` → ``reservation``: what it examined before
-    answering), else the word after the verb; without an action verb, the
-    last lookup's own name, else the request's most frequent words."""
+    answering), else the verb alone; without an action verb, the last
+    lookup's own name, else the request's most frequent words."""
     words = re.findall(r"[a-z]+", _IDENTIFIERS.sub(" ", text.lower()))
-    verb_at = next((n for n, w in enumerate(words) if w in ACTION_VERBS), None)
+    verb = next((v for w in words if (v := action_verb(w))), None)
     lookups = [c for c in calls if is_lookup(c.name) and not c.error]
-    if verb_at is None:
+    if verb is None:
         return concept_of_tool(lookups[-1].name) if lookups else (" ".join(_task_keywords(text)) or None)
     for call in reversed(lookups):
         objects = [w for w in _words(call.name)[1:] if w not in GENERIC_NOUNS and w not in STOPWORDS]
         if objects:
-            return f"{words[verb_at]} {objects[0]}"
-    rest = [w for w in words[verb_at + 1 :] if w not in STOPWORDS and len(w) > 2]
-    return f"{words[verb_at]} {rest[0]}" if rest else words[verb_at]
+            return f"{verb} {objects[0]}"
+    return verb
 
 
 def _owner(index: int, calls: Sequence[ToolCall], by_call: dict[int, str], first: str) -> str | None:
