@@ -182,7 +182,8 @@ class StagesConfig:
     concept_threshold: float = field(default=0.6, metadata=_min(0.0))
     """Cosine similarity at or above which two concept names are one concept."""
     min_concept_insights: int = field(default=2, metadata=_min(1))
-    """A meta-concept with fewer insights gets no recipe (counted in the manifest)."""
+    """A meta-concept with fewer insights merges into the nearest concept of the same
+    action, with a note (``brewkb concepts`` reports it); without one it keeps its own recipe."""
     integrate_retries: int = field(default=2, metadata=_min(0))
     """New samples asked for when an integrated recipe does not parse or lint."""
     seed: int = 0

@@ -10,6 +10,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from brewkb.api.loop import run_command
 from brewkb.errors import RunError
 from brewkb.events import EventSink, null_sink
 from brewkb.kb import KB
@@ -24,7 +25,7 @@ from brewkb.stages.concepts import Concept
 from brewkb.stages.scrub import scrubber_of
 from brewkb.trajectories import Trajectory, content_id
 
-__all__ = ["DistillResult", "distill", "held_out_tasks", "imported_source", "HOLD_OUT_EVERY"]
+__all__ = ["DistillResult", "distill", "adistill", "held_out_tasks", "imported_source", "HOLD_OUT_EVERY"]
 
 HOLD_OUT_EVERY = 5
 """One logged task in this many is held out to measure retrieval (at least 5 tasks are needed)."""
@@ -120,6 +121,14 @@ def distill(run: str, *, strategy: str | None = None, iterations: int | None = N
             depth: int | None = None, no_cache: bool = False, events: EventSink = null_sink,
             start: Path = Path(".")) -> DistillResult:
     """Distil RUN's logged trajectories into recipes; ends with ``brew/RUN/pr``."""
+    return run_command(adistill(run, strategy=strategy, iterations=iterations, width=width, depth=depth,
+                                no_cache=no_cache, events=events, start=start))
+
+
+async def adistill(run: str, *, strategy: str | None = None, iterations: int | None = None,
+                   width: int | None = None, depth: int | None = None, no_cache: bool = False,
+                   events: EventSink = null_sink, start: Path = Path(".")) -> DistillResult:
+    """``distill`` on the caller's event loop."""
     with KB.open(start) as kb:
         folder = Run.at(kb.runs_dir, run)
         logged = folder.read_trajectories(FILES["rollouts"])
@@ -140,31 +149,31 @@ def distill(run: str, *, strategy: str | None = None, iterations: int | None = N
             folder.set_manifest("search_spec", {"base": base, "spec": dataclasses.asdict(spec), "kind": "distill"})
         held = _hold_out(folder)
         kb.config = dataclasses.replace(kb.config, stages=dataclasses.replace(kb.config.stages, relabel=False))
-        pipeline = Pipeline.open(kb, folder, no_cache=no_cache, events=events)
-        grades = pipeline.grades()
-        pipeline.relabel()
-        train, _ = pipeline.reflections()
-        concepts = pipeline.concepts()
-        roots = {r.name: r for r in pipeline.integrate()}
-        concepts = [c for c in concepts if c.slug in roots]
-        if not concepts:
-            raise RunError(f"run {run} found no concept to distil (see runs/{run}/manifest.json); "
-                           "more or more varied trajectories are needed")
-        mapping = {c.slug: c for c in concepts}
-        slug_of = _mapping(folder)
-        insights: dict[str, list[Any]] = defaultdict(list)
-        for insight in train:
-            if slug_of.get(insight.concept) in mapping:
-                insights[slug_of[insight.concept]].append(insight)
-        expander = LogExpander(backend=pipeline.backend, insights=insights,
-                               titles={c.slug: (c.title, c.aliases) for c in concepts},
-                               retries=kb.config.stages.integrate_retries)
-        evaluator = RetrievalEvaluator(queries=_queries(logged, scrubber_of(kb.config.scrub)),
-                                       q_eval={c.slug: c.q_eval for c in concepts},
-                                       q_train={c.slug: c.q_train for c in concepts},
-                                       boosts=kb.config.retrieval.boosts, cache=EpisodeCache(0))
-        store = SearchStore(kb.store, run, base, kb.recipes_prefix())
-        result = search(spec, store, expander, evaluator, {c.slug: roots[c.slug] for c in concepts}, events)
+        async with Pipeline.open(kb, folder, no_cache=no_cache, events=events) as pipeline:
+            grades = await pipeline.grades()
+            await pipeline.relabel()
+            train, _ = await pipeline.reflections()
+            concepts = await pipeline.concepts()
+            roots = {r.name: r for r in await pipeline.integrate()}
+            concepts = [c for c in concepts if c.slug in roots]
+            if not concepts:
+                raise RunError(f"run {run} found no concept to distil (see runs/{run}/manifest.json); "
+                               "more or more varied trajectories are needed")
+            slug_of = _mapping(folder)
+            insights: dict[str, list[Any]] = defaultdict(list)
+            for insight in train:
+                if slug_of.get(insight.concept) in roots:
+                    insights[slug_of[insight.concept]].append(insight)
+            expander = LogExpander(backend=pipeline.backend, insights=insights,
+                                   titles={c.slug: (c.title, c.aliases) for c in concepts},
+                                   retries=kb.config.stages.integrate_retries)
+            evaluator = RetrievalEvaluator(queries=_queries(logged, scrubber_of(kb.config.scrub)),
+                                           q_eval={c.slug: c.q_eval for c in concepts},
+                                           q_train={c.slug: c.q_train for c in concepts},
+                                           boosts=kb.config.retrieval.boosts, cache=EpisodeCache(0))
+            store = SearchStore(kb.store, run, base, kb.recipes_prefix())
+            result = await search(spec, store, expander, evaluator, {c.slug: roots[c.slug] for c in concepts},
+                                  events)
         pr = store.write_pr(pr_message(run, source, spec, result, concepts, held, logged, grades), spec.rounds)
         nodes = sum(len(t.nodes) for t in result.trees.values())
         folder.record_stage("search", nodes=nodes, kb=result.kb_commit, pr=pr, reward="retrieval only")

@@ -62,7 +62,7 @@ class RetrievalEvaluator:
             return "eval", ids
         return "train", [t for t in self.q_train.get(concept, ()) if t in self.queries]
 
-    def evaluate(self, candidates: Mapping[str, tuple[str, Recipe]], current: Mapping[str, Recipe],
+    async def evaluate(self, candidates: Mapping[str, tuple[str, Recipe]], current: Mapping[str, Recipe],
                  only: Sequence[str] | None = None) -> dict[str, Evaluation]:
         multi = MultiIndex(dict(current), dict(candidates), self.boosts)
         out = {}
