@@ -8,12 +8,14 @@ named by actions (``cancel reservation``):
 
 - names led by different action verbs never share a cluster (the verb is the
   intent: ``book reservation`` and ``cancel reservation`` stay apart however
-  alike the rest of the words are); synonyms (change/modify/edit → update)
-  count as one verb;
+  alike the rest of the words are); synonyms (change/modify/move/reschedule →
+  update) count as one verb;
 - a *request* concept — no insight of it quotes a call of a tool of that name,
   so it names what a user asked for rather than a tool the agent used (a
   refused or handed-off request) — merges into the nearest tool concept with
   the same verb, with a note;
+- a cluster is named by a tool name before a request, then by the name
+  with most passing-run procedures (the action that worked), then by count;
 - a concept with fewer insights than ``min_insights`` merges into the nearest
   concept with the same verb, with a note; without one it stays a concept of
   its own. Nothing is dropped silently: ``Concept.merged`` lists the notes.
@@ -38,6 +40,7 @@ __all__ = ["Concept", "agglomerate", "build_concepts", "concept_slugs"]
 
 
 VERB_SYNONYMS = {"change": "update", "modify": "update", "edit": "update", "alter": "update", "amend": "update",
+                 "move": "update", "reschedule": "update", "switch": "update", "swap": "update",
                  "reserve": "book", "purchase": "buy", "delete": "remove", "drop": "remove"}
 """Action verbs that name one intent."""
 
@@ -186,7 +189,8 @@ def build_concepts(train: Sequence[Insight], evaluation: Sequence[Insight], name
         members[label].append(name)
     notes = _merge_small(members, counts, tool, vectors, index, min_insights)
     labels = [next(lb for lb, group in members.items() if n in group) for n in train_names]
-    reps = {label: max(group, key=lambda n: (n in tool, counts[n], -len(n), [-ord(c) for c in n]))
+    worked = Counter(i.concept for i in train if i.kind == "steps")  # the action that worked names the concept
+    reps = {label: max(group, key=lambda n: (n in tool, worked[n], counts[n], -len(n), [-ord(c) for c in n]))
             for label, group in members.items()}
     order = sorted(members, key=lambda lb: (-sum(counts[n] for n in members[lb]), reps[lb]))
     slugs = dict(zip(order, concept_slugs([reps[lb] for lb in order]), strict=True))
