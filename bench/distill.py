@@ -83,6 +83,7 @@ def main() -> None:
     parser.add_argument("--learn", default="0-29")
     parser.add_argument("--held-out", default="30-39")
     parser.add_argument("--per-conversation", action="store_true", help="Print each held-out conversation's ranks.")
+    parser.add_argument("--keep", type=Path, default=None, help="Write the distilled recipes into this folder.")
     args = parser.parse_args()
     runs = json.loads((args.data / "gpt-4o-trajectories.json").read_text())
     learn = [r for r in runs if int(r["task_id"]) in span(args.learn)]
@@ -100,6 +101,10 @@ def main() -> None:
                                capture_output=True, text=True, check=True).stdout.split()
         texts = {f: subprocess.run(["git", "show", f"brew/air/pr:{f}"], cwd=kb, capture_output=True, text=True,
                                    check=True).stdout for f in files if f.endswith(".md")}
+    if args.keep:
+        args.keep.mkdir(parents=True, exist_ok=True)
+        for path, text in texts.items():
+            (args.keep / Path(path).name).write_text(text)
     recipes = [parse_recipe(t) for t in texts.values()]
     index = RecipeIndex.build(recipes)
     names = sorted(r.name for r in recipes)

@@ -5,19 +5,28 @@ against. It works on any OpenAI-format tool-calling trajectory. The rules:
 
 Reflector
   A tool whose name starts with a read verb (``get``, ``find``, ``list``,
-  ``search``, ...) is a lookup; any other tool changes state. The concepts of
-  a trajectory are its first one or two distinct state-changing tools (for a
-  failing run, also the ones it tried and failed), named from the tool
-  (``cancel_reservation`` → "cancel reservation"); without one, a passing
-  run's last lookup tool (what its answer rested on); otherwise the task's two
-  most frequent content words (emails, links and tokens with digits left
-  out). A passing run gives a *prescriptive* insight whose steps are its
-  successful calls up to that state change (and the first message tool, such
-  as ``reply``, it used right after), written with argument names
-  (``cancel_order(order_id, reason)``). Every tool error gives a *diagnostic*
-  pitfall quoting the error, with the call that worked next when there is one;
-  a failing run whose calls all succeeded gives a diagnostic note that the
-  state change was made with the wrong details.
+  ``search``, ...) is a lookup; a tool that hands the conversation to a person
+  (``transfer_to_human_agents``, ``escalate``) is a hand-off; any other tool
+  changes state. The concepts of a trajectory are its first one or two
+  distinct state-changing tools (for a failing run, also the ones it tried
+  and failed), named from the tool (``cancel_reservation`` → "cancel
+  reservation"). A run that changed nothing — refused, or handed off — is
+  named for the *request*: the first action verb in the user's turns
+  (``cancel``, ``refund``, inflections folded) and the object of the agent's
+  last lookup (``get_reservation_details`` → "cancel reservation"), else the
+  verb alone; hand-offs and lookups never name a concept by themselves. A
+  passing run gives a *prescriptive* insight whose steps are its successful
+  lookups and that one state change — never another state change of the
+  same run (and the first message tool, such as ``reply``, used right after),
+  written with argument names (``cancel_order(order_id, reason)``). Every tool
+  error gives a *diagnostic* pitfall quoting the error, with the call that
+  worked next when there is one, filed under the concept of the failed call
+  (a failed lookup under the next state change it served; a failed state
+  change that is not one of the run's concepts is left out). A failing run
+  whose calls all succeeded gives a diagnostic note that the state change was
+  made with the wrong details. An insight's ``task`` is the user's first
+  turn (the request as the user put it), so recipe examples quote requests,
+  not task scripts. Trajectories arrive scrubbed (``stages/scrub.py``).
 
 Integrator
   Assembles a recipe from the insights and the current document. A seeded
@@ -25,8 +34,9 @@ Integrator
   order; the steps merge the step sequences of the picked prescriptive
   insights (alternatives that different passing runs used, such as two ways
   to identify a customer, stay next to each other), else the current
-  document's steps are kept. Different samples therefore differ in quality,
-  as LLM samples do.
+  document's steps are kept. Pitfalls come from the concept's own pitfall and
+  note insights. Different samples therefore differ in quality, as LLM
+  samples do.
 
 Relabeller
   Writes a task that describes what the agent actually did: its successful
@@ -291,11 +301,10 @@ class OfflineBackend:
         handoff = next((c for c in calls if is_handoff(c.name) and not c.error), None)
         looked = tuple(dict.fromkeys(step_text(c) for c in calls if is_lookup(c.name) and not c.error))[:MAX_STEPS]
         outcome = "passed" if trajectory.success else "failed"
-        if handoff is not None:
+        if handoff is not None:  # a note, not a step: handing off is not how the action is done
             add(concept, f"A run that {outcome} handed the request to a person with `{step_text(handoff)}` "
                          "instead of changing anything" + (f", after checking `{looked[-1]}`" if looked else ""),
-                PRESCRIPTIVE if trajectory.success else DIAGNOSTIC, "steps" if trajectory.success else "pitfall",
-                (*looked, step_text(handoff)) if trajectory.success else ())
+                PRESCRIPTIVE if trajectory.success else DIAGNOSTIC, "note" if trajectory.success else "pitfall")
         elif trajectory.success:
             add(concept, "A passing run changed nothing: it checked "
                          + (", ".join(f"`{s}`" for s in looked) or "the request")
@@ -317,7 +326,7 @@ class OfflineBackend:
         else:
             how = current.section("How to perform") if current else ""
         old_pitfalls = [p for p in (current.section("Pitfalls") if current else "").splitlines() if p.strip()]
-        new_pitfalls = [f"- {i.insight}" for i in picked if i.kind == "pitfall"]
+        new_pitfalls = [f"- {i.insight}" for i in picked if i.kind in ("pitfall", "note")]
         pitfalls = list(dict.fromkeys(new_pitfalls + old_pitfalls))[:6]
         tasks = [i.task for i in insights if i.task]
         keywords = _task_keywords(" ".join(tasks), 6)
