@@ -27,15 +27,18 @@ from tests.test_lint import run_cli
     ("pay with gift_card_1234567", "payment_id"),
     ("I am mia_li_3668.", "user_id"),
     ("cancel order #W5489570 now", "order_id"),
+    ("Hi, I'm Rosa Tanaka and I need help", "name"),
+    ("my zip code is 83151.", "zip"),
 ])
 def test_each_default_pattern_becomes_its_placeholder(text: str, kind: str) -> None:
     scrubbed = Scrubber.build().text(text)
     assert f"<{kind}>" in scrubbed
+    assert scrubbed.split(f"<{kind}>")[0] == text[: len(scrubbed.split(f"<{kind}>")[0])]  # context kept
     assert Scrubber.build().find(scrubbed) == []
 
 
 def test_ordinary_numbers_and_codes_are_left_alone() -> None:
-    text = "Flight HAT136 on 2024-05-20 costs 250 dollars for 3 bags; item 1008292230"
+    text = "Flight HAT136 on 2024-05-20 costs 250 dollars for 3 bags; item 1008292230. I'm happy, This Is fine"
     assert Scrubber.build().text(text) == text
 
 

@@ -14,7 +14,9 @@ Reflector
   named for the *request*: the first action verb in the user's turns
   (``cancel``, ``refund``, inflections folded) and the object of the agent's
   last lookup (``get_reservation_details`` → "cancel reservation"), else the
-  verb alone; hand-offs and lookups never name a concept by themselves. A
+  verb alone; without an action verb, the last lookup (what the answer
+  rested on), else the request's most frequent content words (never names,
+  placeholders or ids); hand-offs never name a concept. A
   passing run gives a *prescriptive* insight whose steps are its successful
   lookups and that one state change — never another state change of the
   same run (and the first message tool, such as ``reply``, used right after),
@@ -74,7 +76,8 @@ TALK_VERBS = frozenset({"respond", "reply", "say", "send_message", "message", "a
 STOPWORDS = frozenset("""a an and are as at be but by can do for from has have i if in into is it its me my
 no not of on or our please so that the their them then there these they this to too want was we were what
 when which while who will with would you your yours also just like need any all some one two
-hello hi hey thanks thank dear regards sorry could should would might must shall may can cannot""".split())
+hello hi hey thanks thank dear regards sorry could should would might must shall may can cannot
+where how why what know""".split())
 STEP_RE = re.compile(r"^\s*(?:\d+[.)]|[-*])\s*`([A-Za-z_][\w.]*)\(([^)`]*)\)`")
 MAX_STEPS = 10
 
@@ -130,11 +133,17 @@ def parse_step(line: str) -> tuple[str, list[str]] | None:
 _IDENTIFIERS = re.compile(r"\S+@\S+|https?://\S+|\S*\d\S*")
 
 
+_PROPER = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z]+")
+_PLACEHOLDERS = re.compile(r"<[a-z_]+>")
+
+
 def _task_keywords(text: str, n: int = 2) -> list[str]:
-    """The most frequent content words, leaving out emails, links and any token
-    with a digit (ids, amounts, dates): entities are not what a task is about."""
-    plain = _IDENTIFIERS.sub(" ", text.lower())
-    words = [w for w in re.findall(r"[a-z]{3,}", plain) if w not in STOPWORDS]
+    """The most frequent content words, leaving out emails, links, placeholders,
+    any token with a digit (ids, amounts, dates) and capitalised words inside a
+    sentence (names): entities are not what a task is about."""
+    names = {w.lower() for w in _PROPER.findall(text)}
+    plain = _IDENTIFIERS.sub(" ", _PLACEHOLDERS.sub(" ", text).lower())
+    words = [w for w in re.findall(r"[a-z]{3,}", plain) if w not in STOPWORDS and w not in names]
     return [w for w, _ in Counter(words).most_common(n)]
 
 
@@ -143,9 +152,10 @@ def _first_line(text: str | None, limit: int = 160) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-ACTION_VERBS = frozenset("""add apply book buy cancel change close create delete downgrade edit exchange extend
-modify move open order pay purchase refund register remove renew replace reschedule reserve reset return
+ACTION_VERBS = frozenset("""add apply book buy cancel change close create delete dispute downgrade edit exchange
+extend modify move open pay purchase refund register remove renew replace reschedule reserve reset return
 send set subscribe switch transfer unsubscribe update upgrade""".split())
+"""Verbs of requests that change something ("order" is left out: in requests it is mostly a noun)."""
 GENERIC_NOUNS = frozenset({"details", "detail", "info", "information", "status", "data", "list", "by", "id", "all"})
 
 
@@ -174,7 +184,8 @@ def request_concept(text: str, calls: Sequence[ToolCall]) -> str | None:
     (``cancel``, ``refund``, ...) and the object of the agent's last lookup
     (``get_reservation_details`` → ``reservation``: what it examined before
     answering), else the verb alone; without an action verb, the last
-    lookup's own name, else the request's most frequent words."""
+    lookup's own name (what the answer rested on), else the request's most
+    frequent content words (names and placeholders left out)."""
     words = re.findall(r"[a-z]+", _IDENTIFIERS.sub(" ", text.lower()))
     verb = next((v for w in words if (v := action_verb(w))), None)
     lookups = [c for c in calls if is_lookup(c.name) and not c.error]
@@ -297,22 +308,26 @@ class OfflineBackend:
 
     @staticmethod
     def _request_insight(trajectory: Trajectory, calls: Sequence[ToolCall], concept: str, add: Any) -> None:
-        """What a run that changed nothing teaches about the request it was given."""
+        """What a run that changed nothing teaches about the request it was given:
+        its lookups, its hand-off if any, and what it then told the user."""
         handoff = next((c for c in calls if is_handoff(c.name) and not c.error), None)
         looked = tuple(dict.fromkeys(step_text(c) for c in calls if is_lookup(c.name) and not c.error))[:MAX_STEPS]
+        last = max((n for n, c in enumerate(calls) if not c.error and not is_talk(c.name)), default=-1)
+        told = next((step_text(c) for c in calls[last + 1 :] if is_talk(c.name) and not c.error), None)
         outcome = "passed" if trajectory.success else "failed"
-        if handoff is not None:  # a note, not a step: handing off is not how the action is done
+        steps = (*looked, *([step_text(handoff)] if handoff else []), *([told] if told else []))
+        if not trajectory.success:
+            add(concept, (f"A run that handed the request to a person with `{step_text(handoff)}` failed"
+                          if handoff else "A run that changed nothing failed: the request needed an action, "
+                                          "or a clear refusal that the policy supports"), DIAGNOSTIC, "pitfall")
+        elif handoff is not None:
             add(concept, f"A run that {outcome} handed the request to a person with `{step_text(handoff)}` "
                          "instead of changing anything" + (f", after checking `{looked[-1]}`" if looked else ""),
-                PRESCRIPTIVE if trajectory.success else DIAGNOSTIC, "note" if trajectory.success else "pitfall")
-        elif trajectory.success:
-            add(concept, "A passing run changed nothing: it checked "
-                         + (", ".join(f"`{s}`" for s in looked) or "the request")
-                         + " and explained why the request could not be done as asked",
-                PRESCRIPTIVE, "steps" if looked else "note", looked)
+                PRESCRIPTIVE, "steps", steps)
         else:
-            add(concept, "A run that changed nothing failed: the request needed an action, "
-                         "or a clear refusal that the policy supports", DIAGNOSTIC, "pitfall")
+            add(concept, "A passing run changed nothing: it checked "
+                         + (", ".join(f"`{s}`" for s in looked) or "the request") + " and answered"
+                         + (f" with `{told}`" if told else ""), PRESCRIPTIVE, "steps" if steps else "note", steps)
 
     # ------------------------------------------------------------ integrator
     async def integrate(self, concept: str, aliases: Sequence[str], insights: Sequence[Insight],
@@ -320,13 +335,21 @@ class OfflineBackend:
         rng = random.Random(content_id([self.seed, concept, sample, [i.to_json() for i in insights]]))
         picked = [i for i in insights if rng.random() < 0.7] or list(insights[:1])
         rng.shuffle(picked)
-        steps = merge_steps([i.steps for i in picked if i.kind == "steps" and i.steps])
+        sequences = [i.steps for i in picked if i.kind == "steps" and i.steps]
+        tool = concept.replace(" ", "_") + "("
+        own = [q for q in sequences if any(step.startswith(tool) for step in q)]
+        # a concept named for a tool keeps only procedures that use it; the
+        # others (a request of this kind handed off or refused) become notes
+        others = [q for q in sequences if own and q not in own]
+        steps = merge_steps(own or sequences)
         if steps:
             how = "\n".join(f"{n}. `{s}`" for n, s in enumerate(steps, 1))
         else:
             how = current.section("How to perform") if current else ""
         old_pitfalls = [p for p in (current.section("Pitfalls") if current else "").splitlines() if p.strip()]
         new_pitfalls = [f"- {i.insight}" for i in picked if i.kind in ("pitfall", "note")]
+        new_pitfalls += list(dict.fromkeys(f"- Some such requests were not done by `{concept.replace(' ', '_')}`: a "
+                                           "passing run did " + "; then ".join(f"`{x}`" for x in q) for q in others))
         pitfalls = list(dict.fromkeys(new_pitfalls + old_pitfalls))[:6]
         tasks = [i.task for i in insights if i.task]
         keywords = _task_keywords(" ".join(tasks), 6)

@@ -7,7 +7,8 @@ Two kinds of rule, both configurable under ``[scrub]`` in ``brewkb.toml``:
   with a capture group replaces only the group (``reservation (ABC123)``
   keeps the word "reservation"). The defaults cover e-mail addresses, phone
   numbers, payment card numbers, payment-method ids, handle-style user ids
-  (``jane_doe_1234``) and order codes (``#W1234567``).
+  (``jane_doe_1234``), order codes (``#W1234567``), a name someone gives
+  (``I'm Jane Doe``) and a zip code given as one.
 - **keys**: in a trajectory, the value of any of these JSON keys in a tool
   call's arguments or a tool's result (``user_id``, ``reservation_id``,
   ``first_name`` …) is personal, and every occurrence of that value anywhere
@@ -40,6 +41,8 @@ DEFAULT_PATTERNS: dict[str, str] = {
     "payment_id": r"\b(?:credit_card|debit_card|gift_card|certificate|paypal|bank_account|card)_\d{4,}\b",
     "user_id": r"\b[a-z]+_[a-z]+_\d{3,}\b",
     "order_id": r"#[A-Z]?\d{5,}\b",
+    "name": r"\b(?:[Ii]'m|I am|[Mm]y name is|[Tt]his is|[Yy]ou are)\s+([A-Z][a-z]+(?:\s+[A-Z][a-z]+)+)",
+    "zip": r"\b(?:zip|postal)(?:\s+code)?(?:\s+is)?[:\s]+(\d{5})\b",
 }
 """Placeholder kind → regex. Order matters: earlier patterns win."""
 
@@ -49,6 +52,11 @@ DEFAULT_KEYS: tuple[str, ...] = (
     "first_name", "last_name", "full_name", "dob", "date_of_birth", "address1", "address2", "zip",
 )
 """JSON keys whose values in tool calls and results name a person or a booking."""
+
+PERSON_FIELDS = frozenset({"name", "address", "street", "city", "zip_code", "postal_code", "postcode"})
+"""Keys that are personal inside a record that also holds one of the personal keys."""
+
+NAME_KEYS = frozenset({"name", "full_name"})
 
 MIN_VALUE = 2  # a one-character value is too common to replace everywhere
 _PLACEHOLDER = re.compile(r"<[a-z_]+>")
@@ -124,11 +132,17 @@ class Scrubber:
 
     def _collect(self, data: Any, found: dict[str, str]) -> None:
         if isinstance(data, dict):
+            # a record with a personal key is about a person: its name and address are personal too
+            person = any(k.lower() in self.keys for k in data)
             for key, value in data.items():
-                if key.lower() in self.keys and isinstance(value, str | int) and not isinstance(value, bool):
+                personal = key.lower() in self.keys or (person and key.lower() in PERSON_FIELDS)
+                if personal and isinstance(value, str | int) and not isinstance(value, bool):
                     text = str(value).strip()
                     if len(text) >= MIN_VALUE and not _PLACEHOLDER.fullmatch(text):
                         found.setdefault(text, key.lower())
+                        if key.lower() in NAME_KEYS:  # "Umar Rossi" → also "Umar" and "Rossi" on their own
+                            for part in re.findall(r"\b[A-Z][a-z]{2,}\b", text):
+                                found.setdefault(part, key.lower())
                 else:
                     self._collect(value, found)
         elif isinstance(data, list):
