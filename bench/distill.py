@@ -124,6 +124,11 @@ def main() -> None:
     print(f"recipes: {len(recipes)} ({', '.join(names)})")
     print(f"held-out MRR, first user turn: {sum(first) / max(1, len(first)):.3f}")
     print(f"held-out MRR, all user turns:  {sum(every) / max(1, len(every)):.3f}")
+    labelled = [i for i, run in enumerate(held) if relevant(run, names)]
+    if labelled and len(labelled) < len(held):
+        print(f"  over the {len(labelled)} conversations whose action has a recipe: first turn "
+              f"{sum(first[i] for i in labelled) / len(labelled):.3f}, all turns "
+              f"{sum(every[i] for i in labelled) / len(labelled):.3f}")
     print(f"personal-data matches in recipes: {leaks}")
 
 

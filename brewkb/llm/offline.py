@@ -77,7 +77,7 @@ STOPWORDS = frozenset("""a an and are as at be but by can do for from has have i
 no not of on or our please so that the their them then there these they this to too want was we were what
 when which while who will with would you your yours also just like need any all some one two
 hello hi hey thanks thank dear regards sorry could should would might must shall may can cannot
-where how why what know""".split())
+where how why what know help really because having been same make get got going able""".split())
 STEP_RE = re.compile(r"^\s*(?:\d+[.)]|[-*])\s*`([A-Za-z_][\w.]*)\(([^)`]*)\)`")
 MAX_STEPS = 10
 
@@ -352,7 +352,9 @@ class OfflineBackend:
                                            "passing run did " + "; then ".join(f"`{x}`" for x in q) for q in others))
         pitfalls = list(dict.fromkeys(new_pitfalls + old_pitfalls))[:6]
         tasks = [i.task for i in insights if i.task]
-        keywords = _task_keywords(" ".join(tasks), 6)
+        # other action verbs in its requests belong to other intents (a rebooking mentions "cancel")
+        own = set(concept.split()[:1])
+        keywords = [w for w in _task_keywords(" ".join(tasks), 12) if w in own or action_verb(w) is None][:6]
         description = f"Use when the task is to {concept}"
         if keywords:
             description += f" (tasks mentioning {', '.join(keywords)})"
