@@ -112,6 +112,10 @@ def test_refine_on_imported_logs_is_refused_with_a_pointer_to_distill(kb: Path, 
         "brewkb: error: run air holds trajectories imported from tau-bench logs, not episodes of the configured "
         "environment 'shop', which refine re-runs; learn from the logs with `brewkb distill air`")
     assert git(kb, "branch", "--list", "brew/*") == ""
+    assert brewkb(kb, "distill", "air", "--iterations", "1").returncode == 0
+    for args in (["--run", "air"], ["--resume", "air"]):  # after distill too: still refused, still pointing there
+        again = brewkb(kb, "refine", *args)
+        assert again.returncode == 1 and "`brewkb distill air`" in again.stderr
 
 
 def test_distill_without_logs_says_what_to_do(kb: Path) -> None:

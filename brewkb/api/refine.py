@@ -85,16 +85,16 @@ async def arefine(*, run: str | None = None, resume: str | None = None, base: st
     with KB.open(start) as kb:
         run_id = resume or run or new_run_id("refine")
         folder = Run.at(kb.runs_dir, run_id, create=resume is None)
-        recorded = folder.manifest().get("search_spec")
-        if resume is not None and recorded is None:
-            raise RunError(f"run {run_id} has not started a search; run `brewkb refine --run {run_id}` instead")
-        if resume is None and recorded is not None:
-            raise RunError(f"run {run_id} already exists; continue it with `brewkb refine --resume {run_id}`")
         source = imported_source(folder)
         if source is not None:
             raise RunError(f"run {run_id} holds trajectories imported from {source} logs, not episodes of the "
                            f"configured environment {kb.config.env.name!r}, which refine re-runs; learn from the "
                            f"logs with `brewkb distill {run_id}`")
+        recorded = folder.manifest().get("search_spec")
+        if resume is not None and recorded is None:
+            raise RunError(f"run {run_id} has not started a search; run `brewkb refine --run {run_id}` instead")
+        if resume is None and recorded is not None:
+            raise RunError(f"run {run_id} already exists; continue it with `brewkb refine --resume {run_id}`")
         if relabel is not None:
             kb.config = dataclasses.replace(kb.config, stages=dataclasses.replace(kb.config.stages, relabel=relabel))
         base_commit = recorded["base"] if recorded else kb.store.resolve(base) if base else kb.store.head_commit()
