@@ -11,8 +11,9 @@ human is not one), or, where the gold actions hold none, for the action the
 user asked for (the first action verb of the task's instruction; synonyms
 such as change/update count as one). A conversation whose action no recipe
 is named for counts as a miss (reciprocal rank 0). Also prints the recipe count and the number of
-personal-data matches in the recipes (e-mails, handle-style ids, booking
-codes of the logs), which must be 0.
+personal-data matches in the recipes — e-mails, handle-style ids, and every
+value that the logs' tool calls and results give under a personal key (user ids,
+booking codes, names, dates of birth…) — which must be 0.
 
     python bench/distill.py [--data ../shared/data/tau-bench-airline] [--learn 0-29] [--held-out 30-39]
 """
@@ -32,6 +33,8 @@ from brewkb.index import RecipeIndex  # noqa: E402
 from brewkb.llm.offline import action_verb, concept_of_tool, is_handoff, is_lookup, is_talk  # noqa: E402
 from brewkb.recipes import parse_recipe, slugify  # noqa: E402
 from brewkb.stages.concepts import verb_of  # noqa: E402
+from brewkb.stages.scrub import Scrubber  # noqa: E402
+from brewkb.trajectories import Outcome, Trajectory  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "tau-bench-airline"
@@ -119,6 +122,10 @@ def main() -> None:
             print(f"task {run['task_id']} trial {run['trial']}: relevant {sorted(wanted) or '-'}; reciprocal rank "
                   f"first turn {first[-1]:.2f}, all turns {every[-1]:.2f}")
     leaks = sum(len(PERSONAL.findall(t)) for t in texts.values())
+    # and every value the logs' own tool calls name as personal (user ids, booking codes, names, ...)
+    scrubber = Scrubber.build()
+    values = {v for run in runs for v in scrubber.values_of(Trajectory("x", "", tuple(run["traj"]), Outcome(True, 1.0)))}
+    leaks += sum(len(re.findall(rf"(?<![\w@.]){re.escape(v)}(?![\w@])", t)) for v in values for t in texts.values())
     print(f"learn tasks {args.learn} ({len(learn)} conversations), held-out tasks {args.held_out} "
           f"({len(held)} conversations; {unlabelled} need an action no recipe is named for and count as misses)")
     print(f"recipes: {len(recipes)} ({', '.join(names)})")

@@ -29,6 +29,8 @@ from tests.test_lint import run_cli
     ("cancel order #W5489570 now", "order_id"),
     ("Hi, I'm Rosa Tanaka and I need help", "name"),
     ("my zip code is 83151.", "zip"),
+    ("cancel my flights in reservation ID SI5UKW, please", "booking_code"),
+    ("the confirmation number is 1N99U6.", "booking_code"),
 ])
 def test_each_default_pattern_becomes_its_placeholder(text: str, kind: str) -> None:
     scrubbed = Scrubber.build().text(text)

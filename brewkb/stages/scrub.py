@@ -7,7 +7,8 @@ Two kinds of rule, both configurable under ``[scrub]`` in ``brewkb.toml``:
   with a capture group replaces only the group (``reservation (ABC123)``
   keeps the word "reservation"). The defaults cover e-mail addresses, phone
   numbers, payment card numbers, payment-method ids, handle-style user ids
-  (``jane_doe_1234``), order codes (``#W1234567``), a name someone gives
+  (``jane_doe_1234``), order codes (``#W1234567``), a booking code named as
+  one (``reservation ID SI5UKW``), a name someone gives
   (``I'm Jane Doe``) and a zip code given as one.
 - **keys**: in a trajectory, the value of any of these JSON keys in a tool
   call's arguments or a tool's result (``user_id``, ``reservation_id``,
@@ -41,6 +42,8 @@ DEFAULT_PATTERNS: dict[str, str] = {
     "payment_id": r"\b(?:credit_card|debit_card|gift_card|certificate|paypal|bank_account|card)_\d{4,}\b",
     "user_id": r"\b[a-z]+_[a-z]+_\d{3,}\b",
     "order_id": r"#[A-Z]?\d{5,}\b",
+    "booking_code": r"\b(?:[Rr]eservation|[Bb]ooking|[Cc]onfirmation|[Tt]icket)(?:\s+(?:ID|id|number|code|no\.?))?"
+                    r"(?:\s+is)?[\s:#]+((?=[A-Z0-9]*\d)(?=[A-Z0-9]*[A-Z])[A-Z0-9]{5,10})\b",
     "name": r"\b(?:[Ii]'m|I am|[Mm]y name is|[Tt]his is|[Yy]ou are)\s+([A-Z][a-z]+(?:\s+[A-Z][a-z]+)+)",
     "zip": r"\b(?:zip|postal)(?:\s+code)?(?:\s+is)?[:\s]+(\d{5})\b",
 }
