@@ -358,7 +358,12 @@ class OfflineBackend:
         description = f"Use when the task is to {concept}"
         if keywords:
             description += f" (tasks mentioning {', '.join(keywords)})"
-        example = rng.choice(tasks) if tasks else ""
+        # the example is a request that names this action, from a passing run when there is one
+        verb = concept.split()[0] if concept.split() else ""
+        naming = [i.task for i in insights if i.task and any(action_verb(w) == verb for w in re.findall(
+            r"[a-z]+", i.task.lower()))]
+        worked = [i.task for i in insights if i.task in naming and i.kind == "steps"]
+        example = rng.choice(worked or naming or tasks) if tasks else ""
         body = build_body([
             ("When to use", f"The request is to {concept}." + (f" For example: {_first_line(example, 300)}"
                                                                 if example else "")),
