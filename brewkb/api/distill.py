@@ -71,7 +71,7 @@ def _queries(trajectories: list[Trajectory], scrub: Any) -> dict[str, str]:
 
 
 def pr_message(run: str, source: str, spec: SearchSpec, result: SearchResult, concepts: list[Concept],
-               held: set[str], logged: list[Trajectory], grades: dict[str, Any]) -> str:
+               held: set[str], logged: list[Trajectory], grades: dict[str, Any], backend: str) -> str:
     """The PR body: what was measured, and what could not be."""
     rows = ["| recipe | held-out requests | root MRR | final MRR | node | nodes tried |",
             "|---|---:|---:|---:|---|---:|"]
@@ -93,7 +93,8 @@ def pr_message(run: str, source: str, spec: SearchSpec, result: SearchResult, co
             f"concept (λ_corr = {spec.lambda_corr}, λ_ret = {spec.lambda_ret}); {spec.strategy}, {spec.rounds} "
             "rounds.\n"
             f"- Grades taken from the logs: {rewarded} of {len(logged)} trajectories carry a reward; "
-            f"{judged} were scored by the rubric judge.\n\n" + "\n".join(rows) + "\n\n"
+            f"{judged} were scored by the rubric judge ({backend}: "
+            + ("only the rubrics it can count" if backend == "offline" else "an LLM") + ").\n\n" + "\n".join(rows) + "\n\n"
             "## What could not be measured\n\n"
             "- Task success with the recipes: no environment can re-run these tasks, so λ_corr = 0 and no "
             "recipe's effect on success is known. Evaluate on a live environment before relying on it.\n"
@@ -174,7 +175,8 @@ async def adistill(run: str, *, strategy: str | None = None, iterations: int | N
             store = SearchStore(kb.store, run, base, kb.recipes_prefix())
             result = await search(spec, store, expander, evaluator, {c.slug: roots[c.slug] for c in concepts},
                                   events)
-        pr = store.write_pr(pr_message(run, source, spec, result, concepts, held, logged, grades), spec.rounds)
+        pr = store.write_pr(pr_message(run, source, spec, result, concepts, held, logged, grades,
+                                          kb.config.llm.backend), spec.rounds)
         nodes = sum(len(t.nodes) for t in result.trees.values())
         folder.record_stage("search", nodes=nodes, kb=result.kb_commit, pr=pr, reward="retrieval only")
         return DistillResult(run, result.kb_commit, pr, {c: note_of(result, c) for c in sorted(result.trees)},
