@@ -34,6 +34,7 @@ __all__ = [
     "Boosts",
     "SearchConfig",
     "StagesConfig",
+    "ScrubConfig",
     "load_config",
     "parse_config",
     "DEFAULT_TOML",
@@ -196,10 +197,22 @@ class StagesConfig:
     concept_threshold: float = field(default=0.6, metadata=_min(0.0))
     """Cosine similarity at or above which two concept names are one concept."""
     min_concept_insights: int = field(default=2, metadata=_min(1))
-    """A meta-concept with fewer insights gets no recipe (counted in the manifest)."""
+    """A meta-concept with fewer insights merges into the nearest concept of the same
+    action, with a note (``brewkb concepts`` reports it); without one it keeps its own recipe."""
     integrate_retries: int = field(default=2, metadata=_min(0))
     """New samples asked for when an integrated recipe does not parse or lint."""
     seed: int = 0
+
+
+@dataclass(frozen=True)
+class ScrubConfig:
+    enabled: bool = True
+    """Replace personal data in trajectories by typed placeholders before reflection."""
+    patterns: dict[str, str] = field(default_factory=dict)
+    """Placeholder kind → regex, added to the defaults (a kind that exists is
+    replaced; an empty regex turns a default off)."""
+    keys: tuple[str, ...] = ()
+    """JSON keys of tool calls and results whose values are personal, added to the defaults."""
 
 
 @dataclass(frozen=True)
@@ -212,6 +225,7 @@ class Config:
     retrieval: RetrievalConfig = RetrievalConfig()
     stages: StagesConfig = StagesConfig()
     search: SearchConfig = SearchConfig()
+    scrub: ScrubConfig = ScrubConfig()
 
 
 _FORBIDDEN = {"llm.api_key": "keys do not belong in brewkb.toml; export OPENAI_API_KEY "
@@ -369,4 +383,9 @@ width = 3
 depth = 3
 lambda_corr = 0.5
 lambda_ret = 0.5
+
+[scrub]
+enabled = true            # personal data → <email>, <user_id>, ... before reflection
+# patterns = { employee_id = "EMP-\\d{6}" }   # added to the default patterns
+# keys = ["badge_id"]                          # JSON keys whose values are personal
 """

@@ -11,8 +11,9 @@ from pathlib import Path
 from brewkb.errors import BrewError, RecipeError
 from brewkb.fsutil import write_atomic
 from brewkb.recipes import BOM, parse_recipe, validate
+from brewkb.stages.scrub import Scrubber
 
-__all__ = ["Problem", "lint_paths", "lint_text", "recipe_files", "fix_bom"]
+__all__ = ["Problem", "lint_paths", "lint_text", "personal_data", "recipe_files", "fix_bom"]
 
 
 @dataclass(frozen=True)
@@ -63,12 +64,23 @@ def _body_line(text: str) -> int:
     return 1
 
 
-def lint_text(path: str, text: str) -> tuple[list[Problem], str | None]:
+def personal_data(path: str, text: str, scrubber: Scrubber | None = None) -> list[Problem]:
+    """A warning per line that holds what looks like personal data."""
+    problems = []
+    for finding in (scrubber or Scrubber.build()).find(text):
+        shown = finding.text if len(finding.text) <= 40 else finding.text[:39] + "…"
+        problems.append(Problem(path, finding.line, "warning", f"looks like personal data ({finding.kind}): {shown!r}",
+                                f"replace it with <{finding.kind}>; recipes must not carry customer data"))
+    return problems
+
+
+def lint_text(path: str, text: str, scrubber: Scrubber | None = None) -> tuple[list[Problem], str | None]:
     """Problems of one file's text, and the recipe name it declares (if it parses)."""
+    privacy = personal_data(path, text, scrubber)
     try:
         recipe = parse_recipe(text)
     except RecipeError as exc:
-        return [Problem(path, exc.line or 1, "error", *_split_hint(str(exc)))], None
+        return [Problem(path, exc.line or 1, "error", *_split_hint(str(exc))), *privacy], None
     key_lines = _key_lines(text)
     stem = Path(path).stem
     problems = [
@@ -76,7 +88,7 @@ def lint_text(path: str, text: str) -> tuple[list[Problem], str | None]:
                 issue.severity, issue.message, issue.hint)
         for issue in validate(recipe, stem=stem)
     ]
-    return problems, recipe.name or None
+    return problems + privacy, recipe.name or None
 
 
 def _split_hint(message: str) -> tuple[str, str]:
@@ -87,8 +99,9 @@ def _split_hint(message: str) -> tuple[str, str]:
     return message, "see docs/recipes.md for the format"
 
 
-def lint_paths(paths: Iterable[Path]) -> list[Problem]:
-    """Lint recipe files and folders, including names duplicated across files."""
+def lint_paths(paths: Iterable[Path], scrubber: Scrubber | None = None) -> list[Problem]:
+    """Lint recipe files and folders, including names duplicated across files
+    and (as warnings) personal data by ``scrubber``'s patterns (default ones when ``None``)."""
     problems: list[Problem] = []
     seen: dict[str, list[tuple[str, int]]] = defaultdict(list)
     for file in recipe_files(paths):
@@ -98,7 +111,7 @@ def lint_paths(paths: Iterable[Path]) -> list[Problem]:
             problems.append(Problem(str(file), 1, "error", "file is not UTF-8 text",
                                     "save it as UTF-8"))
             continue
-        found, name = lint_text(str(file), text)
+        found, name = lint_text(str(file), text, scrubber)
         problems.extend(found)
         if name:
             seen[name].append((str(file), _key_lines(text).get("name", 1)))

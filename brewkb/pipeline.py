@@ -49,6 +49,7 @@ from brewkb.runs import FILES, STAGES, Run
 from brewkb.stages import concepts as concepts_stage
 from brewkb.stages import grading, integrate, reflect, relabel, rollouts
 from brewkb.stages.concepts import Concept
+from brewkb.stages.scrub import scrubber_of
 from brewkb.trajectories import Trajectory
 
 __all__ = ["Pipeline", "STAGES"]
@@ -360,9 +361,11 @@ class Pipeline:
         grades = _read_keyed(self.run.file(FILES["grades"])) if self.run.file(FILES["grades"]).exists() else {}
         by_id = {t.id: t.with_(rubric=grades.get(t.id, t.rubric)) for t in train + evaluation}
         eval_ids = {t.id for t in evaluation}
+        scrubber = scrubber_of(self.config.scrub)  # the reflector never reads personal data
 
         async def work(key: str) -> Any:
-            insights, bad = await reflect.reflect(self.backend, by_id[key], self.config.stages.concepts_per_trajectory)
+            insights, bad = await reflect.reflect(self.backend, by_id[key], self.config.stages.concepts_per_trajectory,
+                                                  scrubber)
             return {"insights": [i.to_json() for i in insights], "rejected": bad}
 
         results = await self._map("reflections", sorted(by_id), work)
@@ -391,12 +394,13 @@ class Pipeline:
         if names:
             vectors = await self.backend.embed(names)
             found, mapping = concepts_stage.build_concepts(train, evaluation, names, vectors,
-                                                           self.config.stages.concept_threshold)
-        keep = [c for c in found if c.insights >= self.config.stages.min_concept_insights]
+                                                           self.config.stages.concept_threshold,
+                                                           self.config.stages.min_concept_insights)
+        keep = found  # small concepts were merged into their nearest action (noted) or kept: none is dropped
         payload = {"concepts": [c.to_json() for c in keep], "mapping": mapping}
         write_atomic(self.run.file(FILES["concepts"]), json.dumps(payload, indent=2, sort_keys=True) + "\n")
         seconds = round(time.monotonic() - started, 3)
-        info = {"concepts": len(keep), "dropped_small": len(found) - len(keep), "names": len(names)}
+        info = {"concepts": len(keep), "merged": sum(len(c.merged) for c in keep), "names": len(names)}
         self.run.record_stage("concepts", seconds=seconds, **info)
         self.events(Event("stage_finished", "concepts", message=f"in {seconds:.1f} s", data=info))
         return keep

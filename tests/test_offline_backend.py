@@ -10,9 +10,10 @@ import pytest
 
 from brewkb.lint import lint_text
 from brewkb.llm.embed import cosine_matrix, hashed_ngram_embeddings
-from brewkb.llm.offline import OfflineBackend, parse_step
+from brewkb.llm.offline import OfflineBackend, is_handoff, is_lookup, is_talk, parse_step
 from brewkb.llm.roles import Rubric
 from brewkb.recipes import render_recipe
+from brewkb.stages.scrub import Scrubber
 from brewkb.trajectories import Outcome, Trajectory
 from tests.conftest import AIRLINE
 
@@ -37,7 +38,7 @@ def insights() -> list[Any]:
     async def go() -> list[Any]:
         out = []
         for t in airline():
-            out.extend(await backend.reflect(t))
+            out.extend(await backend.reflect(Scrubber.build().trajectory(t)))  # as the reflect stage does
         return out
 
     return run(go())
@@ -46,9 +47,22 @@ def insights() -> list[Any]:
 def test_concepts_come_from_the_state_changing_tools(insights: list[Any]) -> None:
     concepts = Counter(i.concept for i in insights)
     for expected in ("book reservation", "cancel reservation", "update reservation baggages",
-                     "update reservation flights", "transfer to human agents"):
+                     "update reservation flights"):
         assert concepts[expected] > 0, expected
     assert not any(c.startswith(("get ", "search ", "list ")) and concepts[c] > 20 for c in concepts)
+    # a hand-off to a person is not an intent: those runs are named for the request handed off
+    assert concepts["transfer to human agents"] == 0
+    assert concepts["refund"] > 0 and concepts["cancel"] > 0
+
+
+def test_each_concept_keeps_only_its_own_steps_and_pitfalls(insights: list[Any]) -> None:
+    for insight in insights:
+        tool = insight.concept.replace(" ", "_")
+        others = [s for s in insight.steps if not s.startswith(tool + "(") and not is_lookup(s.split("(")[0])
+                  and not is_talk(s.split("(")[0]) and not is_handoff(s.split("(")[0])]
+        assert others == [], (insight.concept, insight.steps)
+    cancel = [i.insight for i in insights if i.concept == "cancel reservation" and i.kind == "pitfall"]
+    assert cancel and not any("`book_reservation(" in p.split(" failed")[0] for p in cancel)
 
 
 def test_passing_runs_give_steps_in_the_recipe_convention(insights: list[Any]) -> None:

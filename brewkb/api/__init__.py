@@ -13,7 +13,7 @@ _EXPORTS = {
     "IndexInfo": "retrieval", "SearchResult": "retrieval", "build_index": "retrieval", "search": "retrieval",
     "import_trajectories": "trajectories",
     "rollout": "stages", "reflect": "stages", "concepts": "stages", "integrate": "stages", "list_runs": "stages",
-    "refine": "refine", "load_trees": "refine", "gc": "refine",
+    "refine": "refine", "load_trees": "refine", "gc": "refine", "distill": "distill",
     "evaluate": "evaluate", "demo": "demo",
     "load_run": "publish", "pr_body": "publish", "push_run": "publish", "export_skills": "publish",
     "cache_stats": "llm", "cache_clear": "llm", "ledger_totals": "llm",

@@ -6,13 +6,14 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from brewkb.config import CONFIG_FILE, DEFAULT_TOML
+from brewkb.config import CONFIG_FILE, DEFAULT_TOML, load_config
 from brewkb.errors import BrewError, GitError
 from brewkb.fsutil import write_atomic
 from brewkb.gitstore import GitStore
 from brewkb.kb import KB
 from brewkb.lint import Problem, fix_bom, lint_paths
 from brewkb.recipes import Recipe
+from brewkb.stages.scrub import scrubber_of
 
 __all__ = ["InitResult", "init_kb", "lint", "show", "GITIGNORE_LINES"]
 
@@ -104,14 +105,18 @@ def _first_commit(root: Path, created: list[str]) -> str | None:
 def lint(paths: list[Path], *, start: Path = Path("."), fix: bool = False) -> list[Problem]:
     """Lint recipe files or folders; without paths, the KB's recipes folder.
     ``fix`` removes UTF-8 byte-order marks first (the only change lint makes)."""
+    scrubber = None
     if not paths:
         with KB.open(start) as kb:
             paths = [Path(os.path.relpath(kb.recipes_dir))]
             if not kb.recipes_dir.is_dir():
                 raise BrewError(f"{kb.recipes_dir} does not exist; run `brewkb init` or pass paths")
+            scrubber = scrubber_of(kb.config.scrub)
+    elif (Path(start) / CONFIG_FILE).is_file():
+        scrubber = scrubber_of(load_config(Path(start)).scrub)
     if fix:
         fix_bom(paths)
-    return lint_paths(paths)
+    return lint_paths(paths, scrubber)
 
 
 def show(name: str, *, rev: str | None = None, start: Path = Path(".")) -> Recipe:

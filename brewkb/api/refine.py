@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from brewkb.api.evaluate import EVAL_FILE, evaluate_arms
+from brewkb.api.distill import imported_source
 from brewkb.api.loop import run_command
 from brewkb.api.plan import limits_of, open_budget
 from brewkb.budget import Limits
@@ -111,6 +112,11 @@ async def arefine(*, run: str | None = None, resume: str | None = None, base: st
     with KB.open(start, require_config=True) as kb, contextlib.ExitStack() as held:
         run_id = resume or run or new_run_id("refine")
         folder = Run.at(kb.runs_dir, run_id, create=resume is None)
+        source = imported_source(folder)
+        if source is not None:
+            raise RunError(f"run {run_id} holds trajectories imported from {source} logs, not episodes of the "
+                           f"configured environment {kb.config.env.name!r}, which refine re-runs; learn from the "
+                           f"logs with `brewkb distill {run_id}`")
         held.enter_context(folder.lock("refine"))
         for lock in kb.store.clear_locks(BrewRef.run_prefix(run_id)):
             log.warning("removed %s, left by a killed process (this run's lock is held)", lock)

@@ -75,6 +75,7 @@ COMMANDS = {
     "integrate": "brewkb.cli.stages:integrate_cmd",
     "runs": "brewkb.cli.stages:runs_cmd",
     "refine": "brewkb.cli.refine:refine_cmd",
+    "distill": "brewkb.cli.distill:distill_cmd",
     "tree": "brewkb.cli.refine:tree_cmd",
     "gc": "brewkb.cli.refine:gc_cmd",
     "eval": "brewkb.cli.evaluate:eval_cmd",
@@ -91,6 +92,9 @@ SUMMARIES = {
     "concepts": "Cluster RUN's concept names into meta-concepts.",
     "demo": "Run the whole BREW loop on the shop world (offline unless --backend openai) and compare no KB with "
             "the learned one.",
+    "distill": "Learn recipes from RUN's logged (imported) trajectories: grades from the logs, reflection on "
+               "scrubbed trajectories, concepts, integration, then a search whose reward is retrieval only. Ends "
+               "with a brew/RUN/pr branch.",
     "doctor": "Check each LLM role's endpoint: reachable, model listed, key present, structured outputs, tool "
               "calling, long prompts. Exit 1 when a role cannot work.",
     "eval": "Compare KB revisions and baselines on a split (default: none vs the working tree).",

@@ -92,6 +92,9 @@ def concepts_cmd(run: str, no_cache: bool, force: str | None, as_json: bool) -> 
     for c in found:
         aka = f"  (also: {', '.join(c.aliases)})" if c.aliases else ""
         echo(f"{c.slug:32} {c.insights:4} insights  {len(c.q_train):3} train / {len(c.q_eval):3} eval tasks{aka}")
+    for c in found:
+        for note in c.merged:
+            echo(f"merged into {c.slug}: {note}")
     echo(f"Next: brewkb integrate {run}")
 
 

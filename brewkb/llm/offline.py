@@ -5,19 +5,30 @@ against. It works on any OpenAI-format tool-calling trajectory. The rules:
 
 Reflector
   A tool whose name starts with a read verb (``get``, ``find``, ``list``,
-  ``search``, ...) is a lookup; any other tool changes state. The concepts of
-  a trajectory are its first one or two distinct state-changing tools (for a
-  failing run, also the ones it tried and failed), named from the tool
-  (``cancel_reservation`` → "cancel reservation"); without one, a passing
-  run's last lookup tool (what its answer rested on); otherwise the task's two
-  most frequent content words (emails, links and tokens with digits left
-  out). A passing run gives a *prescriptive* insight whose steps are its
-  successful calls up to that state change (and the first message tool, such
-  as ``reply``, it used right after), written with argument names
-  (``cancel_order(order_id, reason)``). Every tool error gives a *diagnostic*
-  pitfall quoting the error, with the call that worked next when there is one;
-  a failing run whose calls all succeeded gives a diagnostic note that the
-  state change was made with the wrong details.
+  ``search``, ...) is a lookup; a tool that hands the conversation to a person
+  (``transfer_to_human_agents``, ``escalate``) is a hand-off; any other tool
+  changes state. The concepts of a trajectory are its first one or two
+  distinct state-changing tools (for a failing run, also the ones it tried
+  and failed), named from the tool (``cancel_reservation`` → "cancel
+  reservation"). A run that changed nothing — refused, or handed off — is
+  named for the *request*: the first action verb in the user's turns
+  (``cancel``, ``refund``, inflections folded) and the object of the agent's
+  last lookup (``get_reservation_details`` → "cancel reservation"), else the
+  verb alone; without an action verb, the last lookup (what the answer
+  rested on), else the request's most frequent content words (never names,
+  placeholders or ids); hand-offs never name a concept. A
+  passing run gives a *prescriptive* insight whose steps are its successful
+  lookups and that one state change — never another state change of the
+  same run (and the first message tool, such as ``reply``, used right after),
+  written with argument names (``cancel_order(order_id, reason)``). Every tool
+  error gives a *diagnostic* pitfall quoting the error, with the call that
+  worked next when there is one, filed under the concept of the failed call
+  (a failed lookup under the next state change it served; a failed state
+  change that is not one of the run's concepts is left out). A failing run
+  whose calls all succeeded gives a diagnostic note that the state change was
+  made with the wrong details. An insight's ``task`` is the user's first
+  turn (the request as the user put it), so recipe examples quote requests,
+  not task scripts. Trajectories arrive scrubbed (``stages/scrub.py``).
 
 Integrator
   Assembles a recipe from the insights and the current document. A seeded
@@ -25,8 +36,9 @@ Integrator
   order; the steps merge the step sequences of the picked prescriptive
   insights (alternatives that different passing runs used, such as two ways
   to identify a customer, stay next to each other), else the current
-  document's steps are kept. Different samples therefore differ in quality,
-  as LLM samples do.
+  document's steps are kept. Pitfalls come from the concept's own pitfall and
+  note insights. Different samples therefore differ in quality, as LLM
+  samples do.
 
 Relabeller
   Writes a task that describes what the agent actually did: its successful
@@ -53,7 +65,8 @@ from brewkb.llm.roles import DIAGNOSTIC, PRESCRIPTIVE, Insight, RelabelledTask, 
 from brewkb.recipes import Recipe, build_body, slugify
 from brewkb.trajectories import ToolCall, Trajectory, content_id, tool_calls
 
-__all__ = ["OfflineBackend", "READ_VERBS", "concept_of_tool", "step_text", "parse_step"]
+__all__ = ["OfflineBackend", "READ_VERBS", "concept_of_tool", "step_text", "parse_step", "is_lookup", "is_talk",
+           "is_handoff", "action_verb", "user_turns", "ACTION_VERBS"]
 
 READ_VERBS = frozenset({
     "get", "find", "list", "search", "lookup", "look", "read", "fetch", "check", "calculate", "compute",
@@ -63,7 +76,8 @@ TALK_VERBS = frozenset({"respond", "reply", "say", "send_message", "message", "a
 STOPWORDS = frozenset("""a an and are as at be but by can do for from has have i if in into is it its me my
 no not of on or our please so that the their them then there these they this to too want was we were what
 when which while who will with would you your yours also just like need any all some one two
-hello hi hey thanks thank dear regards sorry could should would might must shall may can cannot""".split())
+hello hi hey thanks thank dear regards sorry could should would might must shall may can cannot
+where how why what know help really because having been same make get got going able""".split())
 STEP_RE = re.compile(r"^\s*(?:\d+[.)]|[-*])\s*`([A-Za-z_][\w.]*)\(([^)`]*)\)`")
 MAX_STEPS = 10
 
@@ -81,6 +95,19 @@ def is_lookup(name: str) -> bool:
 def is_talk(name: str) -> bool:
     words = _words(name)
     return bool(words) and (words[0] in TALK_VERBS or "_".join(words) in TALK_VERBS)
+
+
+HANDOFF_VERBS = frozenset({"transfer", "escalate", "handoff", "hand", "route", "forward"})
+HANDOFF_TARGETS = frozenset({"human", "humans", "agent", "agents", "person", "operator", "support", "staff",
+                             "representative", "supervisor", "manager"})
+
+
+def is_handoff(name: str) -> bool:
+    """A tool that hands the conversation to a person (``transfer_to_human_agents``,
+    ``escalate``): it ends the agent's part, it is not what the user wanted done."""
+    words = _words(name)
+    return bool(words) and (words[0] in {"escalate", "handoff"} or
+                            (words[0] in HANDOFF_VERBS and bool(HANDOFF_TARGETS & set(words[1:]))))
 
 
 def concept_of_tool(name: str) -> str:
@@ -106,17 +133,83 @@ def parse_step(line: str) -> tuple[str, list[str]] | None:
 _IDENTIFIERS = re.compile(r"\S+@\S+|https?://\S+|\S*\d\S*")
 
 
+_PROPER = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z]+")
+_PLACEHOLDERS = re.compile(r"<[a-z_]+>")
+
+
 def _task_keywords(text: str, n: int = 2) -> list[str]:
-    """The most frequent content words, leaving out emails, links and any token
-    with a digit (ids, amounts, dates): entities are not what a task is about."""
-    plain = _IDENTIFIERS.sub(" ", text.lower())
-    words = [w for w in re.findall(r"[a-z]{3,}", plain) if w not in STOPWORDS]
+    """The most frequent content words, leaving out emails, links, placeholders,
+    any token with a digit (ids, amounts, dates) and capitalised words inside a
+    sentence (names): entities are not what a task is about."""
+    names = {w.lower() for w in _PROPER.findall(text)}
+    plain = _IDENTIFIERS.sub(" ", _PLACEHOLDERS.sub(" ", text).lower())
+    words = [w for w in re.findall(r"[a-z]{3,}", plain) if w not in STOPWORDS and w not in names]
     return [w for w, _ in Counter(words).most_common(n)]
 
 
 def _first_line(text: str | None, limit: int = 160) -> str:
     line = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
     return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+ACTION_VERBS = frozenset("""add apply book buy cancel change close create delete dispute downgrade edit exchange
+extend modify move open pay purchase refund register remove renew replace reschedule reserve reset return
+send set subscribe switch transfer unsubscribe update upgrade""".split())
+"""Verbs of requests that change something ("order" is left out: in requests it is mostly a noun)."""
+GENERIC_NOUNS = frozenset({"details", "detail", "info", "information", "status", "data", "list", "by", "id", "all"})
+
+
+def user_turns(trajectory: Trajectory) -> list[str]:
+    return [str(m["content"]) for m in trajectory.messages
+            if m.get("role") == "user" and isinstance(m.get("content"), str) and m["content"].strip()]
+
+
+def request_text(trajectory: Trajectory) -> str:
+    """The request as the user put it: the first user message, else the task."""
+    turns = user_turns(trajectory)
+    return turns[0] if turns else trajectory.task
+
+
+def action_verb(word: str) -> str | None:
+    """The base form of an action verb (``cancelled`` → ``cancel``), else ``None``."""
+    for cut in (0, 1, 2, 3):
+        stem = word[: len(word) - cut]
+        if stem in ACTION_VERBS:
+            return stem
+    return None
+
+
+def request_concept(text: str, calls: Sequence[ToolCall]) -> str | None:
+    """A concept for a request nothing was changed for: its first action verb
+    (``cancel``, ``refund``, ...) and the object of the agent's last lookup
+    (``get_reservation_details`` → ``reservation``: what it examined before
+    answering), else the verb alone; without an action verb, the last
+    lookup's own name (what the answer rested on), else the request's most
+    frequent content words (names and placeholders left out)."""
+    words = re.findall(r"[a-z]+", _IDENTIFIERS.sub(" ", text.lower()))
+    verb = next((v for w in words if (v := action_verb(w))), None)
+    lookups = [c for c in calls if is_lookup(c.name) and not c.error]
+    if verb is None:
+        return concept_of_tool(lookups[-1].name) if lookups else (" ".join(_task_keywords(text)) or None)
+    for call in reversed(lookups):
+        objects = [w for w in _words(call.name)[1:] if w not in GENERIC_NOUNS and w not in STOPWORDS]
+        if objects:
+            return f"{verb} {objects[0]}"
+    return verb
+
+
+def _owner(index: int, calls: Sequence[ToolCall], by_call: dict[int, str], first: str) -> str | None:
+    """The concept a failed call belongs to: its own state change; for a
+    failed lookup, the next state change it served; else the run's first
+    concept. A failed state change that is not one of the concepts is
+    another procedure's pitfall (``None``)."""
+    if index in by_call:
+        return by_call[index]
+    call = calls[index]
+    if not (is_lookup(call.name) or is_talk(call.name) or is_handoff(call.name)):
+        return None
+    later = next((by_call[n] for n in sorted(by_call) if n > index), None)
+    return later or first
 
 
 def merge_steps(sequences: Sequence[Sequence[str]]) -> list[str]:
@@ -146,39 +239,45 @@ class OfflineBackend:
     # ------------------------------------------------------------- reflector
     def concepts_of(self, trajectory: Trajectory, max_concepts: int = 2) -> list[tuple[str, int | None]]:
         """Concept names and the index of the call that defines each: the
-        state-changes the run made (and, for a failing run, the ones it tried);
-        else, for a passing run, its last lookup; else the task's words."""
+        state-changes the run made (and, for a failing run, the ones it
+        tried); a hand-off to a person is not one. Without a state change,
+        the request the user made (refused or handed off), named by its
+        action verb and the object the agent looked up."""
         calls = tool_calls(trajectory.messages)
         found: list[tuple[str, int | None]] = []
         for i, call in enumerate(calls):
-            if is_lookup(call.name) or is_talk(call.name) or (call.error and trajectory.success):
+            if (is_lookup(call.name) or is_talk(call.name) or is_handoff(call.name)
+                    or (call.error and trajectory.success)):
                 continue
             concept = concept_of_tool(call.name)
             if concept not in (c for c, _ in found):
                 found.append((concept, i))
         if not found:
-            lookups = [i for i, c in enumerate(calls) if is_lookup(c.name) and not c.error]
-            if lookups and trajectory.success:  # the last lookup is what the answer rested on
-                found.append((concept_of_tool(calls[lookups[-1]].name), lookups[-1]))
-            else:
-                words = _task_keywords(trajectory.task)
-                if words:
-                    found.append((" ".join(words), None))
+            request = request_concept(" ".join(user_turns(trajectory)) or trajectory.task, calls)
+            if request:
+                found.append((request, None))
         return found[:max_concepts]
 
     async def reflect(self, trajectory: Trajectory, max_concepts: int = 2) -> list[Insight]:
         calls = tool_calls(trajectory.messages)
         concepts = self.concepts_of(trajectory, max_concepts)
+        request = _first_line(request_text(trajectory), 400)
         insights: list[Insight] = []
 
         def add(concept: str, text: str, polarity: str, kind: str, steps: tuple[str, ...] = ()) -> None:
             insights.append(Insight(concept, text, polarity, trajectory.id, trajectory.task_id,
-                                    trajectory.task, steps, kind))
+                                    request, steps, kind))
 
+        changes = {i for i, c in enumerate(calls) if not (is_lookup(c.name) or is_talk(c.name))}
         for concept, index in concepts:
-            if index is None or calls[index].error:
+            if index is None:
+                self._request_insight(trajectory, calls, concept, add)
+                continue
+            if calls[index].error:
                 continue  # an attempt that failed teaches through its pitfall below
-            upto = [c for c in calls[: index + 1] if not c.error and not is_talk(c.name)]
+            # only this concept's own steps: what was looked up, then this change
+            upto = [c for n, c in enumerate(calls[: index + 1])
+                    if not c.error and not is_talk(c.name) and (n == index or n not in changes)]
             after = []  # what the agent then told the user, up to the next change
             for c in calls[index + 1 :]:
                 if not (is_talk(c.name) or is_lookup(c.name)):
@@ -193,10 +292,13 @@ class OfflineBackend:
                 add(concept, f"A run that called `{step_text(calls[index])}` without errors still failed: check that "
                              "every detail the task asks for (items, amounts, reasons, payment) is used, "
                              "and nothing else", DIAGNOSTIC, "pitfall")
-        owner = concepts[0][0] if concepts else None
+        by_call = {i: c for c, i in concepts if i is not None}
         for i, call in enumerate(calls):
-            if not call.error or owner is None:
+            if not call.error or not concepts:
                 continue
+            owner = _owner(i, calls, by_call, concepts[0][0])
+            if owner is None:
+                continue  # an error of another procedure than this run's concepts
             text = f"`{step_text(call)}` failed with: \"{_first_line(call.result)}\""
             later = next((c for c in calls[i + 1 :] if not c.error and not is_talk(c.name)), None)
             if later is not None and later.name != call.name:
@@ -204,26 +306,64 @@ class OfflineBackend:
             add(owner, text, DIAGNOSTIC, "pitfall")
         return insights
 
+    @staticmethod
+    def _request_insight(trajectory: Trajectory, calls: Sequence[ToolCall], concept: str, add: Any) -> None:
+        """What a run that changed nothing teaches about the request it was given:
+        its lookups, its hand-off if any, and what it then told the user."""
+        handoff = next((c for c in calls if is_handoff(c.name) and not c.error), None)
+        looked = tuple(dict.fromkeys(step_text(c) for c in calls if is_lookup(c.name) and not c.error))[:MAX_STEPS]
+        last = max((n for n, c in enumerate(calls) if not c.error and not is_talk(c.name)), default=-1)
+        told = next((step_text(c) for c in calls[last + 1 :] if is_talk(c.name) and not c.error), None)
+        outcome = "passed" if trajectory.success else "failed"
+        steps = (*looked, *([step_text(handoff)] if handoff else []), *([told] if told else []))
+        if not trajectory.success:
+            add(concept, (f"A run that handed the request to a person with `{step_text(handoff)}` failed"
+                          if handoff else "A run that changed nothing failed: the request needed an action, "
+                                          "or a clear refusal that the policy supports"), DIAGNOSTIC, "pitfall")
+        elif handoff is not None:
+            add(concept, f"A run that {outcome} handed the request to a person with `{step_text(handoff)}` "
+                         "instead of changing anything" + (f", after checking `{looked[-1]}`" if looked else ""),
+                PRESCRIPTIVE, "steps", steps)
+        else:
+            add(concept, "A passing run changed nothing: it checked "
+                         + (", ".join(f"`{s}`" for s in looked) or "the request") + " and answered"
+                         + (f" with `{told}`" if told else ""), PRESCRIPTIVE, "steps" if steps else "note", steps)
+
     # ------------------------------------------------------------ integrator
     async def integrate(self, concept: str, aliases: Sequence[str], insights: Sequence[Insight],
                         current: Recipe | None, sample: int) -> Recipe:
         rng = random.Random(content_id([self.seed, concept, sample, [i.to_json() for i in insights]]))
         picked = [i for i in insights if rng.random() < 0.7] or list(insights[:1])
         rng.shuffle(picked)
-        steps = merge_steps([i.steps for i in picked if i.kind == "steps" and i.steps])
+        sequences = [i.steps for i in picked if i.kind == "steps" and i.steps]
+        tool = concept.replace(" ", "_") + "("
+        own = [q for q in sequences if any(step.startswith(tool) for step in q)]
+        # a concept named for a tool keeps only procedures that use it; the
+        # others (a request of this kind handed off or refused) become notes
+        others = [q for q in sequences if own and q not in own]
+        steps = merge_steps(own or sequences)
         if steps:
             how = "\n".join(f"{n}. `{s}`" for n, s in enumerate(steps, 1))
         else:
             how = current.section("How to perform") if current else ""
         old_pitfalls = [p for p in (current.section("Pitfalls") if current else "").splitlines() if p.strip()]
-        new_pitfalls = [f"- {i.insight}" for i in picked if i.kind == "pitfall"]
+        new_pitfalls = [f"- {i.insight}" for i in picked if i.kind in ("pitfall", "note")]
+        new_pitfalls += list(dict.fromkeys(f"- Some such requests were not done by `{concept.replace(' ', '_')}`: a "
+                                           "passing run did " + "; then ".join(f"`{x}`" for x in q) for q in others))
         pitfalls = list(dict.fromkeys(new_pitfalls + old_pitfalls))[:6]
         tasks = [i.task for i in insights if i.task]
-        keywords = _task_keywords(" ".join(tasks), 6)
+        # other action verbs in its requests belong to other intents (a rebooking mentions "cancel")
+        own = set(concept.split()[:1])
+        keywords = [w for w in _task_keywords(" ".join(tasks), 12) if w in own or action_verb(w) is None][:6]
         description = f"Use when the task is to {concept}"
         if keywords:
             description += f" (tasks mentioning {', '.join(keywords)})"
-        example = rng.choice(tasks) if tasks else ""
+        # the example is a request that names this action, from a passing run when there is one
+        verb = concept.split()[0] if concept.split() else ""
+        naming = [i.task for i in insights if i.task and any(action_verb(w) == verb for w in re.findall(
+            r"[a-z]+", i.task.lower()))]
+        worked = [i.task for i in insights if i.task in naming and i.kind == "steps"]
+        example = rng.choice(worked or naming or tasks) if tasks else ""
         body = build_body([
             ("When to use", f"The request is to {concept}." + (f" For example: {_first_line(example, 300)}"
                                                                 if example else "")),

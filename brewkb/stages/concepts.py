@@ -3,11 +3,27 @@ representative (meta-concept) per cluster, and the tasks of each.
 
 Clustering is agglomerative with average linkage on cosine similarity: the two
 closest clusters merge while their mean pairwise similarity is at least the
-threshold. Deterministic: ties break by name order.
+threshold. Deterministic: ties break by name order. Rules on top, for concepts
+named by actions (``cancel reservation``):
+
+- names led by different action verbs never share a cluster (the verb is the
+  intent: ``book reservation`` and ``cancel reservation`` stay apart however
+  alike the rest of the words are); synonyms (change/modify/move/reschedule →
+  update) count as one verb;
+- a *request* concept — no insight of it quotes a call of a tool of that name,
+  so it names what a user asked for rather than a tool the agent used (a
+  refused or handed-off request) — merges into the nearest tool concept with
+  the same verb, with a note;
+- a cluster is named by a tool name before a request, then by the name
+  with most passing-run procedures (the action that worked), then by count;
+- a concept with fewer insights than ``min_insights`` merges into the nearest
+  concept with the same verb, with a note; without one it stays a concept of
+  its own. Nothing is dropped silently: ``Concept.merged`` lists the notes.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -23,10 +39,17 @@ from brewkb.refs import RESERVED_CONCEPTS
 __all__ = ["Concept", "agglomerate", "build_concepts", "concept_slugs"]
 
 
+VERB_SYNONYMS = {"change": "update", "modify": "update", "edit": "update", "alter": "update", "amend": "update",
+                 "move": "update", "reschedule": "update", "switch": "update", "swap": "update",
+                 "reserve": "book", "purchase": "buy", "delete": "remove", "drop": "remove"}
+"""Action verbs that name one intent."""
+
+
 @dataclass(frozen=True)
 class Concept:
     """A meta-concept: ``slug`` names its recipe; ``q_train`` / ``q_eval`` are
-    the task ids whose trajectories gave insights mapped to it."""
+    the task ids whose trajectories gave insights mapped to it; ``merged``
+    notes the smaller concepts merged into it and why."""
 
     slug: str
     title: str
@@ -34,6 +57,7 @@ class Concept:
     insights: int
     q_train: tuple[str, ...]
     q_eval: tuple[str, ...]
+    merged: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -41,15 +65,32 @@ class Concept:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Concept:
         return cls(data["slug"], data["title"], tuple(data["aliases"]), int(data["insights"]),
-                   tuple(data["q_train"]), tuple(data["q_eval"]))
+                   tuple(data["q_train"]), tuple(data["q_eval"]), tuple(data.get("merged", ())))
 
 
-def agglomerate(vectors: np.ndarray, threshold: float) -> list[int]:
-    """Cluster label per row (labels numbered by first member)."""
+def verb_of(name: str) -> str:
+    """The leading word of a concept name, synonyms folded (``change flight`` → ``update``)."""
+    words = name.split()
+    return VERB_SYNONYMS.get(words[0], words[0]) if words else ""
+
+
+def is_tool_concept(name: str, insights: Sequence[Insight]) -> bool:
+    """Whether some insight of ``name`` quotes a call of the tool it is named
+    for (``cancel reservation`` ← `` `cancel_reservation(...)` ``)."""
+    call = re.compile(r"\b" + r"[_\W]?".join(map(re.escape, name.split())) + r"\(", re.IGNORECASE)
+    return any(call.search(i.insight) or any(call.search(s) for s in i.steps) for i in insights)
+
+
+def agglomerate(vectors: np.ndarray, threshold: float, groups: Sequence[str] | None = None) -> list[int]:
+    """Cluster label per row (labels numbered by first member); rows of
+    different ``groups`` (e.g. action verbs) never share a cluster."""
     n = len(vectors)
     if n == 0:
         return []
     sims = cosine_matrix(vectors.astype(np.float64))
+    if groups is not None:
+        apart = np.array([[a != b for b in groups] for a in groups])
+        sims = np.where(apart, -1.0, sims)
     clusters: list[list[int]] = [[i] for i in range(n)]
     link = sims.copy()
     np.fill_diagonal(link, -np.inf)
@@ -92,8 +133,44 @@ def concept_slugs(titles: Sequence[str]) -> list[str]:
     return slugs
 
 
+def _merge_small(members: dict[int, list[str]], counts: Counter[str], tool: set[str], vectors: np.ndarray,
+                 index: Mapping[str, int], min_insights: int) -> dict[int, list[str]]:
+    """Request clusters and small clusters folded into their nearest cluster
+    of the same verb (see the module docstring); returns label → notes."""
+    notes: dict[int, list[str]] = defaultdict(list)
+
+    def rep(label: int) -> str:
+        return max(members[label], key=lambda n: (counts[n], n in tool, -len(n), [-ord(c) for c in n]))
+
+    def size(label: int) -> int:
+        return sum(counts[n] for n in members[label])
+
+    for label in sorted(members, key=lambda lb: (size(lb), rep(lb))):
+        name = rep(label)
+        request = not any(n in tool for n in members[label])
+        if not request and size(label) >= min_insights:
+            continue
+        others = [lb for lb in members if lb != label and members[lb] and verb_of(rep(lb)) == verb_of(name)
+                  and (any(n in tool for n in members[lb]) or size(lb) > size(label))]
+        if not others:
+            continue
+        mine = vectors[[index[n] for n in members[label]]].mean(axis=0)
+        sims = {lb: float(cosine_matrix(np.vstack([mine, vectors[[index[n] for n in members[lb]]].mean(axis=0)])
+                                        .astype(np.float64))[0, 1]) for lb in others}
+        into = max(others, key=lambda lb: (sims[lb], size(lb), rep(lb)))
+        why = "a request with the same action" if request else f"{size(label)} insight(s), the same action"
+        notes[into].append(f"{name!r} merged in: {why}")
+        notes[into].extend(notes.pop(label, []))
+        members[into].extend(members[label])
+        members[label] = []
+    for label in [lb for lb, group in members.items() if not group]:
+        del members[label]
+    return notes
+
+
 def build_concepts(train: Sequence[Insight], evaluation: Sequence[Insight], names: Sequence[str],
-                   vectors: np.ndarray, threshold: float) -> tuple[list[Concept], dict[str, str]]:
+                   vectors: np.ndarray, threshold: float,
+                   min_insights: int = 2) -> tuple[list[Concept], dict[str, str]]:
     """Meta-concepts from the train insights, and the name → slug map.
     ``names``/``vectors`` cover every concept name of both insight lists;
     an eval name joins the train cluster it is most similar to if that
@@ -101,11 +178,19 @@ def build_concepts(train: Sequence[Insight], evaluation: Sequence[Insight], name
     counts = Counter(i.concept for i in train)
     train_names = sorted(counts)
     index = {n: k for k, n in enumerate(names)}
-    labels = agglomerate(vectors[[index[n] for n in train_names]], threshold) if train_names else []
+    by_name: dict[str, list[Insight]] = defaultdict(list)
+    for insight in train:
+        by_name[insight.concept].append(insight)
+    tool = {n for n in train_names if is_tool_concept(n, by_name[n])}
+    labels = agglomerate(vectors[[index[n] for n in train_names]], threshold,
+                         [verb_of(n) for n in train_names]) if train_names else []
     members: dict[int, list[str]] = defaultdict(list)
     for name, label in zip(train_names, labels, strict=True):
         members[label].append(name)
-    reps = {label: max(group, key=lambda n: (counts[n], -len(n), [-ord(c) for c in n]))
+    notes = _merge_small(members, counts, tool, vectors, index, min_insights)
+    labels = [next(lb for lb, group in members.items() if n in group) for n in train_names]
+    worked = Counter(i.concept for i in train if i.kind == "steps")  # the action that worked names the concept
+    reps = {label: max(group, key=lambda n: (n in tool, worked[n], counts[n], -len(n), [-ord(c) for c in n]))
             for label, group in members.items()}
     order = sorted(members, key=lambda lb: (-sum(counts[n] for n in members[lb]), reps[lb]))
     slugs = dict(zip(order, concept_slugs([reps[lb] for lb in order]), strict=True))
@@ -128,7 +213,7 @@ def build_concepts(train: Sequence[Insight], evaluation: Sequence[Insight], name
     concepts = [
         Concept(slug=slugs[lb], title=reps[lb], aliases=tuple(sorted(n for n in members[lb] if n != reps[lb])),
                 insights=sum(counts[n] for n in members[lb]), q_train=tuple(sorted(q_train[slugs[lb]])),
-                q_eval=tuple(sorted(q_eval[slugs[lb]])))
+                q_eval=tuple(sorted(q_eval[slugs[lb]])), merged=tuple(notes.get(lb, ())))
         for lb in order
     ]
     return concepts, mapping

@@ -1,4 +1,8 @@
-"""Reflection: one trajectory and its grades → (concept, insight) records."""
+"""Reflection: one trajectory and its grades → (concept, insight) records.
+
+The reflector never sees personal data: the trajectory is scrubbed first
+(default rules unless a configured ``Scrubber`` is given), so insights, and
+the recipes integrated from them, carry placeholders such as ``<email>``."""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ import re
 from dataclasses import replace
 
 from brewkb.llm.roles import Backend, Insight
+from brewkb.stages.scrub import Scrubber
 from brewkb.trajectories import Trajectory
 
 __all__ = ["reflect", "clean_concept", "MAX_CONCEPT"]
@@ -20,10 +25,16 @@ def clean_concept(name: str) -> str | None:
     return text.lower() if 0 < len(text) <= MAX_CONCEPT else None
 
 
-async def reflect(backend: Backend, trajectory: Trajectory, max_concepts: int = 2) -> tuple[list[Insight], list[str]]:
-    """Insights of one trajectory, and the concept names rejected as unusable."""
+_DEFAULT = Scrubber.build()
+
+
+async def reflect(backend: Backend, trajectory: Trajectory, max_concepts: int = 2,
+                  scrubber: Scrubber | None = None) -> tuple[list[Insight], list[str]]:
+    """Insights of one trajectory (scrubbed by ``scrubber``, default rules when
+    ``None``), and the concept names rejected as unusable."""
     kept, rejected = [], []
-    for insight in await backend.reflect(trajectory, max_concepts):
+    clean = (scrubber or _DEFAULT).trajectory(trajectory)
+    for insight in await backend.reflect(clean, max_concepts):
         name = clean_concept(insight.concept)
         if name is None:
             rejected.append(insight.concept[:80] + ("…" if len(insight.concept) > 80 else ""))

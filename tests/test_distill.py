@@ -1,0 +1,123 @@
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import git
+
+PEOPLE = [("Ana", "Silva", "ana_silva_1042"), ("Bo", "Chen", "bo_chen_2231"), ("Cy", "Okafor", "cy_okafor_3310"),
+          ("Di", "Moreau", "di_moreau_4477"), ("Ed", "Novak", "ed_novak_5521"), ("Fay", "Dubois", "fay_dubois_6120"),
+          ("Gil", "Haddad", "gil_haddad_7001"), ("Hu", "Tanaka", "hu_tanaka_8123"), ("Ivo", "Petrov", "ivo_petrov_9034")]
+PERSONAL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[a-z]{2,}|[a-z]+_[a-z]+_[0-9]{4}|#W\d{5,}")
+
+
+def brewkb(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "brewkb", *args], cwd=cwd, capture_output=True, text=True)
+
+
+def _call(n: int, name: str, args: dict, result: dict | str) -> list[dict]:
+    return [{"role": "assistant", "content": None, "tool_calls": [{"id": f"c{n}", "type": "function", "function": {
+                "name": name, "arguments": json.dumps(args)}}]},
+            {"role": "tool", "tool_call_id": f"c{n}", "name": name,
+             "content": result if isinstance(result, str) else json.dumps(result)}]
+
+
+def conversation(task: int, trial: int) -> tuple[str, list[dict], bool]:
+    """Nine tasks of a small support desk: cancel an order, change an address,
+    and a refund that must be refused; with e-mails, user ids and order codes."""
+    first, last, user = PEOPLE[task]
+    email, order = f"{first.lower()}.{last.lower()}@example.com", f"#W{task}00{trial}123"
+    find = _call(1, "find_user_by_email", {"email": email},
+                 {"user_id": user, "name": {"first_name": first, "last_name": last}, "orders": [order]})
+    if task < 3:
+        ask = f"Hi, I am {first} {last}, my email is {email}. Please cancel order {order}."
+        calls = find + _call(2, "get_order_details", {"order_id": order}, {"status": "pending"}) + \
+            _call(3, "cancel_pending_order", {"order_id": order, "reason": "no longer needed"}, {"status": "cancelled"})
+        ok = True
+    elif task < 6:
+        ask = f"I'm {first} ({email}); change the address of my order {order} to 1 Main St."
+        bad = _call(2, "modify_order_address", {"order_id": order, "address1": "1 Main St"},
+                    "Error: order is already delivered") if trial else []
+        calls = find + bad + _call(4, "modify_pending_order_address", {"order_id": order, "address1": "1 Main St"},
+                                   {"ok": True})
+        ok = not trial
+    else:
+        ask = f"My email is {email}. I want to refund order {order}, it arrived late."
+        calls = find + _call(2, "get_order_details", {"order_id": order}, {"status": "delivered"})
+        if task == 8:
+            calls += _call(3, "transfer_to_human_agents", {"summary": f"{user} wants a refund"}, "Transfer successful")
+        ok = trial == 0
+    messages = [{"role": "system", "content": "You are a support agent."}, {"role": "user", "content": ask},
+                *calls, {"role": "assistant", "content": "Done." if ok else "Sorry."}]
+    return f"You are {user}. {ask}", messages, ok
+
+
+def write_logs(folder: Path) -> tuple[Path, Path]:
+    tau, openai = [], []
+    for task in range(9):
+        for trial in range(2):
+            instruction, messages, ok = conversation(task, trial)
+            tau.append({"task_id": task, "trial": trial, "reward": float(ok),
+                        "info": {"task": {"user_id": PEOPLE[task][2], "instruction": instruction}}, "traj": messages})
+            openai.append({"task_id": f"t{task}", "messages": messages, "success": ok})
+    (folder / "tau.json").write_text(json.dumps(tau))
+    (folder / "chat.jsonl").write_text("".join(json.dumps(r) + "\n" for r in openai))
+    return folder / "tau.json", folder / "chat.jsonl"
+
+
+@pytest.fixture
+def kb(tmp_path: Path) -> Path:
+    root = tmp_path / "kb"
+    root.mkdir()
+    assert brewkb(root, "init").returncode == 0  # init commits its files
+    return root
+
+
+@pytest.mark.parametrize("fmt", ["tau-bench", "openai"])
+def test_distill_imported_logs_ends_with_a_clean_pr(kb: Path, tmp_path: Path, fmt: str) -> None:
+    tau, chat = write_logs(tmp_path)
+    assert brewkb(kb, "import", str(tau if fmt == "tau-bench" else chat), "--format", fmt, "--run", "air").returncode == 0
+    done = brewkb(kb, "distill", "air", "--iterations", "2")
+    assert done.returncode == 0, done.stderr
+    assert "reward = held-out retrieval MRR" in done.stdout
+    changed = git(kb, "diff", "--name-only", "HEAD", "brew/air/pr").split()
+    assert changed and all(p.startswith("recipes/") for p in changed)
+    names = sorted(Path(p).stem for p in changed)
+    assert names == ["cancel-pending-order", "modify-pending-order-address", "refund-order"]
+    for path in changed:
+        text = git(kb, "show", f"brew/air/pr:{path}")
+        assert PERSONAL.findall(text) == [], path
+        assert not any(name in text for person in PEOPLE for name in person), path
+    cancel = git(kb, "show", "brew/air/pr:recipes/cancel-pending-order.md")
+    assert "<email>" in cancel and "<order_id>" in cancel  # a scrubbed example, placeholders kept
+    assert "modify_pending_order_address" not in cancel  # only this concept's steps
+    body = git(kb, "log", "-1", "--format=%B", "brew/air/pr")
+    assert "λ_corr = 0.0" in body and "What could not be measured" in body and "Task success" in body
+    assert brewkb(kb, "lint").returncode == 0
+
+
+def test_refine_on_imported_logs_is_refused_with_a_pointer_to_distill(kb: Path, tmp_path: Path) -> None:
+    tau, _ = write_logs(tmp_path)
+    assert brewkb(kb, "import", str(tau), "--format", "tau-bench", "--run", "air").returncode == 0
+    refused = brewkb(kb, "refine", "--run", "air")
+    assert refused.returncode == 1
+    assert refused.stderr.strip() == (
+        "brewkb: error: run air holds trajectories imported from tau-bench logs, not episodes of the configured "
+        "environment 'shop', which refine re-runs; learn from the logs with `brewkb distill air`")
+    assert git(kb, "branch", "--list", "brew/*") == ""
+    assert brewkb(kb, "distill", "air", "--iterations", "1").returncode == 0
+    for args in (["--run", "air"], ["--resume", "air"]):  # after distill too: still refused, still pointing there
+        again = brewkb(kb, "refine", *args)
+        assert again.returncode == 1 and "`brewkb distill air`" in again.stderr
+
+
+def test_distill_without_logs_says_what_to_do(kb: Path) -> None:
+    (kb / "runs" / "empty").mkdir(parents=True)
+    failed = brewkb(kb, "distill", "empty")
+    assert failed.returncode == 1
+    assert "bring logs in with `brewkb import FILE --format F --run empty` first" in failed.stderr

@@ -1,0 +1,107 @@
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from brewkb.config import parse_config
+from brewkb.errors import ConfigError
+from brewkb.lint import lint_paths
+from brewkb.llm.offline import OfflineBackend
+from brewkb.stages.integrate import integrate
+from brewkb.stages.scrub import Scrubber, scrubber_of
+from brewkb.trajectories import Outcome, Trajectory
+from tests.conftest import recipe_text
+from tests.test_lint import run_cli
+
+
+@pytest.mark.parametrize(("text", "kind"), [
+    ("write to jane.doe+x@mail.example.org today", "email"),
+    ("call me on +1 415-555-0134 please", "phone"),
+    ("call (415) 555-0134", "phone"),
+    ("card 4111 1111 1111 1111 expires", "card_number"),
+    ("card 4111111111111111 expires", "card_number"),
+    ("pay with credit_card_4421486", "payment_id"),
+    ("pay with gift_card_1234567", "payment_id"),
+    ("I am mia_li_3668.", "user_id"),
+    ("cancel order #W5489570 now", "order_id"),
+    ("Hi, I'm Rosa Tanaka and I need help", "name"),
+    ("my zip code is 83151.", "zip"),
+    ("cancel my flights in reservation ID SI5UKW, please", "booking_code"),
+    ("the confirmation number is 1N99U6.", "booking_code"),
+])
+def test_each_default_pattern_becomes_its_placeholder(text: str, kind: str) -> None:
+    scrubbed = Scrubber.build().text(text)
+    assert f"<{kind}>" in scrubbed
+    assert scrubbed.split(f"<{kind}>")[0] == text[: len(scrubbed.split(f"<{kind}>")[0])]  # context kept
+    assert Scrubber.build().find(scrubbed) == []
+
+
+def test_ordinary_numbers_and_codes_are_left_alone() -> None:
+    text = "Flight HAT136 on 2024-05-20 costs 250 dollars for 3 bags; item 1008292230. I'm happy, This Is fine"
+    assert Scrubber.build().text(text) == text
+
+
+def _traj(task: str, messages: list[dict], success: bool = True) -> Trajectory:
+    return Trajectory(task_id="t1", task=task, messages=tuple(messages), outcome=Outcome(success, float(success)))
+
+
+def _call(name: str, args: dict, result: str, n: int) -> list[dict]:
+    return [{"role": "assistant", "content": None, "tool_calls": [
+                {"id": f"c{n}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}]},
+            {"role": "tool", "tool_call_id": f"c{n}", "content": result}]
+
+
+def test_values_named_by_tool_schema_keys_are_scrubbed_everywhere() -> None:
+    user = json.dumps({"name": {"first_name": "Omar", "last_name": "Rossi"}, "reservations": ["ZFA04Y"]})
+    traj = _traj("You are omar. Cancel reservation ZFA04Y for Omar Rossi.", [
+        {"role": "user", "content": "Hi, I am Omar Rossi, booking ZFA04Y please"},
+        *_call("get_user_details", {"user_id": "omar_r"}, user, 1),
+        *_call("cancel_reservation", {"reservation_id": "ZFA04Y"}, "{\"status\": \"cancelled\"}", 2),
+    ])
+    out = Scrubber.build().trajectory(traj)
+    text = json.dumps([out.task, list(out.messages)])
+    for secret in ("ZFA04Y", "Omar", "Rossi", "omar_r"):
+        assert secret not in text
+    assert out.task == "You are omar. Cancel reservation <reservation_id> for <first_name> <last_name>."
+    assert json.loads(out.messages[3]["tool_calls"][0]["function"]["arguments"]) == {"reservation_id": "<reservation_id>"}
+    assert out.id == traj.id  # the same episode, told without names
+
+
+def test_configured_patterns_and_keys_are_added_and_bad_regex_names_its_key() -> None:
+    config = parse_config('[scrub]\npatterns = { employee_id = "EMP-\\\\d{6}", phone = "" }\nkeys = ["badge"]\n')
+    scrubber = scrubber_of(config.scrub)
+    assert scrubber.text("EMP-123456 at 415-555-0134") == "<employee_id> at 415-555-0134"
+    traj = _traj("badge B-77 lost", _call("report_badge", {"badge": "B-77"}, "ok", 1))
+    assert scrubber.trajectory(traj).task == "badge <badge> lost"
+    with pytest.raises(ConfigError, match=r"scrub\.patterns\.bad: not a valid regex"):
+        Scrubber.build({"bad": "(["})
+
+
+def test_placeholders_survive_integration() -> None:
+    traj = Scrubber.build().trajectory(_traj("My email is ann@example.com, cancel order #W1234567", [
+        *_call("find_user_by_email", {"email": "ann@example.com"}, "{\"user_id\": \"ann_lee_1234\"}", 1),
+        *_call("cancel_order", {"order_id": "#W1234567", "reason": "no longer needed"}, "{\"ok\": true}", 2),
+    ]))
+    backend = OfflineBackend()
+    insights = asyncio.run(backend.reflect(traj))
+    recipes = asyncio.run(integrate(backend, "cancel-order", "cancel order", (), insights * 2, None))
+    text = recipes[0].body
+    assert "<email>" in text and "<order_id>" in text
+    assert "ann@example.com" not in text and "W1234567" not in text
+
+
+def test_lint_warns_about_personal_data_in_any_recipe(tmp_path: Path) -> None:
+    body = "## When to use\n\nFor example: I am mia_li_3668, mail mia@example.com.\n\n## How to perform\n\n1. Do it.\n"
+    (tmp_path / "refund.md").write_text(recipe_text("refund", body=body))
+    problems = lint_paths([tmp_path])
+    kinds = {(p.severity, p.line, p.message.split("(")[1].split(")")[0]) for p in problems}
+    assert kinds == {("warning", 8, "user_id"), ("warning", 8, "email")}
+    result = run_cli(tmp_path, "lint", "refund.md")
+    assert result.returncode == 0  # a warning, not an error
+    assert "refund.md:8: warning: looks like personal data (email): 'mia@example.com'" in result.stdout
+    clean = body.replace("mia_li_3668", "<user_id>").replace("mia@example.com", "<email>")
+    (tmp_path / "refund.md").write_text(recipe_text("refund", body=clean))
+    assert lint_paths([tmp_path]) == []
