@@ -15,6 +15,7 @@ episodes rollout reuse saved.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import subprocess
 import sys
 import tempfile
@@ -140,7 +141,7 @@ def bench(concepts: int, iterations: int) -> None:
         store, expander, evaluator, roots = setup(Path(tmp) / "kb", concepts)
         OUTSIDE = 0.0
         start = time.perf_counter()
-        result = search(SearchSpec(iterations=iterations), store, expander, evaluator, roots)
+        result = asyncio.run(search(SearchSpec(iterations=iterations), store, expander, evaluator, roots))
         total = time.perf_counter() - start
         nodes = sum(len(t.nodes) for t in result.trees.values())
         start = time.perf_counter()

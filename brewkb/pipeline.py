@@ -5,6 +5,10 @@ appended to ``<stage>.partial.jsonl`` the moment it finishes, so a killed
 process loses at most the item in flight; the same command run again skips
 finished items, and a finished stage (recorded in the manifest) is skipped
 whole. ``force`` redoes a stage and every stage after it.
+
+The stages are coroutines run on the command's one event loop (the API
+function owns it, see docs/pipeline.md); ``aclose`` releases the executor and
+the LLM client on that loop when the command ends.
 """
 
 from __future__ import annotations
@@ -65,6 +69,22 @@ class Pipeline:
                                        no_cache=no_cache, seed=config.stages.seed)
         # every event also goes to the run's event log
         return cls(kb, run, config, backend, client, Events(run.file("events.jsonl"), events))
+
+    async def __aenter__(self) -> Pipeline:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Release the executor's workers and the LLM client (once, on the command's loop)."""
+        executor, self._executor = self._executor, None
+        try:
+            if executor is not None:
+                await executor.aclose()
+        finally:
+            if self.client is not None:
+                await self.client.aclose()
 
     # ------------------------------------------------------------ resources
     @property
@@ -164,7 +184,7 @@ class Pipeline:
         return {k: done[k] for k in keys}
 
     # -------------------------------------------------------------- stages
-    def rollouts(self, split: str = "train", *, context: str = "kb", rev: str | None = None,
+    async def rollouts(self, split: str = "train", *, context: str = "kb", rev: str | None = None,
                  repeats: int = 1) -> list[Trajectory]:
         """Run the agent on every task of ``split``."""
         stage = "rollouts" if split == "train" else "rollouts-eval"
@@ -189,7 +209,7 @@ class Pipeline:
             wins += trajectory.success
             self.events(Event("item_done", stage, done=len(done), total=len(jobs), successes=wins))
 
-        self.executor.run(self.agent, self.env, [j for _, j in todo], on_result)
+        await self.executor.run(self.agent, self.env, [j for _, j in todo], on_result)
         result = [Trajectory.from_json(done[k]) for k in keys]
         self._finish(stage, (t.to_line() for t in result), started, context=context, rev=rev,
                      **rollouts.summarise(result))
@@ -203,7 +223,7 @@ class Pipeline:
                            "or `brewkb import ... --run` first")
         return base + self.run.read_trajectories(FILES["relabel"])
 
-    def grades(self) -> dict[str, Any]:
+    async def grades(self) -> dict[str, Any]:
         if self._skip("grades"):
             return _read_keyed(self.run.file(FILES["grades"]))
         started = time.monotonic()
@@ -218,13 +238,13 @@ class Pipeline:
         async def work(key: str) -> Any:
             return (await grading.judge(self.backend, by_id[key], rubrics)).to_json()
 
-        results = asyncio.run(self._map("grades", sorted(by_id), work))
+        results = await self._map("grades", sorted(by_id), work)
         self._finish("grades", (json.dumps({"key": k, "value": v}, sort_keys=True) for k, v in results.items()),
                      started, graded=len(results), failed=sum("failed" in v for v in results.values()),
                      rubrics=[r.id for r in rubrics])
         return results
 
-    def relabel(self) -> list[Trajectory]:
+    async def relabel(self) -> list[Trajectory]:
         """Relabel failing train trajectories (as many as pass), re-run the
         agent on the relabelled tasks and grade them."""
         if self._skip("relabel"):
@@ -247,7 +267,7 @@ class Pipeline:
             task = await relabel.relabelled_task(self.backend, self.env, tasks[source.task_id], source)
             return {"task": None if task is None else {"id": task.id, "text": task.text, "data": dict(task.data)}}
 
-        made = asyncio.run(self._map("relabel-tasks", [t.id for t in chosen], work))
+        made = await self._map("relabel-tasks", [t.id for t in chosen], work)
         new = {key: Task(v["task"]["id"], v["task"]["text"], "train", v["task"]["data"])
                for key, v in made.items() if v.get("task")}
         done = self._partial("relabel")
@@ -260,7 +280,7 @@ class Pipeline:
             self._record("relabel", todo[i], value)
             done[todo[i]] = value
 
-        self.executor.run(self.agent, self.env, jobs, on_result)
+        await self.executor.run(self.agent, self.env, jobs, on_result)
         out = [Trajectory.from_json(done[key]) for key in new]
         self._partial_path("relabel-tasks").unlink(missing_ok=True)
         passed = sum(t.success for t in out)
@@ -269,7 +289,7 @@ class Pipeline:
                      pass_rate=round(passed / len(out), 4) if out else None)
         return out
 
-    def reflections(self) -> tuple[list[Insight], list[Insight]]:
+    async def reflections(self) -> tuple[list[Insight], list[Insight]]:
         """Insights of the train (and relabelled) trajectories, and of the eval rollouts."""
         if self._skip("reflections"):
             return _insights(self.run.file(FILES["reflections"]))
@@ -284,7 +304,7 @@ class Pipeline:
             insights, bad = await reflect.reflect(self.backend, by_id[key], self.config.stages.concepts_per_trajectory)
             return {"insights": [i.to_json() for i in insights], "rejected": bad}
 
-        results = asyncio.run(self._map("reflections", sorted(by_id), work))
+        results = await self._map("reflections", sorted(by_id), work)
         lines = []
         for key, value in results.items():
             for insight in value.get("insights", []):
@@ -299,16 +319,16 @@ class Pipeline:
                      concepts_per_trajectory=round(sum(per_traj.values()) / len(per_traj), 3) if per_traj else 0)
         return _insights(self.run.file(FILES["reflections"]))
 
-    def concepts(self) -> list[Concept]:
+    async def concepts(self) -> list[Concept]:
         if self._skip("concepts"):
             return _concepts(self.run.file(FILES["concepts"]))
         started = time.monotonic()
-        train, evaluation = self.reflections()
+        train, evaluation = await self.reflections()
         names = sorted({i.concept for i in train + evaluation})
         found: list[Concept] = []
         mapping: dict[str, str] = {}
         if names:
-            vectors = asyncio.run(self.backend.embed(names))
+            vectors = await self.backend.embed(names)
             found, mapping = concepts_stage.build_concepts(train, evaluation, names, vectors,
                                                            self.config.stages.concept_threshold)
         keep = [c for c in found if c.insights >= self.config.stages.min_concept_insights]
@@ -320,13 +340,13 @@ class Pipeline:
         self.events(Event("stage_finished", "concepts", message=f"in {seconds:.1f} s", data=info))
         return keep
 
-    def integrate(self, samples: int = 1) -> list[Recipe]:
+    async def integrate(self, samples: int = 1) -> list[Recipe]:
         if self._skip("integrate"):
             return [parse_recipe(json.loads(line)["text"])
                     for line in self.run.file(FILES["integrate"]).read_text().splitlines() if line.strip()]
         started = time.monotonic()
-        concepts = self.concepts()
-        train, _ = self.reflections()
+        concepts = await self.concepts()
+        train, _ = await self.reflections()
         mapping = json.loads(self.run.file(FILES["concepts"]).read_text())["mapping"]
         current = {r.name: r for r in self.kb.recipes()} if self.kb.store.work_tree else {}
         by_slug = {c.slug: c for c in concepts}
@@ -340,7 +360,7 @@ class Pipeline:
                 raise LLMError(f"no valid recipe for {slug} after retries")
             return {"text": render_recipe(made[0])}
 
-        results = asyncio.run(self._map("integrate", sorted(by_slug), work))
+        results = await self._map("integrate", sorted(by_slug), work)
         recipes = [parse_recipe(v["text"]) for v in results.values() if "text" in v]
         folder = self.run.file("recipes")
         folder.mkdir(exist_ok=True)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import os
@@ -115,17 +116,19 @@ def test_episodes_are_reused_when_the_candidate_is_not_retrieved() -> None:
     evaluator = Evaluator(env=ContextEnv(), agent=agent, executor=LocalExecutor(1), cache=EpisodeCache(1),
                           tasks=tasks, q_eval={"refund": ["t1", "t2"], "cancel": ["t2"]}, q_train={}, k=1,
                           budget=500, boosts=Boosts(), lambda_corr=0.5, lambda_ret=0.5)
-    first = evaluator.evaluate({"a": ("refund", recipe("refund", "refund damaged parcel money back"))}, current)
+    first = asyncio.run(evaluator.evaluate({"a": ("refund", recipe("refund", "refund damaged parcel money back"))},
+                                           current))
     assert agent.runs == 2 and first["a"].r_corr == 1.0 and first["a"].r_ret == pytest.approx(0.5)
     # a second refund candidate: t2 still retrieves the cancel recipe, so its episode is reused
-    second = evaluator.evaluate({"b": ("refund", recipe("refund", "refund a damaged parcel to the card"))}, current)
+    second = asyncio.run(evaluator.evaluate({"b": ("refund", recipe("refund", "refund a damaged parcel to the card"))},
+                                            current))
     assert agent.runs == 3
     assert [t["reused"] for t in second["b"].tasks] == [False, True]
     assert (second["b"].episodes_run, second["b"].episodes_reused) == (1, 1)
     off = Evaluator(env=ContextEnv(), agent=agent, executor=LocalExecutor(1), cache=EpisodeCache(0), tasks=tasks,
                     q_eval={"refund": ["t1", "t2"]}, q_train={}, k=1, budget=500, boosts=Boosts(),
                     lambda_corr=0.5, lambda_ret=0.5)
-    off.evaluate({"b": ("refund", recipe("refund", "refund a damaged parcel to the card"))}, current)
+    asyncio.run(off.evaluate({"b": ("refund", recipe("refund", "refund a damaged parcel to the card"))}, current))
     assert agent.runs == 5  # reuse off: both tasks run again
 
 

@@ -35,6 +35,10 @@ class ToolAgent:
         self.max_steps = max_steps
         self.system_prompt = system_prompt
 
+    async def aclose(self) -> None:
+        """Release the client's connections (awaited once, on the loop that used them)."""
+        await self.client.aclose()
+
     async def arun(self, task: Task, context: str, env: Environment) -> Trajectory:
         session = env.session(task)
         tools = env.tools()

@@ -7,9 +7,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from brewkb.api.evaluate import Column, evaluate
+from brewkb.api.evaluate import Column, aevaluate
 from brewkb.api.kb import init_kb
-from brewkb.api.refine import RefineResult, refine
+from brewkb.api.loop import run_command
+from brewkb.api.refine import RefineResult, arefine
 from brewkb.config import CONFIG_FILE
 from brewkb.errors import BrewError, GitError
 from brewkb.events import EventSink, null_sink
@@ -88,14 +89,19 @@ def demo(*, directory: Path | None = None, backend: str = "offline", confirm: Ca
     write_atomic(root / CONFIG_FILE, demo_config(backend))
     with GitStore(root, search_parent=False) as store:
         store.commit_all("Start a brewkb knowledge base for the shop demo")
-    result = refine(run=RUN, start=root, events=events)
-    columns = evaluate(revs=(f"brew/{RUN}/pr",), contexts=("none",), split="test", save_to=RUN, start=root)
+    result, columns = run_command(_refine_and_evaluate(root, events))
     write_report(RUN, start=root)
     with GitStore(root) as store:
         recipes = len(store.read_folder(store.resolve(f"brew/{RUN}/pr"), "recipes"))
     if publish is not None:
         _publish(root, publish)
     return DemoResult(root, result, columns, recipes)
+
+
+async def _refine_and_evaluate(root: Path, events: EventSink) -> tuple[RefineResult, list[Column]]:
+    result = await arefine(run=RUN, start=root, events=events)
+    columns = await aevaluate(revs=(f"brew/{RUN}/pr",), contexts=("none",), split="test", save_to=RUN, start=root)
+    return result, columns
 
 
 def _publish(root: Path, target: Path) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from brewkb.api.loop import run_command
 from brewkb.context import NoContext, RecipeContext, TrajectoryContext
 from brewkb.errors import BrewError
 from brewkb.events import EventSink, null_sink
@@ -23,7 +24,7 @@ from brewkb.runs import FILES, Run
 from brewkb.stages.rollouts import make_jobs
 from brewkb.trajectories import Trajectory, read_jsonl
 
-__all__ = ["Column", "evaluate", "EVAL_FILE"]
+__all__ = ["Column", "evaluate", "aevaluate", "EVAL_FILE"]
 
 EVAL_FILE = "eval.json"
 
@@ -88,6 +89,17 @@ def evaluate(*, revs: Sequence[str] = (), contexts: Sequence[str] = (), split: s
              from_run: str | None = None, save_to: str | None = None, env_name: str | None = None,
              agent_name: str | None = None, data: Path | None = None, events: EventSink = null_sink,
              start: Path = Path(".")) -> list[Column]:
+    """One column per baseline in ``contexts`` and per revision in ``revs``
+    (see ``aevaluate``)."""
+    return run_command(aevaluate(revs=revs, contexts=contexts, split=split, repeats=repeats, from_run=from_run,
+                                 save_to=save_to, env_name=env_name, agent_name=agent_name, data=data,
+                                 events=events, start=start))
+
+
+async def aevaluate(*, revs: Sequence[str] = (), contexts: Sequence[str] = (), split: str = "test",
+                    repeats: int = 1, from_run: str | None = None, save_to: str | None = None,
+                    env_name: str | None = None, agent_name: str | None = None, data: Path | None = None,
+                    events: EventSink = null_sink, start: Path = Path(".")) -> list[Column]:
     """One column per baseline in ``contexts`` (``none``, ``trajectories``) and per
     revision in ``revs`` (``.`` or ``working-tree`` for the working tree). With
     neither: ``none`` against the working tree's recipes. ``env_name``,
@@ -108,7 +120,6 @@ def evaluate(*, revs: Sequence[str] = (), contexts: Sequence[str] = (), split: s
 
         env = load_environment(config.env, kb.root)
         agent = load_agent(config, kb.root, client)
-        executor = make_executor(config.executor)
         tasks = env.tasks(split) * repeats
         if not tasks:
             raise BrewError(f"the {split} split of {env.name} has no tasks")
@@ -128,12 +139,18 @@ def evaluate(*, revs: Sequence[str] = (), contexts: Sequence[str] = (), split: s
             revision = None if working else kb.store.resolve(rev)
             arms.append((label, RecipeContext(index, revision, config.retrieval.k, config.retrieval.context_tokens),
                          len(index)))
+        executor = make_executor(config.executor)
         columns = []
-        for label, provider, n_recipes in arms:
-            jobs = make_jobs(tasks, provider)
-            results: dict[int, Trajectory] = {}
-            executor.run(agent, env, jobs, lambda i, t: results.__setitem__(i, t))
-            columns.append(_column(label, [results[i] for i in range(len(jobs))], n_recipes))
+        try:
+            for label, provider, n_recipes in arms:
+                jobs = make_jobs(tasks, provider)
+                results: dict[int, Trajectory] = {}
+                await executor.run(agent, env, jobs, lambda i, t: results.__setitem__(i, t))
+                columns.append(_column(label, [results[i] for i in range(len(jobs))], n_recipes))
+        finally:
+            await executor.aclose()
+            if client is not None:
+                await client.aclose()
         if save_to:
             run = Run.at(kb.runs_dir, save_to)
             write_atomic(run.file(EVAL_FILE), json.dumps({"split": split, "repeats": repeats, "columns": [

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from brewkb.api.loop import run_command
 from brewkb.config import SearchConfig
 from brewkb.errors import RunError
 from brewkb.events import EventSink, null_sink
@@ -24,7 +25,7 @@ from brewkb.search.expand import Expander
 from brewkb.search.store import SearchStore, find_base
 from brewkb.search.tree import Tree, best_node
 
-__all__ = ["RefineResult", "refine", "load_trees", "gc", "pr_message"]
+__all__ = ["RefineResult", "refine", "arefine", "load_trees", "gc", "pr_message"]
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,16 @@ def refine(*, run: str | None = None, resume: str | None = None, base: str | Non
            depth: int | None = None, relabel: bool | None = None, no_cache: bool = False,
            events: EventSink = null_sink, start: Path = Path(".")) -> RefineResult:
     """Run the stages and the search; ``resume`` continues a run from its files and git."""
+    return run_command(arefine(run=run, resume=resume, base=base, strategy=strategy, iterations=iterations,
+                               width=width, depth=depth, relabel=relabel, no_cache=no_cache, events=events,
+                               start=start))
+
+
+async def arefine(*, run: str | None = None, resume: str | None = None, base: str | None = None,
+                  strategy: str | None = None, iterations: int | None = None, width: int | None = None,
+                  depth: int | None = None, relabel: bool | None = None, no_cache: bool = False,
+                  events: EventSink = null_sink, start: Path = Path(".")) -> RefineResult:
+    """``refine`` on the caller's event loop."""
     with KB.open(start) as kb:
         run_id = resume or run or new_run_id("refine")
         folder = Run.at(kb.runs_dir, run_id, create=resume is None)
@@ -85,19 +96,19 @@ def refine(*, run: str | None = None, resume: str | None = None, base: str | Non
             "strategy": strategy, "iterations": iterations, "width": width, "depth": depth})
         if not recorded:
             folder.set_manifest("search_spec", {"base": base_commit, "spec": dataclasses.asdict(spec)})
-        pipeline = Pipeline.open(kb, folder, no_cache=no_cache, events=events)
-        pipeline.rollouts("train", context="kb", rev=base_commit)
-        pipeline.rollouts("eval", context="kb", rev=base_commit)
-        pipeline.grades()
-        pipeline.relabel()
-        pipeline.reflections()
-        concepts = pipeline.concepts()
-        roots = {r.name: r for r in pipeline.integrate()}
-        concepts = [c for c in concepts if c.slug in roots]
-        if not concepts:
-            raise RunError(f"run {run_id} found no concept to refine (see runs/{run_id}/manifest.json); "
-                           "more or more varied trajectories are needed")
-        result = _search(kb, pipeline, folder, spec, base_commit, concepts, roots, events)
+        async with Pipeline.open(kb, folder, no_cache=no_cache, events=events) as pipeline:
+            await pipeline.rollouts("train", context="kb", rev=base_commit)
+            await pipeline.rollouts("eval", context="kb", rev=base_commit)
+            await pipeline.grades()
+            await pipeline.relabel()
+            await pipeline.reflections()
+            concepts = await pipeline.concepts()
+            roots = {r.name: r for r in await pipeline.integrate()}
+            concepts = [c for c in concepts if c.slug in roots]
+            if not concepts:
+                raise RunError(f"run {run_id} found no concept to refine (see runs/{run_id}/manifest.json); "
+                               "more or more varied trajectories are needed")
+            result = await _search(kb, pipeline, folder, spec, base_commit, concepts, roots, events)
         store = SearchStore(kb.store, run_id, base_commit, kb.recipes_prefix())
         pr = store.write_pr(pr_message(run_id, spec, result, base_commit), spec.rounds)
         nodes = sum(len(t.nodes) for t in result.trees.values())
@@ -107,7 +118,7 @@ def refine(*, run: str | None = None, resume: str | None = None, base: str | Non
         return RefineResult(run_id, result.kb_commit, pr, summary, nodes, result.episodes_run, result.episodes_reused)
 
 
-def _search(kb: KB, pipeline: Pipeline, folder: Run, spec: SearchSpec, base: str, concepts: list[Any],
+async def _search(kb: KB, pipeline: Pipeline, folder: Run, spec: SearchSpec, base: str, concepts: list[Any],
             roots: dict[str, Any], events: EventSink) -> SearchResult:
     config = kb.config
     cache = EpisodeCache(config.search.reuse, folder.file("episodes.jsonl"))
@@ -125,7 +136,7 @@ def _search(kb: KB, pipeline: Pipeline, folder: Run, spec: SearchSpec, base: str
     evaluator = Evaluator(**common, q_eval={c.slug: c.q_eval for c in concepts}, q_train=q_train,
                           lambda_corr=spec.lambda_corr, lambda_ret=spec.lambda_ret)
     store = SearchStore(kb.store, folder.id, base, kb.recipes_prefix())
-    result = search(spec, store, expander, evaluator, {c.slug: roots[c.slug] for c in concepts}, events)
+    result = await search(spec, store, expander, evaluator, {c.slug: roots[c.slug] for c in concepts}, events)
     ledger = Ledger(folder.file("ledger.jsonl"))
     ledger.record(LedgerEntry("agent", "episodes", cached=False, kind="episode", count=result.episodes_run))
     ledger.record(LedgerEntry("agent", "episodes", cached=True, kind="episode", count=result.episodes_reused))

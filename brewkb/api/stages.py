@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from brewkb.api.loop import run_command
 from brewkb.events import EventSink, null_sink
 from brewkb.fsutil import write_atomic
 from brewkb.kb import KB
@@ -16,6 +18,8 @@ from brewkb.stages.concepts import Concept
 
 __all__ = ["rollout", "reflect", "concepts", "integrate", "list_runs", "RunSummary"]
 
+T = TypeVar("T")
+
 
 def _pipeline(kb: KB, run: str, *, create: bool, no_cache: bool, events: EventSink,
               force: str | None) -> Pipeline:
@@ -25,36 +29,51 @@ def _pipeline(kb: KB, run: str, *, create: bool, no_cache: bool, events: EventSi
     return pipeline
 
 
+async def _with(pipeline: Pipeline, main: Callable[[Pipeline], Awaitable[T]]) -> T:
+    async with pipeline:
+        return await main(pipeline)
+
+
 def rollout(*, run: str | None = None, splits: tuple[str, ...] = ("train", "eval"), context: str = "kb",
             rev: str | None = None, no_cache: bool = False, force: str | None = None,
             events: EventSink = null_sink, start: Path = Path(".")) -> tuple[str, dict[str, Any]]:
     """Run the agent on the train and eval tasks; returns the run id and stage summaries."""
     with KB.open(start) as kb:
         run_id = run or new_run_id()
-        pipeline = _pipeline(kb, run_id, create=True, no_cache=no_cache, events=events, force=force)
-        for split in splits:
-            pipeline.rollouts(split, context=context, rev=rev)
-        stages = pipeline.run.manifest()["stages"]
-        return run_id, {s: stages[s] for s in ("rollouts", "rollouts-eval") if s in stages}
+
+        async def main(pipeline: Pipeline) -> dict[str, Any]:
+            for split in splits:
+                await pipeline.rollouts(split, context=context, rev=rev)
+            stages = pipeline.run.manifest()["stages"]
+            return {s: stages[s] for s in ("rollouts", "rollouts-eval") if s in stages}
+
+        return run_id, run_command(_with(_pipeline(kb, run_id, create=True, no_cache=no_cache, events=events,
+                                                   force=force), main))
 
 
 def reflect(run: str, *, no_cache: bool = False, force: str | None = None, events: EventSink = null_sink,
             start: Path = Path(".")) -> dict[str, Any]:
     """Grade, relabel and reflect a run's trajectories."""
-    with KB.open(start) as kb:
-        pipeline = _pipeline(kb, run, create=False, no_cache=no_cache, events=events, force=force)
-        pipeline.grades()
-        pipeline.relabel()
-        pipeline.reflections()
+    async def main(pipeline: Pipeline) -> dict[str, Any]:
+        await pipeline.grades()
+        await pipeline.relabel()
+        await pipeline.reflections()
         stages = pipeline.run.manifest()["stages"]
         return {s: stages[s] for s in ("grades", "relabel", "reflections") if s in stages}
+
+    with KB.open(start) as kb:
+        return run_command(_with(_pipeline(kb, run, create=False, no_cache=no_cache, events=events, force=force),
+                                 main))
 
 
 def concepts(run: str, *, no_cache: bool = False, force: str | None = None, events: EventSink = null_sink,
              start: Path = Path(".")) -> list[Concept]:
+    async def main(pipeline: Pipeline) -> list[Concept]:
+        return await pipeline.concepts()
+
     with KB.open(start) as kb:
-        pipeline = _pipeline(kb, run, create=False, no_cache=no_cache, events=events, force=force)
-        return pipeline.concepts()
+        return run_command(_with(_pipeline(kb, run, create=False, no_cache=no_cache, events=events, force=force),
+                                 main))
 
 
 def integrate(run: str, *, write: bool = False, no_cache: bool = False, force: str | None = None,
@@ -62,8 +81,11 @@ def integrate(run: str, *, write: bool = False, no_cache: bool = False, force: s
     """Write one recipe per concept into the run (and into the KB's recipes
     folder with ``write``); returns the recipes and the KB files changed."""
     with KB.open(start) as kb:
-        pipeline = _pipeline(kb, run, create=False, no_cache=no_cache, events=events, force=force)
-        recipes = pipeline.integrate()
+        async def main(pipeline: Pipeline) -> list[Recipe]:
+            return await pipeline.integrate()
+
+        recipes = run_command(_with(_pipeline(kb, run, create=False, no_cache=no_cache, events=events,
+                                              force=force), main))
         changed = []
         if write:
             for recipe in recipes:

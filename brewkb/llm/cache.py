@@ -43,6 +43,12 @@ class ResponseCache:
             raise LLMError(f"the LLM cache {path} is unusable ({exc}); delete it or run `brewkb cache clear`") from None
         self._lock = threading.Lock()
 
+    def __getstate__(self) -> dict[str, Path]:
+        return {"path": self.path}  # the connection is reopened where the cache is unpickled
+
+    def __setstate__(self, state: dict[str, Path]) -> None:
+        self.__init__(state["path"])  # type: ignore[misc]
+
     @staticmethod
     def digest(canonical: str) -> str:
         return hashlib.sha256(canonical.encode()).hexdigest()

@@ -72,8 +72,9 @@ class LLMClient:
         return role.base_url or self.config.base_url or self._environ.get("OPENAI_BASE_URL") or None
 
     def _bind_loop(self) -> None:
-        # SDK clients and semaphores belong to one event loop; a caller that
-        # runs several loops in turn (asyncio.run per stage) gets fresh ones.
+        # SDK clients and semaphores belong to one event loop: the command's
+        # (docs/pipeline.md). A client reused on a later loop, after aclose,
+        # makes fresh ones.
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
             self._loop = loop
@@ -108,9 +109,16 @@ class LLMClient:
         return self._semaphore
 
     async def aclose(self) -> None:
-        for client in self._clients.values():
+        """Close the SDK clients on the loop that made them; call it once, when
+        the command (or a Ray worker's episodes) is done."""
+        clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
             await client.close()
-        self._clients.clear()
+
+    def __getstate__(self) -> dict[str, Any]:
+        # pickled to Ray workers: SDK clients and the semaphore belong to this
+        # process's loop; the worker makes its own on first use
+        return {**self.__dict__, "_clients": {}, "_semaphore": None, "_loop": None}
 
     # ------------------------------------------------------------------ chat
     def request(self, role: str, messages: Sequence[Mapping[str, Any]], *, tools: Sequence[Mapping[str, Any]] = (),

@@ -55,6 +55,12 @@ class Ledger:
         self.entries: list[LedgerEntry] = []
         self._lock = threading.Lock()
 
+    def __getstate__(self) -> dict[str, Path | None]:
+        return {"path": self.path}  # a Ray worker appends to the same file, keeps its own entries
+
+    def __setstate__(self, state: dict[str, Path | None]) -> None:
+        self.__init__(state["path"])  # type: ignore[misc]
+
     def record(self, entry: LedgerEntry) -> None:
         with self._lock:
             self.entries.append(entry)

@@ -23,7 +23,6 @@ Strategies:
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -162,7 +161,7 @@ class _Loop:
         key = (concept, node.id)
         self.state.docs[key], self.state.commits[key], self.state.samples[key] = doc, (commit, blob), sample
 
-    def _evaluate(self, iteration: int, current: Mapping[str, Recipe]) -> None:
+    async def _evaluate(self, iteration: int, current: Mapping[str, Recipe]) -> None:
         keys = [(c, n.id) for c, t in sorted(self.state.trees.items()) for n in t.nodes.values()
                 if n.iteration == iteration]
         name = {k: f"{k[0]}/n{k[1]}" for k in keys}
@@ -170,7 +169,7 @@ class _Loop:
         if not pending:
             return
         candidates = {name[k]: (k[0], self.doc(k)) for k in keys}
-        results = self.evaluator.evaluate(candidates, current, only=[name[k] for k in pending])
+        results = await self.evaluator.evaluate(candidates, current, only=[name[k] for k in pending])
         notes = {}
         for k in pending:
             e = results[name[k]]
@@ -198,7 +197,7 @@ class _Loop:
         for concept, doc in sorted(roots.items()):
             if not self.state.trees[concept].nodes:
                 self._write(concept, None, 0, 0, doc)
-        self._evaluate(0, {c: self.doc((c, 0)) for c in self.state.trees})
+        await self._evaluate(0, {c: self.doc((c, 0)) for c in self.state.trees})
         if self.state.gathers == 0:
             self._gather(0)
 
@@ -221,21 +220,22 @@ class _Loop:
                 for sample in missing:
                     if sample in docs[concept]:
                         self._write(concept, parent, it, sample, docs[concept][sample])
-        self._evaluate(it, current)
+        await self._evaluate(it, current)
         self._gather(it)
 
 
-def search(spec: SearchSpec, store: SearchStore, expander: Expander, evaluator: Evaluator,
+async def search(spec: SearchSpec, store: SearchStore, expander: Expander, evaluator: Evaluator,
            roots: Mapping[str, Recipe], events: EventSink = null_sink) -> SearchResult:
-    """Run (or resume) the search until ``spec.rounds`` iterations are gathered."""
+    """Run (or resume) the search until ``spec.rounds`` iterations are gathered,
+    on the caller's event loop."""
     state = rebuild(store, sorted(roots))
     loop = _Loop(spec, store, expander, evaluator, state, events)
     events(Event("stage_started", "search", done=state.gathers, total=spec.rounds + 1))
     if state.gathers == 0 or any(not t.nodes or t.root.reward is None for t in state.trees.values()):
-        asyncio.run(loop.roots(roots))
+        await loop.roots(roots)
         events(Event("item_done", "search", done=1, total=spec.rounds + 1, message="iteration 0"))
     for it in range(max(1, state.gathers), spec.rounds + 1):
-        asyncio.run(loop.iteration(it))
+        await loop.iteration(it)
         events(Event("item_done", "search", done=it + 1, total=spec.rounds + 1, message=f"iteration {it}"))
     chosen = {c: _chosen(spec, t).id for c, t in state.trees.items()}
     kb = store.git.read_ref(f"refs/heads/brew/{store.run}/kb")

@@ -65,7 +65,7 @@ class EpisodeCache:
             append_line(self.path, json.dumps({"key": key, "trajectory": trajectory.to_json()}))
 
 
-def run_jobs(jobs: Sequence[tuple[str, Job]], agent: Any, env: Environment, executor: Executor,
+async def run_jobs(jobs: Sequence[tuple[str, Job]], agent: Any, env: Environment, executor: Executor,
              cache: EpisodeCache) -> list[tuple[Trajectory, bool]]:
     """A trajectory for each keyed job, in order, and whether it was reused
     (from the cache, or from an identical job of the same batch) rather than run."""
@@ -86,6 +86,6 @@ def run_jobs(jobs: Sequence[tuple[str, Job]], agent: Any, env: Environment, exec
         for i in rest:
             out[i] = (trajectory, True)
 
-    executor.run(agent, env, [jobs[todo[k][0]][1] for k in keys], on_result)
+    await executor.run(agent, env, [jobs[todo[k][0]][1] for k in keys], on_result)
     cache.reused += sum(len(v) - 1 for v in todo.values())
     return [item for item in out if item is not None]

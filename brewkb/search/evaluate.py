@@ -59,7 +59,7 @@ class Evaluator:
             return "eval", [self.tasks[t] for t in ids]
         return "train", [self.tasks[t] for t in self.q_train.get(concept, ()) if t in self.tasks]
 
-    def evaluate(self, candidates: Mapping[str, tuple[str, Recipe]], current: Mapping[str, Recipe],
+    async def evaluate(self, candidates: Mapping[str, tuple[str, Recipe]], current: Mapping[str, Recipe],
                  only: Sequence[str] | None = None) -> dict[str, Evaluation]:
         """Evaluations of ``only`` (default: every candidate). All candidates
         share one index, so each is scored against the same statistics
@@ -81,7 +81,7 @@ class Evaluator:
                 jobs.append((context_key(task.id, kb_key or context),
                              Job(task, context, KBUse(None, tuple(h.name for h in hits)))))
             plan[key] = (split, tasks, slots)
-        results = run_jobs(jobs, self.agent, self.env, self.executor, self.cache)
+        results = await run_jobs(jobs, self.agent, self.env, self.executor, self.cache)
         out = {}
         for key in wanted:
             split, tasks, slots = plan[key]

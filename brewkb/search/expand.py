@@ -40,7 +40,7 @@ class Expander:
         self._reflections: dict[str, list[Insight]] = {}
         self._new: dict[str, str | None] = {}
 
-    def _episodes(self, concepts: Sequence[str], current: Mapping[str, Recipe]) -> dict[str, list[Trajectory]]:
+    async def _episodes(self, concepts: Sequence[str], current: Mapping[str, Recipe]) -> dict[str, list[Trajectory]]:
         index = RecipeIndex.build(list(current.values()), self.boosts)
         task_ids = sorted({t for c in concepts for t in self.q_train.get(c, ()) if t in self.tasks})
         jobs = []
@@ -49,8 +49,8 @@ class Expander:
             hits = index.search(task.text, self.k)
             context = render_context(hits, self.budget)
             jobs.append((context_key(task.id, context), Job(task, context, KBUse(None, tuple(h.name for h in hits)))))
-        done = dict(zip(task_ids, (t for t, _ in run_jobs(jobs, self.agent, self.env, self.executor, self.cache)),
-                        strict=True))
+        ran = await run_jobs(jobs, self.agent, self.env, self.executor, self.cache)
+        done = dict(zip(task_ids, (t for t, _ in ran), strict=True))
         return {c: [done[t] for t in self.q_train.get(c, ()) if t in done] for c in concepts}
 
     async def _concept_of(self, names: Sequence[str]) -> dict[str, str]:
@@ -81,7 +81,7 @@ class Expander:
                      current: Mapping[str, Recipe]) -> dict[str, dict[int, Recipe]]:
         """Candidate documents per concept by sample index (a sample that never
         lints is missing)."""
-        episodes = self._episodes(sorted(requests), current)
+        episodes = await self._episodes(sorted(requests), current)
 
         async def one(concept: str) -> dict[int, Recipe]:
             insights = await self._insights(episodes[concept])

@@ -12,6 +12,8 @@ replies, counts every request, and injects faults on request:
 
 A callable in the script gets the request body and returns one of these.
 When the script is empty, ``default`` answers (``{"content": "ok"}``).
+``embed`` (texts → vectors) answers ``/v1/embeddings`` instead of hashed
+bytes; ``tests/fakes/roles.py`` plays every brewkb role.
 """
 
 from __future__ import annotations
@@ -38,9 +40,11 @@ def _words(value: Any) -> int:
 
 
 class FakeOpenAI:
-    def __init__(self, latency: float = 0.0, default: Reply | None = None) -> None:
+    def __init__(self, latency: float = 0.0, default: Reply | None = None,
+                 embed: Callable[[list[str]], list[list[float]]] | None = None) -> None:
         self.latency = latency
         self.default: Reply = default or {"content": "ok"}
+        self.embed = embed
         self.script: deque[Reply] = deque()
         self.requests: list[tuple[str, dict[str, Any]]] = []
         self._lock = threading.Lock()
@@ -91,7 +95,7 @@ class FakeOpenAI:
                 if fake.latency:
                     time.sleep(fake.latency)
                 if path.endswith("/embeddings"):
-                    self._send(200, _embeddings(body))
+                    self._send(200, _embeddings(body, fake.embed))
                     return
                 if not path.endswith("/chat/completions"):
                     self._send(404, {"error": {"message": f"no route {path}"}})
@@ -146,13 +150,12 @@ def _completion(body: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _embeddings(body: dict[str, Any]) -> dict[str, Any]:
+def _embeddings(body: dict[str, Any], embed: Callable[[list[str]], list[list[float]]] | None) -> dict[str, Any]:
     inputs = body.get("input")
     inputs = [inputs] if isinstance(inputs, str) else inputs
-    data = []
-    for i, text in enumerate(inputs):
-        digest = hashlib.sha256(str(text).encode()).digest()
-        data.append({"object": "embedding", "index": i, "embedding": [b / 255 for b in digest[:16]]})
+    vectors = embed([str(t) for t in inputs]) if embed is not None else [
+        [b / 255 for b in hashlib.sha256(str(t).encode()).digest()[:16]] for t in inputs]
+    data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)]
     return {"object": "list", "data": data, "model": body.get("model", "fake"),
             "usage": {"prompt_tokens": sum(len(str(t).split()) for t in inputs), "total_tokens": 0}}
 
