@@ -96,7 +96,7 @@ class Tau2Session:
 
 class Tau2Environment:
     name = "tau2"
-    conversational = True
+    greeting = GREETING
 
     def __init__(self, domain: str = "airline") -> None:
         if domain not in DOMAINS:
