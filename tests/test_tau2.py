@@ -43,7 +43,8 @@ def test_oracle_on_airline_and_retail_test_splits_grades_one_through_the_cli(tmp
     assert retail.returncode == 0, retail.stderr
     [column] = json.loads(retail.stdout)
     assert (column["tasks"], column["success_rate"]) == (40, 1.0)
-    airline = brewkb(kb, "eval", "--split", "test", "--context", "none", "--env", "tau2:airline", "--json")
+    airline = brewkb(kb, "eval", "--split", "test", "--context", "none", "--env", "tau2:airline", "--agent", "oracle",
+                     "--json")
     assert airline.returncode == 0, airline.stderr
     [column] = json.loads(airline.stdout)
     assert (column["tasks"], column["success_rate"]) == (20, 1.0)

@@ -66,3 +66,35 @@ def test_rollout_writes_graded_conversations_whose_user_turns_come_from_the_user
     assert {"agent", "user"} <= roles
     # A read-only conversation succeeds exactly on the tasks that expect no change and no answer.
     assert 0 < sum(t.success for t in runs) < len(runs)
+
+
+def test_refine_on_tau2_airline_ends_with_a_pr_branch(tmp_path: Path, endpoint: FakeOpenAI) -> None:
+    kb = tau2_kb(tmp_path / "kb", AIRLINE + "[stages]\nrelabel = false\n"
+                                            "[search]\niterations = 1\nwidth = 1\ndepth = 1\nsamples = 1\n")
+    out = brewkb(kb, endpoint, "refine", "--run", "r", "--json")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert git(kb, "rev-parse", "--verify", "-q", "refs/heads/brew/r/pr").strip()
+    roles = {e.role for e in read_ledger(kb / "runs" / "r" / "ledger.jsonl") if e.kind == "chat" and not e.error}
+    assert {"agent", "user", "reflector", "integrator"} <= roles
+
+
+def test_a_tau2_run_results_file_made_against_the_fake_endpoint_imports_with_its_rewards(
+        tmp_path: Path, endpoint: FakeOpenAI) -> None:
+    from brewkb.envs.tau2 import _tau2
+
+    registry = _tau2().registry
+    from tau2.run import run_tasks  # τ²'s own runner, as `tau2 run` calls it
+
+    tasks = [t for t in registry.get_tasks_loader("airline")(None) if t.id in ("6", "18")]
+    args = {"api_base": endpoint.base_url, "api_key": "sk-test", "temperature": 0.0}
+    results = tmp_path / "results.json"
+    run_tasks("airline", tasks, "llm_agent", "user_simulator", llm_agent="openai/agent-model",
+              llm_args_agent=args, llm_user="openai/user-model", llm_args_user=args, save_to=results,
+              console_display=False, max_concurrency=1, log_level="ERROR")
+    rewards = {s["task_id"]: s["reward_info"]["reward"] for s in json.loads(results.read_text())["simulations"]}
+    assert rewards == {"6": 1.0, "18": 0.0}  # a lookup solves 6; 18 needs five flight changes
+    kb = tau2_kb(tmp_path / "kb", AIRLINE)
+    out = brewkb(kb, endpoint, "import", str(results), "--format", "tau2", "--run", "imported", "--json")
+    assert out.returncode == 0, out.stderr
+    imported = {t.task_id: (t.success, t.outcome.score) for t in read_jsonl(kb / "runs" / "imported" / "rollouts.jsonl")}
+    assert imported == {"6": (True, 1.0), "18": (False, 0.0)}
