@@ -98,3 +98,48 @@ def test_a_tau2_run_results_file_made_against_the_fake_endpoint_imports_with_its
     assert out.returncode == 0, out.stderr
     imported = {t.task_id: (t.success, t.outcome.score) for t in read_jsonl(kb / "runs" / "imported" / "rollouts.jsonl")}
     assert imported == {"6": (True, 1.0), "18": (False, 0.0)}
+
+
+EXAMPLE_AGENT = Path(__file__).resolve().parents[1] / "examples" / "tool_channel_agent.py"
+
+
+def test_a_command_agent_calls_tools_through_the_channel_and_tau2_grades_it(
+        tmp_path: Path, endpoint: FakeOpenAI) -> None:
+    kb = tau2_kb(tmp_path / "kb", AIRLINE.replace('name = "tool-agent"', 'name = "command"\ncommand = '
+                                                  + json.dumps([sys.executable, str(EXAMPLE_AGENT)])))
+    out = brewkb(kb, endpoint, "rollout", "--run", "c", "--split", "eval", "--context", "none")
+    assert out.returncode == 0, out.stderr[-3000:]
+    runs = list(read_jsonl(kb / "runs" / "c" / "rollouts-eval.jsonl"))
+    assert len(runs) == 10
+    for t in runs:
+        assert t.meta["tool_channel_calls"] == 1, t.meta
+        [call] = [m for m in t.messages if m.get("tool_calls")]
+        assert call["tool_calls"][0]["function"]["name"] == "get_user_details"
+        [result] = [m for m in t.messages if m["role"] == "tool"]
+        assert '"user_id": "mia_li_3668"' in result["content"]  # answered by τ²'s airline database
+        assert t.outcome.detail["grader"] == "tau2" and "reward_breakdown" in t.outcome.detail
+
+
+def test_the_channel_refuses_a_wrong_token_and_records_only_served_calls() -> None:
+    import urllib.error
+    import urllib.request
+
+    from brewkb.agents.channel import ToolChannel
+
+    class Echo:
+        def call(self, name: str, arguments: dict[str, object]) -> str:
+            return f"{name}:{json.dumps(arguments)}"
+
+    with ToolChannel(Echo(), [{"type": "function", "function": {"name": "f"}}]) as channel:
+        def post(token: str) -> tuple[int, dict[str, object]]:
+            req = urllib.request.Request(channel.url + "/call", data=b'{"name": "f", "arguments": {"a": 1}}',
+                                         headers={"Authorization": f"Bearer {token}"})
+            try:
+                with urllib.request.urlopen(req, timeout=10) as r:
+                    return r.status, json.loads(r.read())
+            except urllib.error.HTTPError as exc:
+                return exc.code, json.loads(exc.read())
+
+        assert post("wrong")[0] == 401
+        assert post(channel.token) == (200, {"content": 'f:{"a": 1}'})
+    assert channel.calls == [("f", {"a": 1}, 'f:{"a": 1}')]
