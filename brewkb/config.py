@@ -82,6 +82,8 @@ class RolesConfig:
     integrator: RoleConfig = RoleConfig(temperature=0.7, max_tokens=4096)
     relabeller: RoleConfig = RoleConfig()
     judge: RoleConfig = RoleConfig()
+    user: RoleConfig = RoleConfig(temperature=0.0)
+    """The user simulator of conversational environments (τ²); 0.0 as in τ²."""
     embeddings: RoleConfig = RoleConfig(model="text-embedding-3-small")
 
 

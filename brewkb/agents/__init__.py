@@ -40,11 +40,18 @@ def _shop_scripted(config: Config, root: Path, client: Any) -> Any:
     return ScriptedAgent(seed=config.agent.seed, max_steps=config.agent.max_steps)
 
 
+def _oracle(config: Config, root: Path, client: Any) -> Any:
+    from brewkb.agents.oracle import OracleAgent
+
+    return OracleAgent()
+
+
 AGENTS: dict[str, Callable[[Config, Path, Any], Any]] = {
     "shop-scripted": _shop_scripted,
     "command": _command,
     "python": _python,
     "tool-agent": _tool_agent,
+    "oracle": _oracle,
 }
 
 

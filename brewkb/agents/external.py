@@ -3,7 +3,8 @@ Python function (``python``), both speaking the JSON protocol of
 ``docs/agent-protocol.md``.
 
 Input (one JSON object): ``task``, ``context`` (the rendered recipes),
-``task_id``, ``split``. Output (one JSON object): ``messages`` (OpenAI chat
+``task_id``, ``split``, and for environments with tools ``tools`` and
+``tool_channel`` (``brewkb.agents.channel``). Output (one JSON object): ``messages`` (OpenAI chat
 format) and optionally ``success``, ``score``, ``usage``, ``meta``. The
 environment's grader has the last word on success.
 """
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from brewkb.agents.base import failed
+from brewkb.agents.channel import serve_tools
 from brewkb.envs.base import Environment, Task
 from brewkb.errors import AgentError, TrajectoryError
 from brewkb.subproc import run_capped
@@ -79,7 +81,10 @@ class CommandAgent:
         self.retrieves_per_step = retrieves_per_step
 
     def run(self, task: Task, context: str, env: Environment) -> Trajectory:
-        done = run_capped(self.argv, json.dumps(payload(task, context)).encode(), timeout=self.timeout,
+        return serve_tools(env, task, payload(task, context), self._run)
+
+    def _run(self, task: Task, data: dict[str, Any]) -> Trajectory:
+        done = run_capped(self.argv, json.dumps(data).encode(), timeout=self.timeout,
                           max_output=self.max_output, cwd=self.cwd)
         meta = {"stderr": done.stderr.decode("utf-8", "replace"), "returncode": done.returncode,
                 "seconds": round(done.seconds, 3)}
@@ -109,8 +114,11 @@ class PythonAgent:
         self.retrieves_per_step = retrieves_per_step
 
     def run(self, task: Task, context: str, env: Environment) -> Trajectory:
+        return serve_tools(env, task, payload(task, context), self._run)
+
+    def _run(self, task: Task, data: dict[str, Any]) -> Trajectory:
         start = time.monotonic()
-        reply = self.function(payload(task, context))
+        reply = self.function(data)
         seconds = time.monotonic() - start
         if seconds > self.timeout:
             return failed(task, f"took {seconds:.1f} s, over the {self.timeout:g} s timeout")

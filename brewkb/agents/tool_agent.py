@@ -5,6 +5,13 @@ the environment's tool schemas. One tool call is executed per turn (extra
 calls in the same turn are answered with an error asking to call them again);
 the episode ends at a reply without tool calls, when the environment says it
 is over, or at the step budget. Every message is recorded.
+
+In a conversational environment (one with ``user_prompt``, e.g. τ²) the
+agent's system prompt carries the environment's ``policy``, the conversation
+opens with the environment's ``greeting``, the user's turns come from the
+``user`` LLM role (``UserSimulator``), and a reply without tool calls goes to
+the user instead of ending the episode; the user's stop ends it. An empty
+reply from either model fails the episode.
 """
 
 from __future__ import annotations
@@ -13,7 +20,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from brewkb.agents.user_sim import UserSimulator
 from brewkb.envs.base import Environment, Task
+from brewkb.errors import AgentError
 from brewkb.llm.client import LLMClient
 from brewkb.trajectories import Outcome, Trajectory
 
@@ -42,19 +51,39 @@ class ToolAgent:
     async def arun(self, task: Task, context: str, env: Environment) -> Trajectory:
         session = env.session(task)
         tools = env.tools()
-        system = self.system_prompt + (f"\n\n{context}" if context else "")
-        messages: list[dict[str, Any]] = [{"role": "system", "content": system},
-                                          {"role": "user", "content": task.text}]
+        user = (UserSimulator(self.client, env.user_prompt(task), env.user_ends)  # type: ignore[attr-defined]
+                if hasattr(env, "user_prompt") else None)
+        policy = getattr(env, "policy", "")
+        system = self.system_prompt + (f"\n\n{policy}" if policy else "") + (f"\n\n{context}" if context else "")
+        messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
         usage = {"calls": 0, "tokens_in": 0, "tokens_out": 0}
         meta: dict[str, Any] = {}
+        if user is None:
+            messages.append({"role": "user", "content": task.text})
+        else:
+            messages.append({"role": "assistant", "content": getattr(env, "greeting", "Hi! How can I help you today?")})
+            opening = await user.reply(messages)
+            messages.append({"role": "user", "content": opening})
+            if user.ends(opening):
+                meta["ended_by"] = "user"
         for _ in range(self.max_steps):
+            if meta.get("ended_by"):
+                break
             result = await self.client.chat(self.client.request("agent", messages, tools=tools))
             usage["calls"] += 1
             usage["tokens_in"] += result.tokens_in
             usage["tokens_out"] += result.tokens_out
+            if not result.tool_calls and not result.content.strip():
+                raise AgentError("the agent's model sent an empty reply")
             messages.append(result.message())
             if not result.tool_calls:
-                break
+                if user is None:
+                    break
+                turn = await user.reply(messages)
+                messages.append({"role": "user", "content": turn})
+                if user.ends(turn):
+                    meta["ended_by"] = "user"
+                continue
             first, *rest = result.tool_calls
             messages.append(self._execute(session, first))
             for extra in rest:
@@ -65,6 +94,8 @@ class ToolAgent:
                 break
         else:
             meta["stopped"] = f"step budget of {self.max_steps} reached"
+        if user is not None:
+            meta["user"] = {"calls": user.calls, "tokens_in": user.tokens_in, "tokens_out": user.tokens_out}
         return Trajectory(task_id=task.id, task=task.text, split=task.split, messages=tuple(messages),
                           outcome=Outcome(False, 0.0), usage=usage, meta=meta)
 
