@@ -16,14 +16,15 @@ if TYPE_CHECKING:  # the API module imports numpy; `brewkb --help` must not
 
 def table(columns: Sequence[Column]) -> list[str]:
     """The comparison as aligned text lines."""
-    rows = [f"{'':22}{'success (95% CI)':>24}{'mean steps ✓':>14}{'LLM calls':>11}{'tokens':>10}{'recipes':>9}"]
+    width = max([22, *(len(c.label) + 1 for c in columns)])
+    rows = [f"{'':{width}}{'success (95% CI)':>24}{'mean steps ✓':>14}{'LLM calls':>11}{'tokens':>10}{'recipes':>9}"]
     for c in columns:
         steps = "–" if c.mean_steps_success is None else f"{c.mean_steps_success:.1f}"
         recipes = "–" if c.recipes is None else str(c.recipes)
         success = f"{c.success_rate:.1%} ({c.ci_low:.0%}–{c.ci_high:.0%})"
-        rows.append(f"{c.label[:21]:22}{success:>24}{steps:>14}{c.llm_calls:>11}{c.tokens:>10}{recipes:>9}")
+        rows.append(f"{c.label:{width}}{success:>24}{steps:>14}{c.llm_calls:>11}{c.tokens:>10}{recipes:>9}")
         if c.scores:
-            rows.append(f"{'':22}" + "  ".join(f"{k.replace('_', '-')} {v:.1%}" for k, v in c.scores.items()))
+            rows.append(f"{'':{width}}" + "  ".join(f"{k.replace('_', '-')} {v:.1%}" for k, v in c.scores.items()))
     return rows
 
 
