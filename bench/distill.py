@@ -94,8 +94,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         kb = Path(tmp) / "kb"
         kb.mkdir()
-        brewkb(kb, "init")
-        subprocess.run(["git", "commit", "-qm", "init", "--allow-empty"], cwd=kb, check=True)
+        brewkb(kb, "init")  # init commits its files
         logs = Path(tmp) / "learn.json"
         logs.write_text(json.dumps(learn))
         brewkb(kb, "import", str(logs), "--format", "tau-bench", "--run", "air")

@@ -248,9 +248,8 @@ def airline_kb(root: Path) -> tuple[list[Recipe], list[tuple[str, str]]]:
     env = {**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@b", "GIT_COMMITTER_NAME": "b",
            "GIT_COMMITTER_EMAIL": "b@b"}
     brewkb = [sys.executable, "-m", "brewkb"]
-    subprocess.run([*brewkb, "init", str(root)], check=True, capture_output=True, env=env)
-    for step in (["git", "add", "-A"], ["git", "commit", "-qm", "init"],
-                 [*brewkb, "import", str(AIRLINE), "--format", "tau-bench", "--run", "air"],
+    subprocess.run([*brewkb, "init", str(root)], check=True, capture_output=True, env=env)  # init commits
+    for step in ([*brewkb, "import", str(AIRLINE), "--format", "tau-bench", "--run", "air"],
                  [*brewkb, "reflect", "air"], [*brewkb, "concepts", "air"], [*brewkb, "integrate", "air", "--write"]):
         subprocess.run(step, cwd=root, check=True, capture_output=True, env=env)
     concepts = json.loads((root / "runs" / "air" / "concepts.json").read_text())["concepts"]

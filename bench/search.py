@@ -18,6 +18,7 @@ episodes rollout reuse saved.
 from __future__ import annotations
 
 import argparse
+import os
 import asyncio
 import subprocess
 import sys
@@ -165,11 +166,10 @@ def shop_reuse() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "kb"
-        subprocess.run([sys.executable, "-m", "brewkb", "init", str(root)], check=True, capture_output=True)
-        env = {"GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@b", "GIT_COMMITTER_NAME": "b",
-               "GIT_COMMITTER_EMAIL": "b@b", "PATH": "/usr/bin:/bin"}
-        subprocess.run(["git", "add", "-A"], cwd=root, check=True)
-        subprocess.run(["git", "commit", "-qm", "init"], cwd=root, check=True, env=env)
+        env = {**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@b", "GIT_COMMITTER_NAME": "b",
+               "GIT_COMMITTER_EMAIL": "b@b"}
+        subprocess.run([sys.executable, "-m", "brewkb", "init", str(root)], check=True, capture_output=True,
+                       env=env)  # init commits its files
         result = refine(run="reuse", start=root)
     asked = result.episodes_run + result.episodes_reused
     print(f"shop world, default refine: {result.nodes} nodes; search episodes asked for {asked}, "
