@@ -31,12 +31,14 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import logging
 import os
 import random
 import shutil
 import stat
 import subprocess
 import tempfile
+import warnings
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -180,8 +182,10 @@ def _read(path: Path) -> tuple[Values, set[tuple[str, str]], str]:
     """Cached values of every sheet, the cells whose formula lacks its value, and a
     digest of the workbook's cell contents (formulas included, file metadata not)."""
     openpyxl = _openpyxl()
-    values = openpyxl.load_workbook(path, data_only=True)
-    formulas = openpyxl.load_workbook(path, data_only=False)
+    with warnings.catch_warnings():  # openpyxl warns about extensions it drops; they hold no cell values
+        warnings.simplefilter("ignore", UserWarning)
+        values = openpyxl.load_workbook(path, data_only=True)
+        formulas = openpyxl.load_workbook(path, data_only=False)
     out: Values = {}
     missing: set[tuple[str, str]] = set()
     digest = hashlib.sha256()
@@ -237,14 +241,19 @@ def _libreoffice(path: Path, work: Path) -> Path | None:
 
 
 def _formulas(path: Path, work: Path) -> Values | None:
+    os.environ.setdefault("TQDM_DISABLE", "1")  # formulas draws progress bars on stderr for every workbook
     try:
         import formulas
     except ImportError:
         return None
     out = work / "formulas"
-    model = formulas.ExcelModel().loads(str(path)).finish()
-    model.calculate()
-    model.write(dirpath=str(out))
+    # links to other workbooks and unsupported extensions are the workbook's own: not the user's to act on
+    logging.getLogger("formulas").setLevel(logging.CRITICAL)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = formulas.ExcelModel().loads(str(path)).finish()
+        model.calculate()
+        model.write(dirpath=str(out))
     written = next(out.glob("*"), None)
     if written is None:
         return None
