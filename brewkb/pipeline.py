@@ -278,16 +278,21 @@ class Pipeline:
                            "or `brewkb import ... --run` first")
         return base + self.run.read_trajectories(FILES["relabel"])
 
-    async def grades(self) -> dict[str, Any]:
-        if self._skip("grades"):
-            return _read_keyed(self.run.file(FILES["grades"]))
-        started = time.monotonic()
+    def rubrics(self) -> list[Any]:
+        """The behaviour rubrics the judge scores (``kb.rubric_file``, else the built-in ones)."""
         rubric_file = self.config.kb.rubric_file
         text = (self.kb.root / rubric_file).read_text(encoding="utf-8") if rubric_file else \
             grading.default_rubrics_text()
         rubrics = grading.parse_rubrics(text)
         if not rubrics:
             raise BrewError(f"{rubric_file or 'the default rubric file'} has no rubrics (`- `id`: text` lines)")
+        return rubrics
+
+    async def grades(self) -> dict[str, Any]:
+        if self._skip("grades"):
+            return _read_keyed(self.run.file(FILES["grades"]))
+        started = time.monotonic()
+        rubrics = self.rubrics()
         by_id = {t.id: t for t in self.run.read_trajectories(FILES["rollouts"])}
 
         async def work(key: str) -> Any:
@@ -362,9 +367,12 @@ class Pipeline:
         by_id = {t.id: t.with_(rubric=grades.get(t.id, t.rubric)) for t in train + evaluation}
         eval_ids = {t.id for t in evaluation}
         scrubber = scrubber_of(self.config.scrub)  # the reflector never reads personal data
+        rubrics = self.rubrics()
 
         async def work(key: str) -> Any:
-            insights, bad = await reflect.reflect(self.backend, by_id[key], self.config.stages.concepts_per_trajectory,
+            # relabelled trajectories were never graded: the judge scores them here (eval rollouts only map concepts)
+            trajectory = by_id[key] if key in eval_ids else await grading.judged(self.backend, by_id[key], rubrics)
+            insights, bad = await reflect.reflect(self.backend, trajectory, self.config.stages.concepts_per_trajectory,
                                                   scrubber)
             return {"insights": [i.to_json() for i in insights], "rejected": bad}
 

@@ -95,8 +95,9 @@ def plan_refine(p: PlanInputs) -> RunPlan:
     if todo("relabel"):
         calls["relabeller"] += 2 * relabelled
         episodes += relabelled
-    if todo("reflections"):
+    if todo("reflections"):  # relabelled trajectories are judged there
         calls["reflector"] += 2 * (p.train_tasks + relabelled + p.eval_tasks)
+        calls["judge"] += 2 * relabelled
     if todo("concepts"):
         calls["embeddings"] += 1
     if p.concepts is not None:
@@ -116,6 +117,7 @@ def plan_refine(p: PlanInputs) -> RunPlan:
         for _ in range(max(1, p.gathers), p.rounds + 1):
             episodes += expansion_tasks + p.per_expansion * sum(e for _, e in sizes)
             calls["reflector"] += 2 * expansion_tasks
+            calls["judge"] += 2 * expansion_tasks
             calls["embeddings"] += expansion_tasks * p.concepts_per_trajectory
             calls["integrator"] += n * p.per_expansion * per_integration
     if n and todo("search"):  # the final evaluation: each concept's candidates and its base version

@@ -53,7 +53,8 @@ def test_plan_calls_nothing_and_bounds_what_the_run_spends_through_the_fallback(
         assert posts(fake) == 0 and not (repo / "runs" / "p").exists()
         plan = json.loads(planned.stdout)
         assert plan["concepts_known"] is False and plan["cost"] > 0
-        assert plan["calls"]["judge"] == 2 * 8 + 2 * 4  # 8 train rollouts with a repair each, the fallback allowance
+        # 8 train rollouts and the 8 episodes of the one expansion round, a repair each; the fallback allowance
+        assert plan["calls"]["judge"] == 2 * 8 + 2 * 8 + 2 * 4
         result = brewkb(repo, "refine", "--run", "p", *SETTINGS)
         assert result.returncode == 0, result.stderr[-2000:]
         assert "Traceback" not in result.stderr

@@ -246,3 +246,19 @@ def test_episodes_that_fail_to_run_are_counted_and_named(make_repo: MakeRepo) ->
     assert "rollouts: 3 of 10 episodes failed to run (agent or endpoint errors); the first: agent: " in out.stderr
     assert "rollouts: 10 episodes (3 failed to run), success rate" in out.stdout
     assert stages_done(root, "r")["rollouts"]["failed_to_run"] == 3
+
+
+def test_relabelled_and_expansion_episodes_are_judged_before_reflection(make_repo: MakeRepo,
+                                                                         endpoint: FakeOpenAI) -> None:
+    root = shop_kb(make_repo, "greedy")
+    out = brewkb(root, endpoint, "refine", "--run", "r", "--no-eval")
+    assert_clean_run(root, out, "r")
+    reflected = [body["messages"][-1]["content"] for _, body in endpoint.requests
+                 if body.get("response_format", {}).get("json_schema", {}).get("name") == "reflection"]
+    # only the 5 eval rollouts, which map concepts, reach the Reflector without the judge's scores
+    assert len([text for text in reflected if "Rubric scores from the judge" not in text]) == 5
+    relabelled = stages_done(root, "r")["relabel"]["relabelled"]
+    entries = [e for e in read_ledger(root / "runs" / "r" / "ledger.jsonl") if e.role == "judge" and not e.error]
+    # the 10 train rollouts are graded, relabelled runs judged; expansion episodes are judged too (an
+    # episode identical to a graded one is judged from the cache, and the ledger counts that)
+    assert len(entries) > 10 + relabelled

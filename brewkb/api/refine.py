@@ -32,6 +32,7 @@ from brewkb.search.expand import Expander
 from brewkb.search.final import FinalChoice, chosen_nodes, finalize, recorded_choices
 from brewkb.search.store import SearchStore, find_base
 from brewkb.search.tree import Tree
+from brewkb.stages.scrub import scrubber_of
 
 __all__ = ["RefineResult", "refine", "arefine", "load_trees", "gc", "pr_message"]
 
@@ -181,7 +182,8 @@ async def _search(kb: KB, pipeline: Pipeline, folder: Run, spec: SearchSpec, bas
                         threshold=config.stages.concept_threshold, retries=config.stages.integrate_retries,
                         max_concepts=config.stages.concepts_per_trajectory,
                         insights=await _stage_insights(pipeline, mapping, q_train),
-                        journal=folder.file("insights.jsonl"))
+                        journal=folder.file("insights.jsonl"), rubrics=pipeline.rubrics(),
+                        scrubber=scrubber_of(config.scrub))
     evaluator = Evaluator(**common, q_eval={c.slug: c.q_eval for c in concepts}, q_train=q_train,
                           lambda_corr=spec.lambda_corr, lambda_ret=spec.lambda_ret)
     store = SearchStore(kb.store, folder.id, base, kb.recipes_prefix())

@@ -1,5 +1,6 @@
 """Expanding a node: run the agent on its concept's train tasks with the
-current KB, reflect on the episodes, keep the insights that map to the
+current KB, judge the episodes by the rubrics and reflect on them (scrubbed
+of personal data, as in the stages), keep the insights that map to the
 concept, and let the integrator write candidate children of the node from
 its document and *all* insights of the concept so far (I_k ∪ B_new, as in the
 paper's Algorithm): the insights the stages found, those of earlier rounds
@@ -26,12 +27,14 @@ from brewkb.executors import Executor, Job
 from brewkb.fsutil import append_line
 from brewkb.index import RecipeIndex
 from brewkb.llm.embed import cosine_matrix
-from brewkb.llm.roles import Backend, Insight
+from brewkb.llm.roles import Backend, Insight, Rubric
 from brewkb.recipes import Recipe
 from brewkb.retrieval import render_context
 from brewkb.search.episodes import EpisodeCache, context_key, run_jobs
+from brewkb.stages import grading
 from brewkb.stages.integrate import integrate
 from brewkb.stages.reflect import reflect
+from brewkb.stages.scrub import Scrubber
 from brewkb.trajectories import KBUse, Trajectory
 
 __all__ = ["Expander", "ExpandRequest"]
@@ -46,11 +49,13 @@ class Expander:
                  tasks: Mapping[str, Task], q_train: Mapping[str, Sequence[str]], mapping: Mapping[str, str],
                  titles: Mapping[str, tuple[str, tuple[str, ...]]], k: int, budget: int, boosts: Boosts,
                  threshold: float, retries: int, max_concepts: int,
-                 insights: Mapping[str, Sequence[Insight]] | None = None, journal: Path | None = None) -> None:
+                 insights: Mapping[str, Sequence[Insight]] | None = None, journal: Path | None = None,
+                 rubrics: Sequence[Rubric] = (), scrubber: Scrubber | None = None) -> None:
         self.env, self.agent, self.executor, self.cache, self.backend = env, agent, executor, cache, backend
         self.tasks, self.q_train, self.mapping, self.titles = tasks, q_train, dict(mapping), titles
         self.k, self.budget, self.boosts = k, budget, boosts
         self.threshold, self.retries, self.max_concepts = threshold, retries, max_concepts
+        self.rubrics, self.scrubber = rubrics, scrubber
         self._reflections: dict[str, list[Insight]] = {}
         self._new: dict[str, str | None] = {}
         self._stage = {c: list(v) for c, v in (insights or {}).items()}
@@ -113,10 +118,15 @@ class Expander:
 
     async def _insights(self, trajectories: Sequence[Trajectory]) -> list[Insight]:
         fresh = {t.id: t for t in trajectories if t.id not in self._reflections}
-        results = await gather_all(reflect(self.backend, t, self.max_concepts) for t in fresh.values())
+        results = await gather_all(self._reflect(t) for t in fresh.values())
         for key, (insights, _) in zip(fresh, results, strict=True):
             self._reflections[key] = insights
         return [i for t in trajectories for i in self._reflections[t.id]]
+
+    async def _reflect(self, trajectory: Trajectory) -> tuple[list[Insight], list[str]]:
+        """Insights of one expansion episode, judged by the rubrics first, as the stages do."""
+        judged = await grading.judged(self.backend, trajectory, self.rubrics)
+        return await reflect(self.backend, judged, self.max_concepts, self.scrubber)
 
     async def expand(self, requests: Mapping[str, ExpandRequest],
                      current: Mapping[str, Recipe]) -> dict[str, dict[int, Recipe]]:

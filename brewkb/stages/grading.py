@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Sequence
 from importlib import resources
@@ -10,7 +11,9 @@ from brewkb.errors import LLMError
 from brewkb.llm.roles import Backend, Rubric, RubricScores
 from brewkb.trajectories import Trajectory
 
-__all__ = ["parse_rubrics", "default_rubrics_text", "judge"]
+__all__ = ["parse_rubrics", "default_rubrics_text", "judge", "judged"]
+
+log = logging.getLogger(__name__)
 
 _RUBRIC = re.compile(r"^\s*[-*]\s+`([a-z0-9][a-z0-9-]*)`\s*:\s*(.+?)\s*$")
 
@@ -22,6 +25,19 @@ def parse_rubrics(text: str) -> list[Rubric]:
 
 def default_rubrics_text() -> str:
     return resources.files("brewkb").joinpath("data", "rubrics.md").read_text(encoding="utf-8")
+
+
+async def judged(backend: Backend, trajectory: Trajectory, rubrics: Sequence[Rubric]) -> Trajectory:
+    """``trajectory`` with the judge's rubric scores, for the Reflector; a
+    trajectory that has them already, or that the judge fails on, as it is."""
+    if trajectory.rubric or not rubrics:
+        return trajectory
+    try:
+        scores = await judge(backend, trajectory, rubrics)
+    except LLMError as exc:
+        log.warning("judge: %s; reflecting on %s without rubric scores", exc, trajectory.id)
+        return trajectory
+    return trajectory.with_(rubric=scores.to_json())
 
 
 async def judge(backend: Backend, trajectory: Trajectory, rubrics: Sequence[Rubric]) -> RubricScores:
