@@ -33,7 +33,7 @@ from brewkb.recipes import Recipe, parse_recipe, render_recipe
 from brewkb.search.evaluate import Evaluator
 from brewkb.search.expand import Expander
 from brewkb.search.store import SearchStore, StoredRun
-from brewkb.search.tree import Node, Tree, best_node, uct_select
+from brewkb.search.tree import Node, Tree, best_node, changed_chars, uct_select
 
 __all__ = ["SearchSpec", "SearchResult", "search", "rebuild"]
 
@@ -126,9 +126,9 @@ def _select(spec: SearchSpec, tree: Tree) -> Node | None:
     return end if end.depth < limit and not end.children else None
 
 
-def _chosen(spec: SearchSpec, tree: Tree) -> Node:
+def _chosen(spec: SearchSpec, tree: Tree, changed: Mapping[int, int] | None = None) -> Node:
     if spec.strategy == "mcts":
-        return best_node(tree)
+        return best_node(tree, changed)
     evaluated = [n for n in tree.evaluated()]
     if spec.strategy == "greedy":
         return _greedy_end(tree) if _greedy_end(tree).reward is not None else tree.root
@@ -145,6 +145,19 @@ class _Loop:
         if key not in self.state.docs:
             self.state.docs[key] = parse_recipe(self.store.text(self.state.commits[key][1]))
         return self.state.docs[key]
+
+    def changed(self, concept: str, tree: Tree) -> dict[int, int]:
+        """Characters changed from the parent, for the nodes tied at the best
+        own reward (``best_node``'s first tie-break); read only when there is a tie."""
+        evaluated = [n for n in tree.evaluated() if n.parent is not None]
+        if not evaluated:
+            return {}
+        top = max(round(n.reward or 0.0, 12) for n in tree.evaluated())
+        tied = [n for n in evaluated if round(n.reward or 0.0, 12) == top]
+        if len(tied) < 2:
+            return {}
+        text = lambda node: self.store.text(self.state.commits[(concept, node)][1])  # noqa: E731
+        return {n.id: changed_chars(text(n.parent), text(n.id)) for n in tied}
 
     def current(self) -> dict[str, Recipe]:
         """The KB of the last gather, read from the ``kb`` branch (so a resumed
@@ -187,7 +200,7 @@ class _Loop:
         best = {}
         lines = []
         for concept, tree in sorted(self.state.trees.items()):
-            node = _chosen(self.spec, tree)
+            node = _chosen(self.spec, tree, self.changed(concept, tree))
             commit, blob = self.state.commits[(concept, node.id)]
             best[concept] = (commit, blob, node.id)
             lines.append(f"{concept}: n{node.id} (mean reward {node.mean:.3f}, {node.visits} evaluated)")
@@ -240,7 +253,7 @@ async def search(spec: SearchSpec, store: SearchStore, expander: Expander, evalu
         await loop.iteration(it)
         events(Event("item_done", "search", done=it + 1, total=spec.rounds + 1, message=f"iteration {it}"))
     events(Event("stage_finished", "search", message=f"in {time.monotonic() - started:.1f} s"))
-    chosen = {c: _chosen(spec, t).id for c, t in state.trees.items()}
+    chosen = {c: _chosen(spec, t, loop.changed(c, t)).id for c, t in state.trees.items()}
     kb = store.git.read_ref(f"refs/heads/brew/{store.run}/kb")
     return SearchResult(state.trees, chosen, {c: loop.doc((c, n)) for c, n in chosen.items()}, kb,
                         state.eval_run, state.eval_reused, evaluator.cache.run, evaluator.cache.reused)

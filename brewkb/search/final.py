@@ -14,7 +14,6 @@ so a resumed run reads it instead of evaluating again.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -22,9 +21,9 @@ from typing import Any
 from brewkb.recipes import Recipe, parse_recipe
 from brewkb.search.evaluate import Evaluator
 from brewkb.search.store import SearchStore
-from brewkb.search.tree import Tree, best_node, ranked
+from brewkb.search.tree import Tree, best_node, changed_chars, ranked
 
-__all__ = ["FinalChoice", "finalize", "changed_chars", "recorded_choices", "chosen_nodes"]
+__all__ = ["FinalChoice", "finalize", "recorded_choices", "chosen_nodes"]
 
 BASE = "base"
 
@@ -55,12 +54,6 @@ class FinalChoice:
     def from_json(cls, concept: str, data: Mapping[str, Any]) -> FinalChoice:
         return cls(concept, data["node"], bool(data["kept"]), data["base"], float(data["base_reward"]),
                    float(data["reward"]), {k: float(v) for k, v in data["candidates"].items()}, data["split"])
-
-
-def changed_chars(parent: str, child: str) -> int:
-    """Characters inserted or deleted from ``parent`` to ``child``."""
-    ops = difflib.SequenceMatcher(None, parent, child, autojunk=False).get_opcodes()
-    return sum(max(i2 - i1, j2 - j1) for tag, i1, i2, j1, j2 in ops if tag != "equal")
 
 
 async def finalize(store: SearchStore, evaluator: Evaluator, trees: Mapping[str, Tree], *, candidates: int,

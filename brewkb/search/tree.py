@@ -9,6 +9,8 @@ back-propagation maintains and what a rebuild from git derives.
 
 from __future__ import annotations
 
+import difflib
+
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -98,6 +100,12 @@ def _expandable(tree: Tree, node: Node, width: int, max_depth: int) -> bool:
     if len(node.children) < width and node.depth < max_depth:
         return True
     return any(_expandable(tree, tree.nodes[c], width, max_depth) for c in node.children)
+
+
+def changed_chars(parent: str, child: str) -> int:
+    """Characters inserted or deleted from ``parent`` to ``child``."""
+    ops = difflib.SequenceMatcher(None, parent, child, autojunk=False).get_opcodes()
+    return sum(max(i2 - i1, j2 - j1) for tag, i1, i2, j1, j2 in ops if tag != "equal")
 
 
 def best_node(tree: Tree, changed: Mapping[int, int] | None = None) -> Node:
