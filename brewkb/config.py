@@ -169,6 +169,9 @@ class RetrievalConfig:
     context_tokens: int = field(default=1500, metadata=_min(1))
     """Budget of the rendered context block, in approximate tokens."""
     boosts: Boosts = Boosts()
+    per_turn: bool = False
+    """In conversational environments (τ²), retrieve again after each user
+    turn, with the user's turns so far as the query."""
 
 
 @dataclass(frozen=True)
@@ -377,6 +380,7 @@ workers = 2
 [retrieval]
 k = 3
 context_tokens = 1500
+per_turn = false          # true: retrieve again after each user turn (conversational environments)
 
 [search]
 strategy = "mcts"         # "mcts", "greedy" or "iterative"
