@@ -169,6 +169,9 @@ class RetrievalConfig:
     context_tokens: int = field(default=1500, metadata=_min(1))
     """Budget of the rendered context block, in approximate tokens."""
     boosts: Boosts = Boosts()
+    per_turn: bool = False
+    """In conversational environments (τ²), retrieve again after each user
+    turn, with the user's turns so far as the query."""
 
 
 @dataclass(frozen=True)
@@ -304,6 +307,10 @@ def parse_config(text: str, source: str = CONFIG_FILE) -> Config:
     if not any(dataclasses.astuple(config.retrieval.boosts)):
         raise ConfigError("retrieval.boosts: every boost is 0, so no recipe could ever be found; "
                           "set retrieval.boosts.text = 1")
+    if config.retrieval.per_turn and config.executor.name == "ray":
+        # the recipe index (Tantivy) cannot be pickled to Ray workers
+        raise ConfigError('retrieval.per_turn: not available with executor.name = "ray"; '
+                          'use executor.name = "local" or set retrieval.per_turn = false')
     return config
 
 
@@ -377,6 +384,7 @@ workers = 2
 [retrieval]
 k = 3
 context_tokens = 1500
+per_turn = false          # true: retrieve again after each user turn (conversational environments)
 
 [search]
 strategy = "mcts"         # "mcts", "greedy" or "iterative"

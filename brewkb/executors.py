@@ -15,13 +15,16 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from brewkb.agents.base import arun_episode, run_episode
 from brewkb.config import ExecutorConfig
 from brewkb.envs.base import Environment, Task
 from brewkb.errors import ConfigError
 from brewkb.trajectories import KBUse, Trajectory
+
+if TYPE_CHECKING:
+    from brewkb.context import ContextProvider
 
 __all__ = ["Job", "Executor", "LocalExecutor", "RayExecutor", "make_executor"]
 
@@ -33,6 +36,8 @@ class Job:
     task: Task
     context: str
     kb: KBUse
+    retriever: ContextProvider | None = None
+    """The provider of ``context``, given to agents that retrieve per turn (else ``None``)."""
 
 
 class Executor(Protocol):
@@ -59,14 +64,15 @@ class LocalExecutor:
         if hasattr(agent, "arun"):
             async def one(i: int, job: Job) -> tuple[int, Trajectory]:
                 async with limit:
-                    return i, await arun_episode(agent, job.task, job.context, env, job.kb)
+                    return i, await arun_episode(agent, job.task, job.context, env, job.kb, job.retriever)
 
             await _in_completion_order([one(i, j) for i, j in enumerate(jobs)], on_result)
             return
         loop = asyncio.get_running_loop()
         with ThreadPoolExecutor(self.workers, thread_name_prefix="brewkb-episode") as pool:
             async def threaded(i: int, job: Job) -> tuple[int, Trajectory]:
-                return i, await loop.run_in_executor(pool, run_episode, agent, job.task, job.context, env, job.kb)
+                return i, await loop.run_in_executor(pool, run_episode, agent, job.task, job.context,
+                                                      env, job.kb, job.retriever)
 
             await _in_completion_order([threaded(i, j) for i, j in enumerate(jobs)], on_result)
 
@@ -75,7 +81,7 @@ class LocalExecutor:
 
 
 def _ray_episode(agent: Any, env: Environment, job: Job) -> Trajectory:
-    return run_episode(agent, job.task, job.context, env, job.kb)
+    return run_episode(agent, job.task, job.context, env, job.kb, job.retriever)
 
 
 class _EpisodeActor:
@@ -86,7 +92,7 @@ class _EpisodeActor:
         self.agent, self.env = agent, env
 
     async def episode(self, job: Job) -> Trajectory:
-        return await arun_episode(self.agent, job.task, job.context, self.env, job.kb)
+        return await arun_episode(self.agent, job.task, job.context, self.env, job.kb, job.retriever)
 
     async def close(self) -> None:
         close = getattr(self.agent, "aclose", None)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from brewkb.agents import load_agent
-from brewkb.agents.base import episode_error
+from brewkb.agents.base import episode_error, retrieves_per_turn
 from brewkb.aio import gather_all
 from brewkb.budget import Budget, BudgetedExecutor
 from brewkb.config import Config
@@ -37,7 +37,7 @@ from brewkb.envs import load_environment
 from brewkb.envs.base import Environment, Task
 from brewkb.errors import AllFailedError, BrewError, LLMError, RunError
 from brewkb.events import Event, Events, EventSink, null_sink
-from brewkb.executors import Executor, Job, make_executor
+from brewkb.executors import Executor, make_executor
 from brewkb.fsutil import append_line, write_atomic
 from brewkb.kb import KB
 from brewkb.llm import open_backend
@@ -243,7 +243,8 @@ class Pipeline:
         describe = getattr(self.env, "describe", None)
         if describe is not None:  # e.g. a seeded split over a dataset: recorded with the run
             self.run.set_manifest("environment", describe())
-        jobs = rollouts.make_jobs(self.env.tasks(split) * repeats, self.provider(context, rev))
+        jobs = rollouts.make_jobs(self.env.tasks(split) * repeats, self.provider(context, rev),
+                                  retrieves_per_turn(self.agent))
         keys = [f"{j.task.id}#{n // max(1, len(jobs) // repeats)}" for n, j in enumerate(jobs)]
         done = self._partial(stage)
         todo = [(k, j) for k, j in zip(keys, jobs, strict=True) if k not in done]
@@ -333,7 +334,7 @@ class Pipeline:
         done = self._partial("relabel")
         todo = [key for key in new if key not in done]
         provider = self.provider("kb", None)
-        jobs = [Job(new[key], *provider.context(new[key].text)) for key in todo]
+        jobs = rollouts.make_jobs([new[key] for key in todo], provider, retrieves_per_turn(self.agent))
 
         errors: list[str] = []
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,15 +43,22 @@ USER_THANKS = "That is all, thank you. ###STOP###"
 LOOKUP = {"name": "get_user_details", "arguments": {"user_id": "mia_li_3668"}}
 
 
-def user_turn(body: dict[str, Any]) -> dict[str, Any] | None:
-    """The τ² user (a request whose system prompt holds a ``<scenario>``):
-    asks once, then stops. ``None`` for any other request."""
-    messages = body.get("messages") or []
-    system = str(messages[0].get("content") or "") if messages else ""
-    if "<scenario>" not in system:
-        return None
-    spoken = sum(1 for m in messages if m.get("role") == "assistant")
-    return {"content": USER_OPENING if spoken == 0 else USER_THANKS}
+def scripted_user(*turns: str) -> Callable[[dict[str, Any]], dict[str, Any] | None]:
+    """A τ² user (a request whose system prompt holds a ``<scenario>``) who
+    says ``turns`` in order, repeating the last. ``None`` for any other request."""
+    def user(body: dict[str, Any]) -> dict[str, Any] | None:
+        messages = body.get("messages") or []
+        system = str(messages[0].get("content") or "") if messages else ""
+        if "<scenario>" not in system:
+            return None
+        spoken = sum(1 for m in messages if m.get("role") == "assistant")  # the user's own turns, flipped
+        return {"content": turns[min(spoken, len(turns) - 1)]}
+
+    return user
+
+
+user_turn = scripted_user(USER_OPENING, USER_THANKS)
+"""Asks once, then stops."""
 
 
 def agent_turn(body: dict[str, Any]) -> dict[str, Any]:
@@ -61,10 +69,11 @@ def agent_turn(body: dict[str, Any]) -> dict[str, Any]:
 
 
 class Tau2Player:
-    """Every role brewkb asks for, with the τ² user and agent above."""
+    """Every role brewkb asks for, with a τ² user (``user_turn`` unless given) and the agent above."""
 
-    def __init__(self) -> None:
+    def __init__(self, user: Callable[[dict[str, Any]], dict[str, Any] | None] = user_turn) -> None:
+        self.user = user
         self.others = RolePlayer(policy=agent_turn)
 
     def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
-        return user_turn(body) or self.others(body)
+        return self.user(body) or self.others(body)

@@ -45,6 +45,7 @@ def test_values_are_read_into_nested_dataclasses() -> None:
         ("[search\n", "not valid TOML"),
         ("search = 3", "search: expected a table, got 3"),
         ("[retrieval.boosts]\ntext = 0", "retrieval.boosts: every boost is 0"),
+        ('[retrieval]\nper_turn = true\n[executor]\nname = "ray"', "retrieval.per_turn: not available with"),
     ],
 )
 def test_errors_name_the_key_path(toml: str, message: str) -> None:

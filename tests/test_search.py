@@ -141,6 +141,41 @@ def test_episodes_are_reused_when_the_candidate_is_not_retrieved() -> None:
     assert agent.runs == 5  # reuse off: both tasks run again
 
 
+class PerTurnAgent(CountingAgent):
+    """Retrieves again at a later turn with the task's ``later`` words."""
+
+    retrieves_per_turn = True
+
+    def run(self, task: Task, context: str, env: Any, retriever: Any = None) -> Trajectory:
+        self.runs += 1
+        text, use = retriever.context(task.data["later"])
+        return Trajectory(task_id=task.id, task=task.text, messages=({"role": "user", "content": context + text},),
+                          outcome=Outcome(False, 0.0),
+                          meta={"retrievals": [{"turn": 1, "query": task.data["later"], "recipes": list(use.recipes)}]})
+
+
+def test_per_turn_episodes_are_reused_only_under_the_same_kb() -> None:
+    tasks = {"t1": Task("t1", "refund a damaged parcel", "eval", {"needs": "parcel", "later": "refund parcel"}),
+             "t2": Task("t2", "cancel a pending order", "eval", {"needs": "card", "later": "refund to the card"})}
+    current = {"refund": recipe("refund", "refund damaged parcel"), "cancel": recipe("cancel", "cancel pending order")}
+    agent = PerTurnAgent()
+    cache = EpisodeCache(1)
+    evaluator = Evaluator(env=ContextEnv(), agent=agent, executor=LocalExecutor(1), cache=cache, tasks=tasks,
+                          q_eval={"refund": ["t1", "t2"]}, q_train={}, k=1, budget=500, boosts=Boosts(),
+                          lambda_corr=0.5, lambda_ret=0.5)
+    card = recipe("refund", "refund a damaged parcel to the card")
+    asyncio.run(evaluator.evaluate({"a": ("refund", recipe("refund", "refund damaged parcel money back"))}, current))
+    # t2's first context is the cancel recipe under both candidates, but its later turn retrieves the
+    # candidate: keyed by context alone it would be reused; keyed by the KB it runs again
+    second = asyncio.run(evaluator.evaluate({"b": ("refund", card)}, current))
+    assert agent.runs == 4 and [t["reused"] for t in second["b"].tasks] == [False, False]
+    assert second["b"].r_corr == 1.0  # t2 passes only with the card recipe its later turn retrieved
+    t2 = next(t for ts in cache.episodes.values() for t in ts if t.task_id == "t2" and "card" in str(t.messages))
+    assert t2.kb.recipes == ("refund",)  # the KB use is the turns' retrievals, not the first context's
+    again = asyncio.run(evaluator.evaluate({"c": ("refund", card)}, current))  # the same KB: reused
+    assert agent.runs == 4 and [t["reused"] for t in again["c"].tasks] == [True, True]
+
+
 class RoundBackend:
     """Reflects a fixed insight the first time it sees a trajectory and records
     what the integrator receives."""

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.tau2_policies import USER_OPENING, USER_THANKS, Tau2Player, require_tau2, tau2_kb
+from tests.tau2_policies import USER_OPENING, USER_THANKS, Tau2Player, require_tau2, scripted_user, tau2_kb
 
 require_tau2()
 
 from brewkb.llm.ledger import read_ledger  # noqa: E402
 from brewkb.trajectories import read_jsonl  # noqa: E402
-from tests.conftest import git  # noqa: E402
+from tests.conftest import git, recipe_text  # noqa: E402
 from tests.fakes.openai_server import FakeOpenAI  # noqa: E402
 from tests.fakes.roles import embed  # noqa: E402
 
@@ -66,6 +66,46 @@ def test_rollout_writes_graded_conversations_whose_user_turns_come_from_the_user
     assert {"agent", "user"} <= roles
     # A read-only conversation succeeds exactly on the tasks that expect no change and no answer.
     assert 0 < sum(t.success for t in runs) < len(runs)
+
+
+USER_CANCEL = "Also, please cancel my reservation EHGLP3."
+PER_TURN_RECIPES = {
+    "look-up-profile": recipe_text("look-up-profile", "Look up a traveller's profile by the user id.",
+                                   "## How to perform\n\n1. Call get_user_details.\n"),
+    "cancel-reservation": recipe_text("cancel-reservation", "Cancel a reservation the traveller asks to cancel.",
+                                      "## How to perform\n\n1. Call cancel_reservation.\n"),
+    "pet-travel": recipe_text("pet-travel", "Bring an animal on board.", "## How to perform\n\n1. Ask.\n"),
+}
+
+
+def test_per_turn_retrieval_refreshes_the_system_prompt_after_each_user_turn(tmp_path: Path) -> None:
+    kb = tau2_kb(tmp_path / "kb", AIRLINE + "[retrieval]\nk = 2\nper_turn = true\n")
+    for name, text in PER_TURN_RECIPES.items():
+        (kb / "recipes" / f"{name}.md").write_text(text)
+    git(kb, "add", "-A")
+    git(kb, "commit", "-qm", "recipes")
+    user = scripted_user(USER_OPENING, USER_CANCEL, USER_THANKS)
+    with FakeOpenAI(default=Tau2Player(user=user), embed=embed) as fake:
+        out = brewkb(kb, fake, "rollout", "--run", "p", "--split", "eval", "--context", "kb")
+        requests = [r for _, r in fake.requests if r.get("tools")]
+    assert out.returncode == 0, out.stderr[-3000:]
+    runs = list(read_jsonl(kb / "runs" / "p" / "rollouts-eval.jsonl"))
+    assert len(runs) == 10
+    for t in runs:
+        turns = t.meta["retrievals"]  # one per user turn the agent answered (the third one stops)
+        assert [(r["turn"], r["query"]) for r in turns] == [
+            (0, USER_OPENING), (1, f"{USER_OPENING}\n{USER_CANCEL}")]
+        assert "look-up-profile" in turns[0]["recipes"] and "cancel-reservation" not in turns[0]["recipes"]
+        assert "cancel-reservation" in turns[1]["recipes"]
+        assert set(t.kb.recipes) == {n for r in turns for n in r["recipes"]}
+        assert "## Recipe: cancel-reservation" in t.messages[0]["content"]
+    # what the endpoint was sent: the recipe enters the agent's prompt only after the user asked for it
+    before = [r for r in requests if not any(m.get("content") == USER_CANCEL for m in r["messages"])]
+    after = [r for r in requests if any(m.get("content") == USER_CANCEL for m in r["messages"])]
+    assert before and after  # identical requests of different tasks are answered from the LLM cache
+    assert all("## Recipe: look-up-profile" in r["messages"][0]["content"] for r in before + after)
+    assert not any("## Recipe: cancel-reservation" in r["messages"][0]["content"] for r in before)
+    assert all("## Recipe: cancel-reservation" in r["messages"][0]["content"] for r in after)
 
 
 def test_refine_on_tau2_airline_ends_with_a_pr_branch(tmp_path: Path, endpoint: FakeOpenAI) -> None:

@@ -31,7 +31,7 @@ def _tool_agent(config: Config, root: Path, client: Any) -> Any:
     if client is None:
         raise AgentError('the tool-agent needs an LLM: set llm.backend = "openai" and an endpoint '
                          "(see docs/llm.md), or choose another agent")
-    return ToolAgent(client, max_steps=config.agent.max_steps)
+    return ToolAgent(client, max_steps=config.agent.max_steps, per_turn=config.retrieval.per_turn)
 
 
 def _shop_scripted(config: Config, root: Path, client: Any) -> Any:

@@ -4,6 +4,11 @@ An agent runs one task with a rendered KB context and returns a trajectory.
 Whatever goes wrong inside — an exception, a timeout, garbage output — the
 wrapper turns it into a *failed* trajectory carrying the error, so a run never
 stops because of one episode. Agents must not mutate the task or context.
+
+An agent that retrieves per turn (``retrieves_per_turn``, the tool agent with
+``retrieval.per_turn``) also gets the episode's context provider as
+``retriever``; it records each turn's retrieval in ``meta["retrievals"]``, and
+the trajectory's KB use becomes the recipes of every turn.
 """
 
 from __future__ import annotations
@@ -12,13 +17,17 @@ import logging
 import time
 import traceback
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from brewkb.errors import BrewError, BudgetExhausted
 from brewkb.envs.base import Environment, Task
 from brewkb.trajectories import KBUse, Outcome, Trajectory
 
-__all__ = ["Agent", "AsyncAgent", "failed", "finish", "run_episode", "arun_episode", "episode_error"]
+if TYPE_CHECKING:
+    from brewkb.context import ContextProvider
+
+__all__ = ["Agent", "AsyncAgent", "failed", "finish", "run_episode", "arun_episode", "episode_error",
+           "retrieves_per_turn", "seen_kb"]
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +36,8 @@ class Agent(Protocol):
     """``run`` returns the episode's trajectory; its outcome is provisional and
     is replaced by the environment's grade. ``retrieves_per_step`` is true for
     agents that query the KB during the episode (then an episode depends on the
-    whole KB, not only on the recipes retrieved for the task)."""
+    whole KB, not only on the recipes retrieved for the task). An agent with
+    ``retrieves_per_turn`` true also accepts ``retriever=`` (see above)."""
 
     name: str
     retrieves_per_step: bool
@@ -40,6 +50,20 @@ class AsyncAgent(Protocol):
     retrieves_per_step: bool
 
     async def arun(self, task: Task, context: str, env: Environment) -> Trajectory: ...
+
+
+def retrieves_per_turn(agent: Any) -> bool:
+    """Whether ``agent`` retrieves again during a conversation (its jobs then carry a retriever)."""
+    return bool(getattr(agent, "retrieves_per_turn", False))
+
+
+def seen_kb(kb: KBUse, trajectory: Trajectory) -> KBUse:
+    """The KB use of an episode that retrieved per turn: every recipe that any
+    turn's retrieval put in the agent's prompt (``kb`` when no turn retrieved)."""
+    turns = trajectory.meta.get("retrievals")
+    if not isinstance(turns, list) or not turns:
+        return kb
+    return KBUse(kb.revision, tuple(dict.fromkeys(str(n) for t in turns for n in t.get("recipes", ()))))
 
 
 def failed(task: Task, error: str, *, messages: Sequence[Mapping[str, Any]] = (),
@@ -75,10 +99,12 @@ def cut_by_budget(task: Task, exc: BudgetExhausted) -> Trajectory:
     return failed(task, str(exc), meta={"budget_exhausted": exc.option})
 
 
-def run_episode(agent: Agent, task: Task, context: str, env: Environment, kb: KBUse) -> Trajectory:
+def run_episode(agent: Agent, task: Task, context: str, env: Environment, kb: KBUse,
+                retriever: ContextProvider | None = None) -> Trajectory:
     start = time.monotonic()
     try:
-        trajectory = agent.run(task, context, env)
+        trajectory = (agent.run(task, context, env, retriever=retriever)  # type: ignore[call-arg]
+                      if retriever is not None else agent.run(task, context, env))
     except BudgetExhausted as exc:
         return cut_by_budget(task, exc)
     except Exception as exc:
@@ -87,13 +113,15 @@ def run_episode(agent: Agent, task: Task, context: str, env: Environment, kb: KB
                             meta={"traceback": traceback.format_exc(limit=5)})
     if not isinstance(trajectory, Trajectory):
         trajectory = failed(task, f"agent returned {type(trajectory).__name__}, not a Trajectory")
-    return finish(task, trajectory, env, kb, time.monotonic() - start)
+    return finish(task, trajectory, env, seen_kb(kb, trajectory) if retriever else kb, time.monotonic() - start)
 
 
-async def arun_episode(agent: AsyncAgent, task: Task, context: str, env: Environment, kb: KBUse) -> Trajectory:
+async def arun_episode(agent: AsyncAgent, task: Task, context: str, env: Environment, kb: KBUse,
+                       retriever: ContextProvider | None = None) -> Trajectory:
     start = time.monotonic()
     try:
-        trajectory = await agent.arun(task, context, env)
+        trajectory = await (agent.arun(task, context, env, retriever=retriever)  # type: ignore[call-arg]
+                            if retriever is not None else agent.arun(task, context, env))
     except BudgetExhausted as exc:
         return cut_by_budget(task, exc)
     except BrewError as exc:  # e.g. the agent's endpoint failed: its message says what to do
@@ -101,4 +129,4 @@ async def arun_episode(agent: AsyncAgent, task: Task, context: str, env: Environ
     except Exception as exc:
         trajectory = failed(task, f"agent crashed: {type(exc).__name__}: {exc}",
                             meta={"traceback": traceback.format_exc(limit=5)})
-    return finish(task, trajectory, env, kb, time.monotonic() - start)
+    return finish(task, trajectory, env, seen_kb(kb, trajectory) if retriever else kb, time.monotonic() - start)

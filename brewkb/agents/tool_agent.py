@@ -12,19 +12,27 @@ opens with the environment's ``greeting``, the user's turns come from the
 ``user`` LLM role (``UserSimulator``), and a reply without tool calls goes to
 the user instead of ending the episode; the user's stop ends it. An empty
 reply from either model fails the episode.
+
+With ``retrieval.per_turn`` the episode gets a ``retriever``: after each user
+turn the agent answers, the recipe block of its system prompt is retrieved
+again with the user's turns so far as the query, and ``meta["retrievals"]``
+records each turn's query and recipes.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from brewkb.agents.user_sim import UserSimulator
 from brewkb.envs.base import Environment, Task
 from brewkb.errors import AgentError
 from brewkb.llm.client import LLMClient
 from brewkb.trajectories import Outcome, Trajectory
+
+if TYPE_CHECKING:
+    from brewkb.context import ContextProvider
 
 __all__ = ["ToolAgent", "SYSTEM_PROMPT"]
 
@@ -35,37 +43,55 @@ SYSTEM_PROMPT = (
 )
 
 
+def _system(head: str, context: str) -> dict[str, Any]:
+    return {"role": "system", "content": head + (f"\n\n{context}" if context else "")}
+
+
 class ToolAgent:
     name = "tool-agent"
     retrieves_per_step = False
 
-    def __init__(self, client: LLMClient, *, max_steps: int = 30, system_prompt: str = SYSTEM_PROMPT) -> None:
+    def __init__(self, client: LLMClient, *, max_steps: int = 30, system_prompt: str = SYSTEM_PROMPT,
+                 per_turn: bool = False) -> None:
         self.client = client
         self.max_steps = max_steps
         self.system_prompt = system_prompt
+        self.retrieves_per_turn = per_turn
 
     async def aclose(self) -> None:
         """Release the client's connections (awaited once, on the loop that used them)."""
         await self.client.aclose()
 
-    async def arun(self, task: Task, context: str, env: Environment) -> Trajectory:
+    async def arun(self, task: Task, context: str, env: Environment,
+                   retriever: ContextProvider | None = None) -> Trajectory:
         session = env.session(task)
         tools = env.tools()
         user = (UserSimulator(self.client, env.user_prompt(task), env.user_ends)  # type: ignore[attr-defined]
                 if hasattr(env, "user_prompt") else None)
         policy = getattr(env, "policy", "")
-        system = self.system_prompt + (f"\n\n{policy}" if policy else "") + (f"\n\n{context}" if context else "")
-        messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
+        head = self.system_prompt + (f"\n\n{policy}" if policy else "")
+        messages: list[dict[str, Any]] = [_system(head, context)]
         usage = {"calls": 0, "tokens_in": 0, "tokens_out": 0}
         meta: dict[str, Any] = {}
+        retrievals: list[dict[str, Any]] = []
+
+        def heard(turn: str) -> None:
+            """Append a user turn; unless it ends the conversation, retrieve again when per turn."""
+            messages.append({"role": "user", "content": turn})
+            if user is not None and user.ends(turn):
+                meta["ended_by"] = "user"
+            elif retriever is not None:
+                said = [str(m["content"]) for m in messages if m["role"] == "user"]
+                query = "\n".join(said)
+                text, use = retriever.context(query)
+                messages[0] = _system(head, text)
+                retrievals.append({"turn": len(said) - 1, "query": query, "recipes": list(use.recipes)})
+
         if user is None:
             messages.append({"role": "user", "content": task.text})
         else:
             messages.append({"role": "assistant", "content": getattr(env, "greeting", "Hi! How can I help you today?")})
-            opening = await user.reply(messages)
-            messages.append({"role": "user", "content": opening})
-            if user.ends(opening):
-                meta["ended_by"] = "user"
+            heard(await user.reply(messages))
         for _ in range(self.max_steps):
             if meta.get("ended_by"):
                 break
@@ -79,10 +105,7 @@ class ToolAgent:
             if not result.tool_calls:
                 if user is None:
                     break
-                turn = await user.reply(messages)
-                messages.append({"role": "user", "content": turn})
-                if user.ends(turn):
-                    meta["ended_by"] = "user"
+                heard(await user.reply(messages))
                 continue
             first, *rest = result.tool_calls
             messages.append(self._execute(session, first))
@@ -96,6 +119,8 @@ class ToolAgent:
             meta["stopped"] = f"step budget of {self.max_steps} reached"
         if user is not None:
             meta["user"] = {"calls": user.calls, "tokens_in": user.tokens_in, "tokens_out": user.tokens_out}
+        if retriever is not None and user is not None:
+            meta["retrievals"] = retrievals
         return Trajectory(task_id=task.id, task=task.text, split=task.split, messages=tuple(messages),
                           outcome=Outcome(False, 0.0), usage=usage, meta=meta)
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from brewkb.agents.base import episode_error
+from brewkb.agents.base import episode_error, retrieves_per_turn
 from brewkb.api.loop import run_command
 from brewkb.context import NoContext, RecipeContext, TrajectoryContext
 from brewkb.errors import AllFailedError, BrewError
@@ -209,7 +209,7 @@ async def evaluate_arms(kb: KB, agent: Any, env: Any, executor: Any, *, revs: Se
     columns: list[Column] = []
     found: list[Effect] = []
     for label, provider, n_recipes in arms:
-        jobs = make_jobs(tasks, provider)
+        jobs = make_jobs(tasks, provider, retrieves_per_turn(agent))
         results: dict[int, Trajectory] = {}
         await executor.run(agent, env, jobs, lambda i, t: results.__setitem__(i, t))
         columns.append(_column(label, [results[i] for i in range(len(jobs))], n_recipes))
@@ -220,13 +220,16 @@ async def evaluate_arms(kb: KB, agent: Any, env: Any, executor: Any, *, revs: Se
 
 async def _effects(kb: KB, rev: str, names: Sequence[str], jobs: Sequence[Job], results: dict[int, Trajectory],
                    executor: Any, agent: Any, env: Any) -> list[Effect]:
-    """Leave-one-recipe-out on the tasks whose episode retrieved each recipe.
-    An episode is run again only where removing the recipe changes the
-    context; identical (task, context) pairs share one episode."""
+    """Leave-one-recipe-out on the tasks whose episode retrieved each recipe
+    (at any turn, with per-turn retrieval). An episode is run again only
+    where removing the recipe changes the context; identical (task, context)
+    pairs share one episode. With per-turn retrieval a later turn may differ
+    whatever the first context, so every episode without the recipe is run."""
     config = kb.config
+    per_turn = retrieves_per_turn(agent)
     recipes = kb.recipes(None if rev in (".", "working-tree") else rev)
     known = {(j.task.id, j.context): results[i] for i, j in enumerate(jobs)}
-    plan: dict[str, list[tuple[int, Job]]] = {}
+    plan: dict[str, list[tuple[int, tuple[str, str]]]] = {}
     todo: dict[tuple[str, str], Job] = {}
     reused = dict.fromkeys(names, 0)
     for name in names:
@@ -234,12 +237,12 @@ async def _effects(kb: KB, rev: str, names: Sequence[str], jobs: Sequence[Job], 
         provider = RecipeContext(index, None, config.retrieval.k, config.retrieval.context_tokens)
         plan[name] = []
         for i, job in enumerate(jobs):
-            if name not in job.kb.recipes:
+            if name not in job.kb.recipes and name not in results[i].kb.recipes:
                 continue
-            text, use = provider.context(job.task.text)
-            without = Job(job.task, text, use)
-            plan[name].append((i, without))
-            key = (job.task.id, text)
+            [without] = make_jobs([job.task], provider, per_turn)
+            # keyed apart from the full KB's episodes when per turn: the KB differs
+            key = (job.task.id, f"{without.context}\0without {name}" if per_turn else without.context)
+            plan[name].append((i, key))
             if key in known or key in todo:
                 reused[name] += 1
             else:
@@ -254,7 +257,7 @@ async def _effects(kb: KB, rev: str, names: Sequence[str], jobs: Sequence[Job], 
         if not pairs:
             continue
         with_rate = sum(results[i].success for i, _ in pairs) / len(pairs)
-        without_rate = sum(known[(j.task.id, j.context)].success for _, j in pairs) / len(pairs)
+        without_rate = sum(known[key].success for _, key in pairs) / len(pairs)
         out.append(Effect(name, len(pairs), round(with_rate, 4), round(without_rate, 4),
                           len(pairs) - reused[name], reused[name]))
     return out

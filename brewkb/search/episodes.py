@@ -6,8 +6,10 @@ exactly the context an earlier evaluation gave it — the candidate was not
 retrieved for it — the earlier episode stands in for a new one. ``limit`` is
 how many distinct episodes to keep per (task, context): 0 turns reuse off; 1
 suits deterministic agents; more keeps samples of a stochastic agent, reused in
-turn once that many exist. Agents that retrieve during the episode key on the
-whole KB instead of the context.
+turn once that many exist. Agents that retrieve during the episode — per step,
+or per user turn (``retrieval.per_turn``) — key on the whole KB instead of the
+context: a later turn may retrieve a recipe the first context did not hold, so
+only the same KB is sure to give the same retrievals.
 """
 
 from __future__ import annotations
@@ -15,22 +17,36 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from brewkb.agents.base import episode_error
+from brewkb.agents.base import episode_error, retrieves_per_turn
 from brewkb.envs.base import Environment
 from brewkb.errors import AllFailedError
 from brewkb.executors import Executor, Job
 from brewkb.fsutil import append_line
+from brewkb.recipes import Recipe, render_recipe
 from brewkb.trajectories import Trajectory
 
-__all__ = ["EpisodeCache", "context_key", "run_jobs"]
+__all__ = ["EpisodeCache", "context_key", "episode_key", "retrieves_during_episode", "run_jobs"]
 
 
 def context_key(task_id: str, context: str) -> str:
     return hashlib.sha256(f"{task_id}\0{context}".encode()).hexdigest()[:32]
+
+
+def retrieves_during_episode(agent: Any) -> bool:
+    """Whether ``agent``'s episodes depend on the whole KB (it retrieves per step or per turn)."""
+    return bool(getattr(agent, "retrieves_per_step", False)) or retrieves_per_turn(agent)
+
+
+def episode_key(task_id: str, context: str, kb: Mapping[str, Recipe] | None) -> str:
+    """The reuse key of an episode: its task and context, or its task and the
+    whole KB ``kb`` (given for agents that retrieve during the episode)."""
+    if kb is None:
+        return context_key(task_id, context)
+    return context_key(task_id, "|".join(render_recipe(r) for _, r in sorted(kb.items())))
 
 
 class EpisodeCache:

@@ -13,15 +13,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from brewkb.agents.base import retrieves_per_turn
 from brewkb.config import Boosts
+from brewkb.context import RecipeContext
 from brewkb.envs.base import Environment, Task
 from brewkb.executors import Executor, Job
 from brewkb.index import MultiIndex
-from brewkb.recipes import Recipe, render_recipe
-from brewkb.retrieval import mrr, render_context
-from brewkb.search.episodes import EpisodeCache, context_key, run_jobs
+from brewkb.recipes import Recipe
+from brewkb.retrieval import mrr
+from brewkb.search.episodes import EpisodeCache, episode_key, retrieves_during_episode, run_jobs
 from brewkb.search.tree import reward
-from brewkb.trajectories import KBUse
+from brewkb.stages.rollouts import make_jobs
 
 __all__ = ["Evaluation", "Evaluator"]
 
@@ -51,7 +53,8 @@ class Evaluator:
         self.tasks, self.q_eval, self.q_train = tasks, q_eval, q_train
         self.k, self.budget, self.boosts = k, budget, boosts
         self.lambdas = (lambda_corr, lambda_ret)
-        self.per_step = bool(getattr(agent, "retrieves_per_step", False))
+        self.per_step = retrieves_during_episode(agent)
+        self.per_turn = retrieves_per_turn(agent)
 
     def tasks_of(self, concept: str) -> tuple[str, list[Task]]:
         ids = [t for t in self.q_eval.get(concept, ()) if t in self.tasks]
@@ -71,15 +74,13 @@ class Evaluator:
         for key in wanted:
             concept, recipe = candidates[key]
             split, tasks = self.tasks_of(concept)
-            view = multi.hybrid(key)
-            kb_key = "|".join(render_recipe(r) for _, r in sorted(multi.members(key).items())) if self.per_step else ""
+            provider = RecipeContext(multi.hybrid(key), None, self.k, self.budget)
+            members = multi.members(key) if self.per_step else None
             slots = []
             for task in tasks:
-                hits = view.search(task.text, self.k)
-                context = render_context(hits, self.budget)
+                [job] = make_jobs([task], provider, self.per_turn)
                 slots.append(len(jobs))
-                jobs.append((context_key(task.id, kb_key or context),
-                             Job(task, context, KBUse(None, tuple(h.name for h in hits)))))
+                jobs.append((episode_key(task.id, job.context, members), job))
             plan[key] = (split, tasks, slots)
         results = await run_jobs(jobs, self.agent, self.env, self.executor, self.cache)
         out = {}

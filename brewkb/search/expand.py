@@ -21,21 +21,23 @@ from typing import Any
 import numpy as np
 
 from brewkb.aio import gather_all
+from brewkb.agents.base import retrieves_per_turn
 from brewkb.config import Boosts
+from brewkb.context import RecipeContext
 from brewkb.envs.base import Environment, Task
-from brewkb.executors import Executor, Job
+from brewkb.executors import Executor
 from brewkb.fsutil import append_line
 from brewkb.index import RecipeIndex
 from brewkb.llm.embed import cosine_matrix
 from brewkb.llm.roles import Backend, Insight, Rubric
 from brewkb.recipes import Recipe
-from brewkb.retrieval import render_context
-from brewkb.search.episodes import EpisodeCache, context_key, run_jobs
+from brewkb.search.episodes import EpisodeCache, episode_key, retrieves_during_episode, run_jobs
 from brewkb.stages import grading
 from brewkb.stages.integrate import integrate
+from brewkb.stages.rollouts import make_jobs
 from brewkb.stages.reflect import reflect
 from brewkb.stages.scrub import Scrubber
-from brewkb.trajectories import KBUse, Trajectory
+from brewkb.trajectories import Trajectory
 
 __all__ = ["Expander", "ExpandRequest"]
 
@@ -87,14 +89,13 @@ class Expander:
                                                   "insights": [i.to_json() for i in insights]}, sort_keys=True))
 
     async def _episodes(self, concepts: Sequence[str], current: Mapping[str, Recipe]) -> dict[str, list[Trajectory]]:
-        index = RecipeIndex.build(list(current.values()), self.boosts)
+        provider = RecipeContext(RecipeIndex.build(list(current.values()), self.boosts), None, self.k, self.budget)
+        kb = current if retrieves_during_episode(self.agent) else None
         task_ids = sorted({t for c in concepts for t in self.q_train.get(c, ()) if t in self.tasks})
         jobs = []
         for task_id in task_ids:
-            task = self.tasks[task_id]
-            hits = index.search(task.text, self.k)
-            context = render_context(hits, self.budget)
-            jobs.append((context_key(task.id, context), Job(task, context, KBUse(None, tuple(h.name for h in hits)))))
+            [job] = make_jobs([self.tasks[task_id]], provider, retrieves_per_turn(self.agent))
+            jobs.append((episode_key(task_id, job.context, kb), job))
         ran = await run_jobs(jobs, self.agent, self.env, self.executor, self.cache)
         done = dict(zip(task_ids, (t for t, _ in ran), strict=True))
         return {c: [done[t] for t in self.q_train.get(c, ()) if t in done] for c in concepts}

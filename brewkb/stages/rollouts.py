@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from brewkb.context import ContextProvider
+from brewkb.context import ContextProvider, NoContext
 from brewkb.envs.base import Task
 from brewkb.executors import Job
 from brewkb.trajectories import Trajectory
@@ -14,11 +14,15 @@ from brewkb.trajectories import Trajectory
 __all__ = ["make_jobs", "summarise"]
 
 
-def make_jobs(tasks: Sequence[Task], provider: ContextProvider) -> list[Job]:
+def make_jobs(tasks: Sequence[Task], provider: ContextProvider, per_turn: bool = False) -> list[Job]:
+    """A job per task; with ``per_turn`` (an agent that retrieves after each
+    user turn) each job also carries ``provider`` as its retriever (not when
+    the agent gets no context: there is nothing to retrieve again)."""
+    retriever = provider if per_turn and not isinstance(provider, NoContext) else None
     jobs = []
     for task in tasks:
         text, kb = provider.context(task.text)
-        jobs.append(Job(task, text, kb))
+        jobs.append(Job(task, text, kb, retriever))
     return jobs
 
 
