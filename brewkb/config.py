@@ -191,7 +191,7 @@ class SearchConfig:
     final_candidates: int = field(default=2, metadata=_min(1))
     """Nodes per tree (best own reward first) re-evaluated under the final KB."""
     min_gain: float = 0.0
-    """A candidate replaces a recipe's base version only if its final reward is at least the base's plus this."""
+    """A candidate replaces a recipe's base version only if its final reward is more than the base's plus this."""
 
 
 @dataclass(frozen=True)
@@ -396,6 +396,6 @@ lambda_ret = 0.5
 
 [scrub]
 enabled = true            # personal data → <email>, <user_id>, ... before reflection
-# patterns = { employee_id = "EMP-\\d{6}" }   # added to the default patterns
+# patterns = { employee_id = 'EMP-\\d{6}' }   # added to the default patterns (a TOML literal string)
 # keys = ["badge_id"]                          # JSON keys whose values are personal
 """

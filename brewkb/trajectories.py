@@ -277,7 +277,8 @@ def read_jsonl(path: Path, *, skip_bad: bool = False, stats: ReadStats | None = 
             except (json.JSONDecodeError, TrajectoryError) as exc:
                 message = f"{path}:{number}: {exc}"
                 if not skip_bad:
-                    raise TrajectoryError(f"{message} (use --skip-bad to skip bad lines)") from None
+                    raise TrajectoryError(f"{message} (fix or remove that line; `brewkb import --skip-bad` skips "
+                                          "such lines when importing)") from None
                 stats.skipped += 1
                 stats.errors.append(message)
                 continue

@@ -98,6 +98,8 @@ def test_distill_imported_logs_ends_with_a_clean_pr(kb: Path, tmp_path: Path, fm
     assert "modify_pending_order_address" not in cancel  # only this concept's steps
     body = git(kb, "log", "-1", "--format=%B", "brew/air/pr")
     assert "λ_corr = 0.0" in body and "What could not be measured" in body and "Task success" in body
+    shown = brewkb(kb, "pr", "air", "--body-only").stdout  # what a reviewer pipes into `gh pr create`
+    assert "What could not be measured" in shown and "held-out" in shown
     assert brewkb(kb, "lint").returncode == 0
 
 
@@ -121,3 +123,15 @@ def test_distill_without_logs_says_what_to_do(kb: Path) -> None:
     failed = brewkb(kb, "distill", "empty")
     assert failed.returncode == 1
     assert "bring logs in with `brewkb import FILE --format F --run empty` first" in failed.stderr
+
+
+def test_distill_refuses_a_refine_run_and_leaves_its_pr_alone(kb: Path) -> None:
+    config = (kb / "brewkb.toml").read_text()
+    (kb / "brewkb.toml").write_text(config.replace('name = "shop"', 'name = "shop"\noptions = { train = 8, eval = 4, '
+                                                   'test = 4 }', 1).replace("iterations = 10", "iterations = 1", 1))
+    assert brewkb(kb, "refine", "--run", "r", "--no-eval").returncode == 0
+    pr = git(kb, "rev-parse", "brew/r/pr").strip()
+    refused = brewkb(kb, "distill", "r")
+    assert refused.returncode == 1
+    assert "run r is a refine run" in refused.stderr and "`brewkb refine --resume r`" in refused.stderr
+    assert git(kb, "rev-parse", "brew/r/pr").strip() == pr

@@ -140,8 +140,10 @@ def test_audit_trail_travels_to_a_fresh_clone_and_survives_gc(refined: Path, tmp
     there = json.loads(brewkb(clone, "tree", "r", "--json"))
     assert there == here and all(n["reward"] is not None for t in there.values() for n in t["nodes"])
     body = brewkb(clone, "pr", "r", "--body-only")
-    rows = [line for line in body.splitlines() if line.startswith(tuple(f"| `{c}` |" for c in here))]
+    changes = body.split("As recorded in the `pr` commit:")[0]
+    rows = [line for line in changes.splitlines() if line.startswith(tuple(f"| `{c}` |" for c in here))]
     assert len(rows) == len(here) and not any("| – |" in row for row in rows)
+    assert "Evaluation on the test split" in body  # the clone has no run folder: the commit's record is shown
     assert brewkb(clone, "gc", "r").startswith("Deleted ")
     git(clone, "gc", "-q", "--prune=now")
     assert json.loads(brewkb(clone, "tree", "r", "--json")) == here

@@ -31,6 +31,7 @@ from tests.test_lint import run_cli
     ("my zip code is 83151.", "zip"),
     ("cancel my flights in reservation ID SI5UKW, please", "booking_code"),
     ("the confirmation number is 1N99U6.", "booking_code"),
+    ("changes to my upcoming flight in reservation HXDUBJ.", "booking_code"),
 ])
 def test_each_default_pattern_becomes_its_placeholder(text: str, kind: str) -> None:
     scrubbed = Scrubber.build().text(text)
@@ -40,7 +41,8 @@ def test_each_default_pattern_becomes_its_placeholder(text: str, kind: str) -> N
 
 
 def test_ordinary_numbers_and_codes_are_left_alone() -> None:
-    text = "Flight HAT136 on 2024-05-20 costs 250 dollars for 3 bags; item 1008292230. I'm happy, This Is fine"
+    text = ("Flight HAT136 on 2024-05-20 costs 250 dollars for 3 bags; item 1008292230. I'm happy, This Is fine. "
+            "My reservation is NOT changed; the booking CANCELLED")
     assert Scrubber.build().text(text) == text
 
 

@@ -111,7 +111,7 @@ def test_per_turn_retrieval_refreshes_the_system_prompt_after_each_user_turn(tmp
 def test_refine_on_tau2_airline_ends_with_a_pr_branch(tmp_path: Path, endpoint: FakeOpenAI) -> None:
     kb = tau2_kb(tmp_path / "kb", AIRLINE + "[stages]\nrelabel = false\n"
                                             "[search]\niterations = 1\nwidth = 1\ndepth = 1\nsamples = 1\n")
-    out = brewkb(kb, endpoint, "refine", "--run", "r", "--json")
+    out = brewkb(kb, endpoint, "refine", "--run", "r", "--no-eval", "--json")
     assert out.returncode == 0, out.stderr[-3000:]
     assert git(kb, "rev-parse", "--verify", "-q", "refs/heads/brew/r/pr").strip()
     roles = {e.role for e in read_ledger(kb / "runs" / "r" / "ledger.jsonl") if e.kind == "chat" and not e.error}

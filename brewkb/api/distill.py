@@ -149,6 +149,10 @@ async def _distill(kb: KB, folder: Run, strategy: str | None, iterations: int | 
                        f"`brewkb import FILE --format F --run {run}` first")
     source = imported_source(folder) or "recorded"
     recorded = folder.manifest().get("search_spec")
+    if recorded is not None and recorded.get("kind") != "distill":
+        raise RunError(f"run {run} is a refine run: its search re-ran tasks in the environment and its PR is "
+                       f"brew/{run}/pr; continue it with `brewkb refine --resume {run}`, or distill logs imported "
+                       "into a run of their own")
     config = kb.config.search
     spec = SearchSpec(**recorded["spec"]) if recorded else dataclasses.replace(
         SearchSpec(strategy=config.strategy, iterations=config.iterations, width=config.width,

@@ -44,7 +44,8 @@ def open_budget(config: Config, folder: Run, limits: Limits) -> Budget:
 
 def refine_plan(*, run: str | None = None, resume: str | None = None, strategy: str | None = None,
                 iterations: int | None = None, width: int | None = None, depth: int | None = None,
-                relabel: bool | None = None, no_eval: bool = False, start: Path = Path(".")) -> RunPlan:
+                relabel: bool | None = None, no_eval: bool = False, base: str | None = None,
+                start: Path = Path(".")) -> RunPlan:
     """The most a ``refine`` with these settings (or the rest of run ``resume``)
     can spend: agent episodes, LLM calls per role, and a cost estimate
     (``no_eval``: without the held-out evaluation). Calls nothing and writes
@@ -52,8 +53,10 @@ def refine_plan(*, run: str | None = None, resume: str | None = None, strategy: 
     from brewkb.api.refine import _spec
     from brewkb.search.store import SearchStore
 
-    with KB.open(start) as kb:
+    with KB.open(start, require_config=True) as kb:
         config = kb.config
+        if base:
+            kb.store.resolve(base)  # refused as `refine --base` would be
         folder = Run.at(kb.runs_dir, resume, create=False) if resume else None
         if run and (kb.runs_dir / run / "manifest.json").exists():
             raise RunError(f"run {run} already exists; plan the rest of it with `brewkb refine --resume {run} --plan`")

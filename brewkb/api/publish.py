@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from brewkb.api.evaluate import EVAL_FILE
+from brewkb.api.refine import FINAL_HEADER
 from brewkb.errors import BrewError
 from brewkb.fsutil import write_atomic
 from brewkb.gitstore import parse_trailers
@@ -52,6 +53,9 @@ class RunView:
     changes: list[RecipeChange]
     per_iteration: list[dict[str, float]]  # concept → reward of the node chosen at each gather
     eval: dict[str, Any] | None
+    record: str = ""
+    """The ``pr`` commit's message without subject and trailers: what was
+    measured, as the run wrote it (in git, so a fresh clone has it too)."""
 
 
 def load_run(kb: KB, run: str) -> RunView:
@@ -98,7 +102,11 @@ def load_run(kb: KB, run: str) -> RunView:
         per_iteration.append({c: rewards.get((c, int(n)), 0.0) for c, n in chosen.items()})
     eval_file = kb.runs_dir / run / EVAL_FILE
     evaluation = json.loads(eval_file.read_text()) if eval_file.exists() else None
-    return RunView(run, base, pr, state.trees, best, changes, per_iteration, evaluation)
+    paragraphs = store.read_commit(pr)["message"][0].strip().split("\n\n")[1:]
+    if paragraphs and parse_trailers(paragraphs[-1]):
+        paragraphs = paragraphs[:-1]
+    paragraphs = [p for p in paragraphs if not p.startswith(FINAL_HEADER)]  # the change table says it already
+    return RunView(run, base, pr, state.trees, best, changes, per_iteration, evaluation, "\n\n".join(paragraphs))
 
 
 def eval_table(evaluation: dict[str, Any]) -> list[str]:
@@ -152,6 +160,8 @@ def pr_body(view: RunView) -> str:
         lines += eval_table(view.eval) + [""]
         if view.eval.get("effects") is not None:
             lines += effects_table(view.eval) + [""]
+    elif view.record:  # a distilled run, or a clone without the run folder: what the run wrote in git
+        lines += ["As recorded in the `pr` commit:", "", view.record, ""]
     gains = {c.name: (c.final_reward or 0) - (c.root_reward or 0) for c in view.changes if c.name in view.trees}
     if gains:
         biggest = max(sorted(gains), key=lambda n: gains[n])

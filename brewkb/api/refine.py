@@ -60,9 +60,12 @@ def _spec(config: SearchConfig, overrides: dict[str, Any]) -> SearchSpec:
     return dataclasses.replace(spec, **{k: v for k, v in overrides.items() if v is not None})
 
 
+FINAL_HEADER = "| recipe | base reward | final reward | document | nodes tried | note |"
+
+
 def final_rows(choices: dict[str, FinalChoice], nodes: dict[str, int]) -> list[str]:
     """The reward table of a run's final evaluation: one row per recipe."""
-    rows = ["| recipe | base reward | final reward | document | nodes tried | note |", "|---|---:|---:|---|---:|---|"]
+    rows = [FINAL_HEADER, "|---|---:|---:|---|---:|---|"]
     for concept, ch in sorted(choices.items()):
         doc = ("base (unchanged)" if ch.node is None else "root") if ch.kept else f"n{ch.node}"
         notes = (["kept: no candidate beat it"] if ch.kept else []) + \
@@ -81,7 +84,7 @@ def pr_message(run: str, spec: SearchSpec, result: SearchResult, base: str,
             f"Base {base[:12]}; strategy {spec.strategy}, {spec.rounds} rounds, width {spec.width}, depth "
             f"{spec.depth}; reward = {spec.lambda_corr}·success + {spec.lambda_ret}·MRR. Final rewards: each tree's "
             f"best candidates and the base version re-evaluated under the last gathered KB; a recipe changes only "
-            f"if a candidate's final reward is at least the base's.\n\n" + "\n".join(rows) +
+            f"if a candidate's final reward is more than the base's.\n\n" + "\n".join(rows) +
             f"\n\nEvaluation episodes run: {result.eval_episodes_run}; reused instead of run: "
             f"{result.eval_episodes_reused}.\n"
             f"Audit trail: `git log --notes=brew --first-parent brew/{run}/kb`, `brewkb tree {run}`.\n\n"
@@ -112,6 +115,8 @@ async def arefine(*, run: str | None = None, resume: str | None = None, base: st
     """``refine`` on the caller's event loop."""
     with KB.open(start, require_config=True) as kb, contextlib.ExitStack() as held:
         run_id = resume or run or new_run_id("refine")
+        if base and resume is None:
+            kb.store.resolve(base)  # an unknown revision is refused before the run folder exists
         folder = Run.at(kb.runs_dir, run_id, create=resume is None)
         source = imported_source(folder)
         if source is not None:

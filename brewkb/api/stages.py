@@ -112,14 +112,15 @@ class RunSummary:
     next_stage: str | None
     failures: int
     wanted: tuple[str, ...] = STAGES
-    refine: bool = False
+    resume: str = ""
+    """The command that continues a refine or distill run (empty for other runs)."""
 
     @property
     def status(self) -> str:
         if self.next_stage is None:
             return "complete"
-        if self.refine:
-            return f"interrupted before {self.next_stage} finished; continue: brewkb refine --resume {self.id}"
+        if self.resume:
+            return f"interrupted before {self.next_stage} finished; continue: {self.resume}"
         return f"next: {self.next_stage}"
 
 
@@ -127,11 +128,13 @@ def summarise_run(run: Run) -> RunSummary:
     manifest = run.manifest()
     done = manifest.get("stages", {})
     imported = str(done.get("rollouts", {}).get("source", "")).startswith("import:")
-    refine = "search_spec" in manifest
-    wanted = tuple(s for s in STAGES if not (imported and s == "rollouts-eval")) + (("search",) if refine else ())
+    spec = manifest.get("search_spec")
+    wanted = tuple(s for s in STAGES if not (imported and s == "rollouts-eval")) + (("search",) if spec else ())
+    resume = "" if spec is None else f"brewkb distill {run.id}" if spec.get("kind") == "distill" else \
+        f"brewkb refine --resume {run.id}"
     failures = run.file("failures.jsonl")
     return RunSummary(run.id, list(done), next((s for s in wanted if s not in done), None),
-                      len(failures.read_text().splitlines()) if failures.exists() else 0, wanted, refine)
+                      len(failures.read_text().splitlines()) if failures.exists() else 0, wanted, resume)
 
 
 def list_runs(*, start: Path = Path(".")) -> list[RunSummary]:

@@ -45,7 +45,7 @@ def refine_cmd(strategy: str | None, iterations: int | None, width: int | None, 
     if run and resume:
         raise click.UsageError("give --run for a new run or --resume for an existing one, not both")
     if show_plan:
-        _print_plan(run, resume, strategy, iterations, width, depth, relabel, no_eval, as_json)
+        _print_plan(run, resume, base, strategy, iterations, width, depth, relabel, no_eval, as_json)
         return
     limits = Limits(episodes=max_episodes, llm_calls=max_llm_calls, cost=max_cost)
     sink = renderer(as_json)
@@ -67,12 +67,13 @@ def refine_cmd(strategy: str | None, iterations: int | None, width: int | None, 
     echo(f"Review: git diff HEAD brew/{result.run}/pr   ·   brewkb tree {result.run}")
 
 
-def _print_plan(run: str | None, resume: str | None, strategy: str | None, iterations: int | None,
-                width: int | None, depth: int | None, relabel: bool | None, no_eval: bool, as_json: bool) -> None:
+def _print_plan(run: str | None, resume: str | None, base: str | None, strategy: str | None,
+                iterations: int | None, width: int | None, depth: int | None, relabel: bool | None, no_eval: bool,
+                as_json: bool) -> None:
     from brewkb.api.plan import refine_plan
 
     p = refine_plan(run=run, resume=resume, strategy=strategy, iterations=iterations, width=width, depth=depth,
-                    relabel=relabel, no_eval=no_eval)
+                    relabel=relabel, no_eval=no_eval, base=base)
     if as_json:
         echo_json(p.to_json())
         return

@@ -130,12 +130,17 @@ async def _models(client: LLMClient, role: str) -> list[str] | Check:
     try:
         return await client.models(role)
     except LLMError as exc:
-        text = str(exc)
+        text = _why(exc, role)
         if "answered HTTP 404" in text:
             return Check(OK, "yes", "reachable; GET /models is not served")
         if "answered HTTP 401" in text or "answered HTTP 403" in text:
             return Check(FAIL, "key refused", f"{text}; check the key in {client.config.api_key_env}")
         return Check(FAIL, "no", text)
+
+
+def _why(exc: LLMError, role: str) -> str:
+    """An error without the role it was raised for: roles sharing an endpoint share the probe."""
+    return str(exc).removeprefix(f"{role}: ")
 
 
 def _listed(model: str, listed: list[str]) -> Check:
@@ -161,7 +166,7 @@ async def _structured(client: LLMClient, role: str) -> tuple[Check, str]:
             notes.append(f"{mode} rejected ({str(exc).split('(', 1)[-1].rstrip(')')})")
             continue
         except LLMError as exc:
-            return Check(FAIL, "error", str(exc)), ""
+            return Check(FAIL, "error", _why(exc, role)), ""
         content = result.content if mode == "json_schema" else extract_json(result.content)
         try:
             valid = not validate(json.loads(content), _SCHEMA)
@@ -214,5 +219,5 @@ async def _embeddings(client: LLMClient, role: str) -> Check:
     try:
         vectors = await client.embed(["doctor probe"], role)
     except LLMError as exc:
-        return Check(FAIL, "error", str(exc))
+        return Check(FAIL, "error", _why(exc, role))
     return Check(OK, f"{len(vectors[0])} dims")

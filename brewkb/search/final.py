@@ -7,8 +7,8 @@ candidates of every tree (of its ``final_candidates`` nodes with the best own
 reward, those whose own reward is at least the root's) and the concept's *base version* (the recipe the base commit already
 holds, or the root written before any search) are evaluated again, each in
 the KB of the last gather with only its own concept swapped. A candidate
-replaces the base version only if its final reward is at least the base's
-plus ``min_gain``. The final evaluation is a note on the final gather commit,
+replaces the base version only if its final reward is more than the base's
+plus ``min_gain`` (a tie keeps the base version). The final evaluation is a note on the final gather commit,
 so a resumed run reads it instead of evaluating again.
 """
 
@@ -91,7 +91,7 @@ async def finalize(store: SearchStore, evaluator: Evaluator, trees: Mapping[str,
         base_reward = mine[base_label].reward
         rivals = [k for k in mine if k != base_label]  # best-ranked first: max keeps the first of equals
         top = max(rivals, key=lambda k: mine[k].reward) if rivals else None
-        beats = top is not None and mine[top].reward >= base_reward + min_gain
+        beats = top is not None and mine[top].reward > base_reward + min_gain
         node = int(top[1:]) if beats and top else None if in_kb else 0
         choice = FinalChoice(concept, node, not beats, "kb" if in_kb else "root", base_reward,
                              mine[top].reward if beats and top else base_reward,
