@@ -42,7 +42,7 @@ def cache_clear_cmd(run: str | None, role: str | None, yes: bool) -> None:
     from brewkb.api.llm import cache_clear
 
     if not yes:
-        which = " ".join(filter(None, [f"the {role}'s" if role else "", f"run {run}'s" if run else ""])) or "every"
+        which = " ".join(filter(None, [f"the {role}'s" if role else "", f"run {run}'s" if run else ""])) or "all"
         click.confirm(f"Delete {which} cached LLM replies?", abort=True)
     echo(f"Deleted {cache_clear(run=run, role=role)} entries.")
 

@@ -62,7 +62,7 @@ def export_skills_cmd(out_dir: Path, rev: str | None, as_json: bool) -> None:
     if as_json:
         echo_json({"out": str(out_dir), "rev": rev, "skills": [str(p) for p in written]})
         return
-    echo(f"Wrote {len(written)} skills to {out_dir}")
+    echo(f"Wrote {len(written)} skill{'' if len(written) == 1 else 's'} to {out_dir}")
 
 
 @click.command("report")
