@@ -251,10 +251,13 @@ def test_cache_and_ledger_commands(tmp_path: Path, make_repo: MakeRepo) -> None:
     ledger.record(LedgerEntry("reflector", "gpt-4o-mini", tokens_in=3, tokens_out=1, cached=True))
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "brewkb", *args], cwd=root, capture_output=True, text=True)
+        return subprocess.run([sys.executable, "-m", "brewkb", *args], cwd=root, capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL)
 
     stats = json.loads(cli("cache", "stats", "--json").stdout)
     assert stats["entries"] == 2 and stats["by_kind"] == {"chat": 1, "embedding": 1}
+    unconfirmed = cli("cache", "clear")  # stdin is not a terminal: nothing is deleted, and it says how to confirm
+    assert unconfirmed.returncode == 2 and "pass --yes" in unconfirmed.stderr
     assert cli("cache", "clear", "--yes").stdout.strip() == "Deleted 2 entries."
     assert json.loads(cli("cache", "stats", "--json").stdout)["entries"] == 0
     totals = json.loads(cli("ledger", "r1", "--json").stdout)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import asdict
 
 import click
@@ -42,6 +43,8 @@ def cache_clear_cmd(run: str | None, role: str | None, yes: bool) -> None:
     from brewkb.api.llm import cache_clear
 
     if not yes:
+        if not sys.stdin.isatty():
+            raise click.UsageError("there is no terminal to confirm on; pass --yes to delete the cached replies")
         which = " ".join(filter(None, [f"the {role}'s" if role else "", f"run {run}'s" if run else ""])) or "all"
         click.confirm(f"Delete {which} cached LLM replies?", abort=True)
     echo(f"Deleted {cache_clear(run=run, role=role)} entries.")
