@@ -92,6 +92,8 @@ def test_max_llm_calls_stops_cleanly_and_resume_with_a_raised_limit_finishes(mak
         before = posts(fake)
         again = brewkb(repo, "refine", "--resume", "r", "--no-cache")
         assert again.returncode == 75 and posts(fake) == before
+        assert "continue: brewkb refine --resume r --max-llm-calls N (N above the run's limit)" in \
+            brewkb(repo, "runs").stdout
         done = brewkb(repo, "refine", "--resume", "r", "--max-llm-calls", "5000", "--no-cache")
         assert done.returncode == 0, done.stderr[-2000:]
     assert has_branch(repo, "refs/heads/brew/r/pr")

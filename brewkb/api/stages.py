@@ -130,8 +130,10 @@ def summarise_run(run: Run) -> RunSummary:
     imported = str(done.get("rollouts", {}).get("source", "")).startswith("import:")
     spec = manifest.get("search_spec")
     wanted = tuple(s for s in STAGES if not (imported and s == "rollouts-eval")) + (("search",) if spec else ())
+    limited = {k: v for k, v in (manifest.get("limits") or {}).items() if v is not None}
+    raise_ = "".join(f" --max-{k.replace('_', '-')} N" for k in limited)  # kept with the run: raise them to go on
     resume = "" if spec is None else f"brewkb distill {run.id}" if spec.get("kind") == "distill" else \
-        f"brewkb refine --resume {run.id}"
+        f"brewkb refine --resume {run.id}{raise_}" + (" (N above the run's limit)" if limited else "")
     failures = run.file("failures.jsonl")
     return RunSummary(run.id, list(done), next((s for s in wanted if s not in done), None),
                       len(failures.read_text().splitlines()) if failures.exists() else 0, wanted, resume)
