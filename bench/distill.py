@@ -16,6 +16,7 @@ value that the logs' tool calls and results give under a personal key (user ids,
 booking codes, names, dates of birth…) — which must be 0.
 
     python bench/distill.py [--data ../shared/data/tau-bench-airline] [--learn 0-29] [--held-out 30-39]
+                            [--mode bm25|hybrid]
 """
 
 from __future__ import annotations
@@ -29,9 +30,11 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from brewkb.index import RecipeIndex  # noqa: E402
+from brewkb.config import Boosts  # noqa: E402
+from brewkb.fusion import Vectors, offline_embed  # noqa: E402
 from brewkb.llm.offline import action_verb, concept_of_tool, is_handoff, is_lookup, is_talk  # noqa: E402
 from brewkb.recipes import parse_recipe, slugify  # noqa: E402
+from brewkb.retrieval import Retriever, Searchable  # noqa: E402
 from brewkb.stages.concepts import verb_of  # noqa: E402
 from brewkb.stages.scrub import Scrubber  # noqa: E402
 from brewkb.trajectories import Outcome, Trajectory  # noqa: E402
@@ -63,7 +66,7 @@ def relevant(run: dict, names: list[str]) -> set[str]:
     return {n for n in names if verb is not None and verb_of(n.replace("-", " ")) == verb}
 
 
-def mrr(index: RecipeIndex, query: str, wanted: set[str]) -> float:
+def mrr(index: Searchable, query: str, wanted: set[str]) -> float:
     for rank, hit in enumerate(index.search(query, k=len(index)), start=1):
         if hit.name in wanted:
             return 1.0 / rank
@@ -87,14 +90,24 @@ def main() -> None:
     parser.add_argument("--held-out", default="30-39")
     parser.add_argument("--per-conversation", action="store_true", help="Print each held-out conversation's ranks.")
     parser.add_argument("--keep", type=Path, default=None, help="Write the distilled recipes into this folder.")
+    parser.add_argument("--mode", choices=("bm25", "hybrid"), default="bm25",
+                        help="retrieval.mode of the KB: what the search ranks by and what the held-out queries use.")
     args = parser.parse_args()
-    runs = json.loads((args.data / "gpt-4o-trajectories.json").read_text())
+    source = args.data / "gpt-4o-trajectories.json"
+    if not source.is_file():
+        sys.exit(f"bench/distill.py: no {source}; pass --data with the folder of the tau-bench airline "
+                 "conversations (shared/data/tau-bench-airline, beside the repository)")
+    runs = json.loads(source.read_text())
     learn = [r for r in runs if int(r["task_id"]) in span(args.learn)]
     held = [r for r in runs if int(r["task_id"]) in span(args.held_out)]
     with tempfile.TemporaryDirectory() as tmp:
         kb = Path(tmp) / "kb"
         kb.mkdir()
         brewkb(kb, "init")  # init commits its files
+        if args.mode != "bm25":
+            config = kb / "brewkb.toml"
+            config.write_text(config.read_text().replace('mode = "bm25"', f'mode = "{args.mode}"', 1))
+            subprocess.run(["git", "commit", "-qam", "retrieval mode"], cwd=kb, check=True)
         logs = Path(tmp) / "learn.json"
         logs.write_text(json.dumps(learn))
         brewkb(kb, "import", str(logs), "--format", "tau-bench", "--run", "air")
@@ -108,7 +121,7 @@ def main() -> None:
         for path, text in texts.items():
             (args.keep / Path(path).name).write_text(text)
     recipes = [parse_recipe(t) for t in texts.values()]
-    index = RecipeIndex.build(recipes)
+    index = Retriever(Boosts(), Vectors(offline_embed) if args.mode == "hybrid" else None).index(recipes)
     names = sorted(r.name for r in recipes)
     first, every, unlabelled = [], [], 0
     for run in held:
@@ -127,7 +140,7 @@ def main() -> None:
     leaks += sum(len(re.findall(rf"(?<![\w@.]){re.escape(v)}(?![\w@])", t)) for v in values for t in texts.values())
     print(f"learn tasks {args.learn} ({len(learn)} conversations), held-out tasks {args.held_out} "
           f"({len(held)} conversations; {unlabelled} need an action no recipe is named for and count as misses)")
-    print(f"recipes: {len(recipes)} ({', '.join(names)})")
+    print(f"recipes: {len(recipes)} ({', '.join(names)}); retrieval.mode = {args.mode}")
     print(f"held-out MRR, first user turn: {sum(first) / max(1, len(first)):.3f}")
     print(f"held-out MRR, all user turns:  {sum(every) / max(1, len(every)):.3f}")
     labelled = [i for i, run in enumerate(held) if relevant(run, names)]

@@ -31,10 +31,13 @@ temporary KB and prints, for each concept's recipe and each of its tasks' texts
 micro (over task–recipe pairs) and macro (over recipes), for brewkb's default
 boosts, for the per-field weighting of index schema 1, with a summary boost, for
 bm25s over each recipe's whole text, and for brewkb fused with the offline
-embedder (hashed character n-grams) by reciprocal rank fusion.
+embedder (hashed character n-grams) by reciprocal rank fusion
+(``retrieval.mode = "hybrid"``). ``--hybrid`` prints that mode's query time and
+MRR against BM25 alone on the generated corpus.
 
     python bench/retrieval.py [--sizes 1000,30000] [--queries 300] [--reps 3] [--json]
     python bench/retrieval.py --airline [--json]
+    python bench/retrieval.py --hybrid [--sizes 1000,30000]
 """
 
 from __future__ import annotations
@@ -60,8 +63,9 @@ sys.path.insert(0, str(ROOT))
 from brewkb.config import Boosts  # noqa: E402
 from brewkb.index import MultiIndex, RecipeIndex, analyze  # noqa: E402
 from brewkb.kb import KB  # noqa: E402
-from brewkb.llm.embed import hashed_ngram_embeddings  # noqa: E402
-from brewkb.recipes import Recipe, build_body, render_recipe  # noqa: E402
+from brewkb.fusion import Vectors, offline_embed  # noqa: E402
+from brewkb.recipes import Recipe, build_body  # noqa: E402
+from brewkb.retrieval import Retriever  # noqa: E402
 
 SYLLABLES = ["ka", "lo", "mi", "ner", "tos", "vel", "ur", "pi", "sha", "dro", "en", "qua", "rix", "bel",
              "ton", "ga", "fi", "mor", "sel", "tre", "zu", "ap", "wen", "cor", "li", "das", "em", "or"]
@@ -277,20 +281,8 @@ def bench_airline() -> dict[str, dict[str, float]]:
     for label, boosts in (("brewkb", Boosts()), ("brewkb schema-1 boosts", SCHEMA_1),
                           ("brewkb summary 0.2", Boosts(summary=0.2))):
         systems[label] = RecipeIndex.build(recipes, boosts).rank
-    index = RecipeIndex.build(recipes)
-    vectors = hashed_ngram_embeddings([render_recipe(r) for r in recipes])
-
-    def fused_rank(name: str, text: str) -> int:
-        """Reciprocal rank fusion (k=60) of brewkb's ranking and the offline embedder's."""
-        lexical = [h.name for h in index.search(text, len(names))]
-        dense = [names[i] for i in np.argsort(-(vectors @ hashed_ngram_embeddings([text])[0]), kind="stable")]
-        fused: dict[str, float] = {}
-        for ranking in (lexical, dense):
-            for place, n in enumerate(ranking, start=1):
-                fused[n] = fused.get(n, 0.0) + 1 / (60 + place)
-        return sorted(fused, key=lambda n: -fused[n]).index(name) + 1
-
-    systems["brewkb + offline embedder, RRF"] = fused_rank
+    # retrieval.mode = "hybrid" with the offline embedder
+    systems["brewkb hybrid (offline embedder, RRF)"] = Retriever(Boosts(), Vectors(offline_embed)).index(recipes).rank
     out = {}
     for label, rank in systems.items():
         per: dict[str, list[float]] = {}
@@ -303,6 +295,35 @@ def bench_airline() -> dict[str, dict[str, float]]:
     return out
 
 
+def bench_hybrid(sizes: list[int], n_queries: int) -> None:
+    """retrieval.mode = "hybrid" (offline embedder) against BM25 alone on the generated corpus."""
+    for n in sizes:
+        recipes = generate(n)
+        rng = random.Random(n)
+        picks = rng.sample(range(n), min(n_queries, n))
+        t = time.perf_counter()
+        fused = Retriever(Boosts(), Vectors(offline_embed)).index(recipes)
+        fused.search("warm up", 3)  # embeds every recipe once
+        first = time.perf_counter() - t
+        lexical = RecipeIndex.build(recipes)
+        for shape in ("desc", "body4"):
+            queries = [(make_query(shape, recipes[i], rng), f"r{i}") for i in picks]
+            figures = []
+            for index in (fused, lexical):
+                times = []
+                for text, _ in queries:
+                    if isinstance(index, RecipeIndex):
+                        index._parsed.clear()
+                    t = time.perf_counter()
+                    index.search(text, 3)
+                    times.append(time.perf_counter() - t)
+                ranks = [index.rank(target, text) for text, target in queries]
+                figures.append((statistics.median(times) * 1e3, statistics.mean(1 / r if r else 0.0 for r in ranks)))
+            (h_ms, h_mrr), (b_ms, b_mrr) = figures
+            print(f"{n:6} recipes {shape:6} hybrid {h_ms:.3f} ms MRR {h_mrr:.3f}   bm25 {b_ms:.3f} ms MRR {b_mrr:.3f}"
+                  f"   (embedding the recipes: {first:.1f} s)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1000,30000")
@@ -311,8 +332,15 @@ def main() -> None:
     parser.add_argument("--rank-bm25-queries", type=int, default=40)
     parser.add_argument("--json", action="store_true", help="print one JSON object and nothing else")
     parser.add_argument("--airline", action="store_true", help="MRR on the tau-bench airline task texts")
+    parser.add_argument("--hybrid", action="store_true", help="cost and MRR of retrieval.mode = hybrid")
     args = parser.parse_args()
+    if args.hybrid:
+        bench_hybrid([int(x) for x in args.sizes.split(",")], min(args.queries, 200))
+        return
     if args.airline:
+        if not AIRLINE.is_file():
+            sys.exit(f"bench/retrieval.py: no {AIRLINE}; --airline reads the tau-bench airline conversations "
+                     "of shared/data, beside the repository")
         figures = bench_airline()
         print(json.dumps({"airline": figures}, indent=1) if args.json else "\n".join(
             f"{label:32} MRR micro {f['mrr_micro']:.3f}  macro {f['mrr_macro']:.3f}  "

@@ -32,7 +32,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from brewkb.config import Boosts  # noqa: E402
+from brewkb.retrieval import Retriever  # noqa: E402
 from brewkb.envs.base import Task  # noqa: E402
 from brewkb.executors import LocalExecutor  # noqa: E402
 from brewkb.gitstore import GitStore  # noqa: E402
@@ -132,7 +132,7 @@ def setup(root: Path, concepts: int) -> tuple[SearchStore, Expander, Evaluator, 
                        body=build_body([("How to perform", "1. `do_it(x)`")])) for i, s in enumerate(slugs)}
     cache = EpisodeCache(1)
     common = {"env": InstantEnv(), "agent": InstantAgent(), "executor": LocalExecutor(1), "cache": cache,
-              "tasks": tasks, "k": 3, "budget": 1500, "boosts": Boosts()}
+              "tasks": tasks, "k": 3, "budget": 1500, "retriever": Retriever()}
     backend = InstantBackend()
     expander = Expander(**common, backend=backend, q_train=q_train, mapping={s: s for s in slugs},
                         titles={s: (roots[s].concept, ()) for s in slugs}, threshold=0.6, retries=0, max_concepts=1)

@@ -172,6 +172,8 @@ class RetrievalConfig:
     per_turn: bool = False
     """In conversational environments (τ²), retrieve again after each user
     turn, with the user's turns so far as the query."""
+    mode: str = field(default="bm25", metadata=_choices("bm25", "hybrid"))
+    """``hybrid`` fuses the BM25 ranking with dense vectors of the ``embeddings`` role."""
 
 
 @dataclass(frozen=True)
@@ -385,6 +387,7 @@ workers = 2
 k = 3
 context_tokens = 1500
 per_turn = false          # true: retrieve again after each user turn (conversational environments)
+mode = "bm25"             # "hybrid": BM25 fused with vectors of the embeddings role
 
 [search]
 strategy = "mcts"         # "mcts", "greedy" or "iterative"

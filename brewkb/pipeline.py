@@ -44,7 +44,7 @@ from brewkb.llm import open_backend
 from brewkb.llm.ledger import Ledger
 from brewkb.llm.roles import Backend, Insight
 from brewkb.recipes import Recipe, parse_recipe, render_recipe
-from brewkb.retrieval import open_index
+from brewkb.retrieval import open_index, retriever_of
 from brewkb.runs import FILES, STAGES, Run
 from brewkb.stages import concepts as concepts_stage
 from brewkb.stages import grading, integrate, reflect, relabel, rollouts
@@ -133,7 +133,7 @@ class Pipeline:
         """``none``, or ``kb``: the recipes at ``rev`` (the working tree when ``None``)."""
         if context == "none":
             return NoContext()
-        index = open_index(self.kb, rev)
+        index = open_index(self.kb, rev, retriever_of(self.kb, self.client))
         if not len(index):
             return NoContext()
         revision = self.kb.store.resolve(rev) if rev else None
@@ -191,6 +191,8 @@ class Pipeline:
     def _episodes_failed(self, stage: str, errors: Sequence[str], total: int) -> None:
         """Say how many of the ``total`` episodes run failed to run; raise when all did."""
         if errors and len(errors) == total:
+            append_line(self.run.file("failures.jsonl"), json.dumps({"stage": stage, "key": "episodes",
+                                                                     "count": total, "error": errors[0]}))
             raise AllFailedError(f"all {total} episodes failed to run: {errors[0]}; {self.retry}")
         if errors:
             self.events(Event("note", stage, message=f"{len(errors)} of {total} episodes failed to run (agent "

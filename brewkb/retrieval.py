@@ -10,15 +10,21 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
-from brewkb.index import SCHEMA_VERSION, Hit, RecipeIndex, indexed_fields
+import numpy as np
+
+from brewkb.config import Boosts
+from brewkb.fusion import FusedIndex, Vectors, offline_embed
+from brewkb.index import SCHEMA_VERSION, Hit, MultiIndex, RecipeIndex, indexed_fields
 from brewkb.kb import KB
 from brewkb.recipes import Recipe, render_recipe
 
-__all__ = ["Searchable", "open_index", "retrieve", "render_context", "mrr", "approx_tokens"]
+__all__ = ["Searchable", "Retriever", "retriever_of", "open_index", "retrieve", "render_context", "mrr",
+           "approx_tokens"]
 
 KEEP_INDEXES = 8
 
@@ -36,6 +42,45 @@ class Searchable(Protocol):
     def __len__(self) -> int: ...
 
 
+@dataclass(frozen=True)
+class Retriever:
+    """How recipes are ranked: BM25 with ``boosts``, fused with dense vectors
+    when ``vectors`` is set (``retrieval.mode = "hybrid"``)."""
+
+    boosts: Boosts = Boosts()
+    vectors: Vectors | None = None
+
+    def over(self, lexical: Searchable, members: Iterable[Recipe]) -> Searchable:
+        """``lexical`` as this retriever ranks: itself, or fused."""
+        return lexical if self.vectors is None else FusedIndex(lexical, list(members), self.vectors)
+
+    def index(self, recipes: Sequence[Recipe]) -> Searchable:
+        return self.over(RecipeIndex.build(list(recipes), self.boosts), recipes)
+
+    def multi(self, base: Mapping[str, Recipe], candidates: Mapping[str, tuple[str, Recipe]]) -> MultiIndex:
+        return MultiIndex(dict(base), dict(candidates), self.boosts)
+
+    def hybrid(self, multi: MultiIndex, candidate: str | None) -> Searchable:
+        """The hybrid KB of ``candidate`` in ``multi``, ranked as this retriever ranks."""
+        return self.over(multi.hybrid(candidate), multi.members(candidate).values())
+
+
+def retriever_of(kb: KB, client: Any = None) -> Retriever:
+    """The configured retriever. Hybrid vectors come from the ``embeddings``
+    role: ``client`` (or a new one) with ``llm.backend = "openai"``, else the
+    offline embedder."""
+    config = kb.config
+    if config.retrieval.mode == "bm25":
+        return Retriever(config.retrieval.boosts)
+    if config.llm.backend == "offline":
+        return Retriever(config.retrieval.boosts, Vectors(offline_embed))
+    if client is None:
+        from brewkb.llm import open_backend
+
+        _, client = open_backend(config.llm, cache_dir=kb.cache_dir)
+    return Retriever(config.retrieval.boosts, Vectors(lambda texts: np.asarray(client.embed_blocking(texts))))
+
+
 def _state_key(kb: KB, rev: str | None) -> tuple[str, list[Recipe]]:
     if rev is None:
         recipes = kb.recipes()
@@ -48,9 +93,16 @@ def _state_key(kb: KB, rev: str | None) -> tuple[str, list[Recipe]]:
     return "tree-" + (entry.sha if entry else "empty"), kb.recipes(commit)
 
 
-def open_index(kb: KB, rev: str | None = None) -> RecipeIndex:
+def open_index(kb: KB, rev: str | None = None, retriever: Retriever | None = None) -> Searchable:
     """The index of the working tree (``rev=None``) or of a revision, built
-    once per KB state under the cache folder."""
+    once per KB state under the cache folder, ranked as ``retriever`` (by
+    default the configured one) ranks."""
+    index = lexical_index(kb, rev)
+    return (retriever or retriever_of(kb)).over(index, index.recipes.values())
+
+
+def lexical_index(kb: KB, rev: str | None = None) -> RecipeIndex:
+    """The BM25 index of the working tree or a revision."""
     key, recipes = _state_key(kb, rev)
     boosts = kb.config.retrieval.boosts
     folder = kb.cache_dir / "index" / f"v{SCHEMA_VERSION}"

@@ -105,7 +105,7 @@ def test_import_runs_gc_and_runs_speak_of_what_a_run_needs(tmp_path: Path) -> No
     assert listed.returncode == 0, listed.stderr
     lines = listed.stdout.splitlines()
     assert lines[0].split()[1:] == ["1/6", "stages", "(next:", "grades),", "0", "failed", "items"]
-    assert lines[1].split(None, 1)[1] == ("6/7 stages (interrupted before search finished; continue: "
+    assert lines[1].split(None, 1)[1] == ("6/7 stages (stopped before search finished; continue: "
                                           "brewkb refine --resume stopped), 0 failed items")
     data = json.loads(run(kb, "runs", "--json").stdout)
     assert [r["next"] for r in data] == ["grades", "search"]
@@ -234,3 +234,32 @@ def test_help_summaries_match_the_commands_own_help() -> None:
         cli.format_commands(ctx, lazy)
         click.Group.format_commands(cli, ctx, real)  # imports every command
         assert lazy.getvalue() == real.getvalue()
+
+
+def test_show_points_at_lint_for_a_skipped_file_and_lists_recipes_for_a_non_name(tmp_path: Path) -> None:
+    assert run(tmp_path, "init", "kb").returncode == 0
+    kb = tmp_path / "kb"
+    (kb / "recipes" / "baggage.md").write_text(recipe_text("Baggage Allowance", "Checked bags allowed per fare"))
+    (kb / "recipes" / "pay.md").write_text(recipe_text("pay", "Pay an order"))
+    skipped = run(kb, "show", "baggage")
+    assert skipped.returncode == 1
+    assert skipped.stderr.strip().endswith("recipes/baggage.md was skipped because its front matter is not valid "
+                                           "or its name is not the file's name: run `brewkb lint` to see why")
+    odd = run(kb, "show", "Baggage Allowance")
+    assert odd.returncode == 1 and odd.stderr.strip().endswith("; recipes: pay") and "search ''" not in odd.stderr
+
+
+def test_pr_of_an_unknown_run_says_there_is_none(refined: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    kb, _ = refined
+    unknown = run(kb, "pr", "nosuch")
+    assert unknown.returncode == 1 and "no run 'nosuch' in this repository" in unknown.stderr
+    assert "--resume nosuch" not in unknown.stderr
+
+
+def test_plan_refuses_an_unknown_agent_as_the_run_would(tmp_path: Path) -> None:
+    assert run(tmp_path, "init", "kb").returncode == 0
+    kb = tmp_path / "kb"
+    (kb / "brewkb.toml").write_text(SMALL + '[agent]\nname = "tool-agnet"\n')
+    plan = run(kb, "refine", "--plan")
+    assert plan.returncode == 1
+    assert plan.stderr.strip().startswith("brewkb: error: agent.name: unknown agent 'tool-agnet'; choose one of")

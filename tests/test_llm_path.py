@@ -199,6 +199,7 @@ def test_a_dead_endpoint_fails_loudly_and_the_same_command_recovers(make_repo: M
         assert "all 10 episodes failed to run: " in down.stderr and "HTTP 500: the model is overloaded" in down.stderr
         assert "run the same command again" in down.stderr
         assert "rollouts" not in stages_done(root, "r")
+        assert "(next: rollouts), 10 failed items" in brewkb(root, fake, "runs").stdout
         assert summarise(read_ledger(root / "runs" / "r" / "ledger.jsonl"), {})["agent"].errors == 10
         outage.recover()
         assert brewkb(root, fake, "rollout", "--run", "r").returncode == 0
@@ -209,6 +210,7 @@ def test_a_dead_endpoint_fails_loudly_and_the_same_command_recovers(make_repo: M
         before = len(fake.requests)
         again = brewkb(root, fake, "reflect", "r")
         assert again.returncode == 0, again.stderr
+        assert brewkb(root, fake, "runs").stdout.rstrip().endswith(", 0 failed items")  # all retried since
         asked = [body for _, body in fake.requests[before:]]
     # the finished rollouts were kept; each failed grade was asked for once more
     assert not any(body.get("tools") for body in asked)
@@ -262,3 +264,14 @@ def test_relabelled_and_expansion_episodes_are_judged_before_reflection(make_rep
     # the 10 train rollouts are graded, relabelled runs judged; expansion episodes are judged too (an
     # episode identical to a graded one is judged from the cache, and the ledger counts that)
     assert len(entries) > 10 + relabelled
+
+
+def test_a_failed_refine_started_elsewhere_names_the_kb_in_its_resume_hint(make_repo: MakeRepo) -> None:
+    root = shop_kb(make_repo)
+    config = (root / "brewkb.toml").read_text().replace('backend = "openai"', 'backend = "openai"\nmax_retries = 0')
+    (root / "brewkb.toml").write_text(config)
+    git(root, "commit", "-qam", "no retries")
+    with FakeOpenAI(default=Outage(), embed=embed) as fake:
+        failed = brewkb(root / "recipes", fake, "refine", "--run", "r")  # started in a folder of the KB
+    assert failed.returncode == 1 and not TRACEBACK.search(failed.stderr)
+    assert f"continue with `brewkb -C {root} refine --resume r`" in failed.stderr

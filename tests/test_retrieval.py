@@ -252,3 +252,55 @@ def test_rank_agrees_with_search_and_ignores_non_members() -> None:
     assert multi.rank("gold-upgrade", "new cabin", candidate=None) == 1
     assert multi.rank("gold-upgrade", "new cabin", candidate="c") == 0  # its candidate does not match
     assert multi.hybrid("c").rank("change-flight", "cabin") == 1
+
+
+HYBRID_RECIPES = KB_RECIPES + [
+    Recipe(name="refund-payment", description="Refund a payment to the customer's card.", concept="Refunds",
+           body=build_body([("How to perform", "1. `refund(payment_id)`")])),
+]
+
+
+def _search_json(root: Path, query: str, env: dict[str, str] | None = None) -> list[str]:
+    done = subprocess.run([sys.executable, "-m", "brewkb", "search", query, "--json"], cwd=root,
+                          capture_output=True, text=True, env=env)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    return [d["name"] for d in json.loads(done.stdout)]
+
+
+def test_hybrid_mode_finds_a_misspelt_query_that_bm25_misses(make_repo: MakeRepo) -> None:
+    root = make_repo({f"recipes/{r.name}.md": render_recipe(r) for r in HYBRID_RECIPES})
+    assert _search_json(root, "refnud paymnet") == []  # no index term in common
+    (root / "brewkb.toml").write_text('[retrieval]\nmode = "hybrid"\n')
+    assert _search_json(root, "refnud paymnet")[0] == "refund-payment"  # character n-grams
+    # words BM25 knows keep their place at the top
+    assert _search_json(root, "export to pdf")[0] == "export-as-pdf"
+    (root / "brewkb.toml").write_text('[retrieval]\nmode = "dense"\n')
+    bad = subprocess.run([sys.executable, "-m", "brewkb", "search", "pdf"], cwd=root, capture_output=True, text=True)
+    assert bad.returncode == 1 and "retrieval.mode" in bad.stderr and "hybrid" in bad.stderr
+
+
+def test_hybrid_vectors_come_from_the_embeddings_endpoint_once(make_repo: MakeRepo) -> None:
+    from brewkb.fusion import offline_embed
+    from tests.fakes.openai_server import FakeOpenAI
+
+    root = make_repo({f"recipes/{r.name}.md": render_recipe(r) for r in HYBRID_RECIPES})
+    with FakeOpenAI(embed=lambda texts: offline_embed(texts).tolist()) as fake:
+        (root / "brewkb.toml").write_text(f'[llm]\nbackend = "openai"\nbase_url = "{fake.base_url}"\n'
+                                          '[retrieval]\nmode = "hybrid"\n')
+        assert _search_json(root, "refnud paymnet")[0] == "refund-payment"
+        asked = [body for path, body in fake.requests if path.endswith("/embeddings")]
+        assert asked and all(body["model"] == "text-embedding-3-small" for body in asked)
+        assert sum(len(body["input"]) for body in asked) == len(HYBRID_RECIPES) + 1  # every recipe, the query
+        assert _search_json(root, "refnud paymnet")[0] == "refund-payment"
+        assert len([p for p, _ in fake.requests if p.endswith("/embeddings")]) == len(asked)  # from the cache
+
+
+def test_fused_rank_agrees_with_fused_search() -> None:
+    from brewkb.fusion import Vectors, offline_embed
+    from brewkb.retrieval import Retriever
+
+    index = Retriever(Boosts(), Vectors(offline_embed)).index(HYBRID_RECIPES)
+    for query in ("export my report as pdf", "refnud", "cancel the order", "printer"):
+        names = [h.name for h in index.search(query, len(index))]
+        assert names and all(index.rank(n, query) == place for place, n in enumerate(names, start=1))
+    assert index.rank("no-such-recipe", "pdf") == 0 and index.search("", 3) == []

@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 
 from brewkb.api.refine import gc, load_trees, refine
-from brewkb.config import Boosts
 from brewkb.envs.base import Task
 from brewkb.executors import LocalExecutor
 from brewkb.gitstore import GitStore
-from brewkb.recipes import Recipe, build_body
 from brewkb.llm.roles import Insight
+from brewkb.recipes import Recipe, build_body
+from brewkb.retrieval import Retriever
 from brewkb.search.engine import SAMPLE_STRIDE, SearchSpec, _chosen, _select
 from brewkb.search.episodes import EpisodeCache
 from brewkb.search.evaluate import Evaluator
@@ -124,7 +124,7 @@ def test_episodes_are_reused_when_the_candidate_is_not_retrieved() -> None:
     agent = CountingAgent()
     evaluator = Evaluator(env=ContextEnv(), agent=agent, executor=LocalExecutor(1), cache=EpisodeCache(1),
                           tasks=tasks, q_eval={"refund": ["t1", "t2"], "cancel": ["t2"]}, q_train={}, k=1,
-                          budget=500, boosts=Boosts(), lambda_corr=0.5, lambda_ret=0.5)
+                          budget=500, retriever=Retriever(), lambda_corr=0.5, lambda_ret=0.5)
     first = asyncio.run(evaluator.evaluate({"a": ("refund", recipe("refund", "refund damaged parcel money back"))},
                                            current))
     assert agent.runs == 2 and first["a"].r_corr == 1.0 and first["a"].r_ret == pytest.approx(0.5)
@@ -135,7 +135,7 @@ def test_episodes_are_reused_when_the_candidate_is_not_retrieved() -> None:
     assert [t["reused"] for t in second["b"].tasks] == [False, True]
     assert (second["b"].episodes_run, second["b"].episodes_reused) == (1, 1)
     off = Evaluator(env=ContextEnv(), agent=agent, executor=LocalExecutor(1), cache=EpisodeCache(0), tasks=tasks,
-                    q_eval={"refund": ["t1", "t2"]}, q_train={}, k=1, budget=500, boosts=Boosts(),
+                    q_eval={"refund": ["t1", "t2"]}, q_train={}, k=1, budget=500, retriever=Retriever(),
                     lambda_corr=0.5, lambda_ret=0.5)
     asyncio.run(off.evaluate({"b": ("refund", recipe("refund", "refund a damaged parcel to the card"))}, current))
     assert agent.runs == 5  # reuse off: both tasks run again
@@ -161,7 +161,7 @@ def test_per_turn_episodes_are_reused_only_under_the_same_kb() -> None:
     agent = PerTurnAgent()
     cache = EpisodeCache(1)
     evaluator = Evaluator(env=ContextEnv(), agent=agent, executor=LocalExecutor(1), cache=cache, tasks=tasks,
-                          q_eval={"refund": ["t1", "t2"]}, q_train={}, k=1, budget=500, boosts=Boosts(),
+                          q_eval={"refund": ["t1", "t2"]}, q_train={}, k=1, budget=500, retriever=Retriever(),
                           lambda_corr=0.5, lambda_ret=0.5)
     card = recipe("refund", "refund a damaged parcel to the card")
     asyncio.run(evaluator.evaluate({"a": ("refund", recipe("refund", "refund damaged parcel money back"))}, current))
@@ -209,7 +209,7 @@ def test_expansion_integrates_every_insight_so_far_and_resumes_exactly(tmp_path:
     def expander(backend: RoundBackend) -> Expander:
         return Expander(env=ContextEnv(), agent=CountingAgent(), executor=LocalExecutor(1), cache=EpisodeCache(1),
                         backend=backend, tasks=tasks, q_train={"refund": ["t1"]}, mapping={"refund": "refund"},
-                        titles={"refund": ("refund", ())}, k=1, budget=500, boosts=Boosts(), threshold=0.6,
+                        titles={"refund": ("refund", ())}, k=1, budget=500, retriever=Retriever(), threshold=0.6,
                         retries=0, max_concepts=2, insights={"refund": stage}, journal=journal)
 
     doc = recipe("refund", "refund a damaged parcel to the card")

@@ -9,7 +9,7 @@ from typing import Any
 from brewkb.config import Config
 from brewkb.errors import AgentError, ConfigError
 
-__all__ = ["AGENTS", "load_agent"]
+__all__ = ["AGENTS", "check_agent_name", "load_agent"]
 
 
 def _command(config: Config, root: Path, client: Any) -> Any:
@@ -55,8 +55,12 @@ AGENTS: dict[str, Callable[[Config, Path, Any], Any]] = {
 }
 
 
+def check_agent_name(name: str) -> None:
+    if name not in AGENTS:
+        raise ConfigError(f"agent.name: unknown agent {name!r}; choose one of {sorted(AGENTS)}")
+
+
 def load_agent(config: Config, root: Path, client: Any = None) -> Any:
     """The configured agent; ``client`` is the LLMClient when an LLM backend is set."""
-    if config.agent.name not in AGENTS:
-        raise ConfigError(f"agent.name: unknown agent {config.agent.name!r}; choose one of {sorted(AGENTS)}")
+    check_agent_name(config.agent.name)
     return AGENTS[config.agent.name](config, root, client)

@@ -16,6 +16,7 @@ from brewkb.events import EventSink, null_sink
 from brewkb.kb import KB
 from brewkb.llm.offline import user_turns
 from brewkb.pipeline import Pipeline
+from brewkb.retrieval import retriever_of
 from brewkb.runs import FILES, Run
 from brewkb.search.distill import LogExpander, RetrievalEvaluator
 from brewkb.search.engine import SearchResult, SearchSpec, note_of, search
@@ -186,7 +187,7 @@ async def _distill(kb: KB, folder: Run, strategy: str | None, iterations: int | 
         evaluator = RetrievalEvaluator(queries=_queries(logged, scrubber_of(kb.config.scrub)),
                                        q_eval={c.slug: c.q_eval for c in concepts},
                                        q_train={c.slug: c.q_train for c in concepts},
-                                       boosts=kb.config.retrieval.boosts, cache=EpisodeCache(0))
+                                       retriever=retriever_of(kb, pipeline.client), cache=EpisodeCache(0))
         store = SearchStore(kb.store, run, base, kb.recipes_prefix())
         result = await search(spec, store, expander, evaluator, {c.slug: roots[c.slug] for c in concepts},
                               events)

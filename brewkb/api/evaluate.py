@@ -18,10 +18,9 @@ from brewkb.errors import AllFailedError, BrewError
 from brewkb.events import EventSink, null_sink
 from brewkb.executors import Job, make_executor
 from brewkb.fsutil import write_atomic
-from brewkb.index import RecipeIndex
 from brewkb.kb import KB
 from brewkb.llm import open_backend
-from brewkb.retrieval import open_index
+from brewkb.retrieval import Retriever, open_index, retriever_of
 from brewkb.runs import FILES, Run
 from brewkb.stages.rollouts import make_jobs
 from brewkb.trajectories import Trajectory, read_jsonl
@@ -167,7 +166,8 @@ async def aevaluate(*, revs: Sequence[str] = (), contexts: Sequence[str] = (), s
         try:
             columns, _ = await evaluate_arms(kb, load_agent(config, kb.root, client),
                                              load_environment(config.env, kb.root), executor, revs=revs,
-                                             contexts=contexts, split=split, repeats=repeats, from_run=from_run)
+                                             contexts=contexts, split=split, repeats=repeats, from_run=from_run,
+                                             client=client)
         finally:
             await executor.aclose()
             if client is not None:
@@ -181,12 +181,14 @@ async def aevaluate(*, revs: Sequence[str] = (), contexts: Sequence[str] = (), s
 
 async def evaluate_arms(kb: KB, agent: Any, env: Any, executor: Any, *, revs: Sequence[str] = (),
                         contexts: Sequence[str] = (), split: str = "test", repeats: int = 1,
-                        from_run: str | None = None, effects: Sequence[str] = ()) -> tuple[list[Column], list[Effect]]:
-    """The columns of ``aevaluate`` run with the caller's agent, environment and
-    executor (``refine`` passes its run's, so the calls are charged to the run),
-    and the leave-one-recipe-out effect of each recipe in ``effects`` (recipes
-    of the first revision)."""
+                        from_run: str | None = None, effects: Sequence[str] = (),
+                        client: Any = None) -> tuple[list[Column], list[Effect]]:
+    """The columns of ``aevaluate`` run with the caller's agent, environment,
+    executor and LLM client (``refine`` passes its run's, so the calls are
+    charged to the run), and the leave-one-recipe-out effect of each recipe in
+    ``effects`` (recipes of the first revision)."""
     config = kb.config
+    retriever = retriever_of(kb, client)
     tasks = env.tasks(split) * repeats
     if not tasks:
         raise BrewError(f"the {split} split of {env.name} has no tasks")
@@ -201,7 +203,7 @@ async def evaluate_arms(kb: KB, agent: Any, env: Any, executor: Any, *, revs: Se
             raise BrewError(f"--context {context!r}: use none or trajectories (a KB is a --rev)")
     for rev in revs:
         working = rev in (".", "working-tree")
-        index = open_index(kb, None if working else rev)
+        index = open_index(kb, None if working else rev, retriever)
         label = "working tree" if working else rev
         revision = None if working else kb.store.resolve(rev)
         arms.append((label, RecipeContext(index, revision, config.retrieval.k, config.retrieval.context_tokens),
@@ -214,12 +216,12 @@ async def evaluate_arms(kb: KB, agent: Any, env: Any, executor: Any, *, revs: Se
         await executor.run(agent, env, jobs, lambda i, t: results.__setitem__(i, t))
         columns.append(_column(label, [results[i] for i in range(len(jobs))], n_recipes))
         if effects and label == revs[0]:
-            found = await _effects(kb, revs[0], effects, jobs, results, executor, agent, env)
+            found = await _effects(kb, revs[0], effects, jobs, results, executor, agent, env, retriever)
     return columns, found
 
 
 async def _effects(kb: KB, rev: str, names: Sequence[str], jobs: Sequence[Job], results: dict[int, Trajectory],
-                   executor: Any, agent: Any, env: Any) -> list[Effect]:
+                   executor: Any, agent: Any, env: Any, retriever: Retriever) -> list[Effect]:
     """Leave-one-recipe-out on the tasks whose episode retrieved each recipe
     (at any turn, with per-turn retrieval). An episode is run again only
     where removing the recipe changes the context; identical (task, context)
@@ -233,7 +235,7 @@ async def _effects(kb: KB, rev: str, names: Sequence[str], jobs: Sequence[Job], 
     todo: dict[tuple[str, str], Job] = {}
     reused = dict.fromkeys(names, 0)
     for name in names:
-        index = RecipeIndex.build([r for r in recipes if r.name != name], config.retrieval.boosts)
+        index = retriever.index([r for r in recipes if r.name != name])
         provider = RecipeContext(index, None, config.retrieval.k, config.retrieval.context_tokens)
         plan[name] = []
         for i, job in enumerate(jobs):

@@ -7,6 +7,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+from brewkb.agents import check_agent_name
 from brewkb.budget import Budget, Limits, spent
 from brewkb.config import Config
 from brewkb.envs import load_environment
@@ -69,6 +70,7 @@ def refine_plan(*, run: str | None = None, resume: str | None = None, strategy: 
             spec = _spec(config.search, {"strategy": strategy, "iterations": iterations, "width": width,
                                          "depth": depth})
         env = load_environment(config.env, kb.root)
+        check_agent_name(config.agent.name)  # refused here as the run would refuse it
         train = {t.id for t in env.tasks("train")}
         use_relabel = config.stages.relabel if relabel is None else relabel
         inputs = PlanInputs(

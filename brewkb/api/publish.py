@@ -62,6 +62,7 @@ def load_run(kb: KB, run: str) -> RunView:
     store = kb.store
     pr = store.read_ref(str(BrewRef.pr(run)))
     if pr is None:
+        find_base(store, run)  # raises for a run this repository does not have
         raise BrewError(f"run {run!r} has no pr branch; finish it with `brewkb refine --resume {run}`")
     base = find_base(store, run)
     search = SearchStore(store, run, base, kb.recipes_prefix())

@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from brewkb.kb import KB
 from brewkb.llm.ledger import Ledger, LedgerEntry, read_ledger, summarise
 from brewkb.pipeline import Pipeline
 from brewkb.refs import BrewRef
+from brewkb.retrieval import retriever_of
 from brewkb.runs import Run, new_run_id
 from brewkb.search.engine import SearchResult, SearchSpec, note_of, rebuild, search
 from brewkb.search.episodes import EpisodeCache
@@ -139,8 +141,9 @@ async def arefine(*, run: str | None = None, resume: str | None = None, base: st
         if not recorded:
             folder.set_manifest("search_spec", {"base": base_commit, "spec": dataclasses.asdict(spec)})
         async with Pipeline.open(kb, folder, no_cache=no_cache, events=events) as pipeline:
-            pipeline.retry = (f"fix the cause, then continue with `brewkb refine --resume {run_id}` (finished work "
-                              "is kept)")
+            here = "" if kb.root == Path.cwd().resolve() else f"-C {shlex.quote(str(kb.root))} "
+            pipeline.retry = (f"fix the cause, then continue with `brewkb {here}refine --resume {run_id}` (finished "
+                              "work is kept)")
             pipeline.charge(open_budget(kb.config, folder, limits_of(folder, limits)))
             await pipeline.rollouts("train", context="kb", rev=base_commit)
             await pipeline.rollouts("eval", context="kb", rev=base_commit)
@@ -180,7 +183,7 @@ async def _search(kb: KB, pipeline: Pipeline, folder: Run, spec: SearchSpec, bas
     q_train = {c.slug: c.q_train for c in concepts}
     mapping = json.loads(folder.file("concepts.json").read_text())["mapping"]
     common = {"env": env, "agent": pipeline.agent, "executor": pipeline.executor, "cache": cache, "tasks": tasks,
-              "k": config.retrieval.k, "budget": config.retrieval.context_tokens, "boosts": config.retrieval.boosts}
+              "k": config.retrieval.k, "budget": config.retrieval.context_tokens, "retriever": retriever_of(kb, pipeline.client)}
     expander = Expander(**common, backend=pipeline.backend, q_train=q_train,
                         mapping={n: s for n, s in mapping.items() if s in q_train},
                         titles={c.slug: (c.title, c.aliases) for c in concepts},
@@ -209,7 +212,7 @@ async def _held_out(kb: KB, pipeline: Pipeline, kb_commit: str | None, base: str
     are the run's: in its ledger, its cache entries and its budget."""
     columns, effects = await evaluate_arms(kb, pipeline.agent, pipeline.env, pipeline.executor,
                                            revs=(kb_commit or base, base), contexts=("none",), split="test",
-                                           effects=changed)
+                                           effects=changed, client=pipeline.client)
     labelled = [dataclasses.replace(c, label=label) for c, label in zip(
         columns, ("no KB", "new KB (this PR)", f"base KB ({base[:12]})"), strict=True)]
     evaluation = {"split": "test", "repeats": 1, "columns": [c.to_json() for c in (labelled[1], labelled[2],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,7 +121,7 @@ class RunSummary:
         if self.next_stage is None:
             return "complete"
         if self.resume:
-            return f"interrupted before {self.next_stage} finished; continue: {self.resume}"
+            return f"stopped before {self.next_stage} finished; continue: {self.resume}"
         return f"next: {self.next_stage}"
 
 
@@ -134,9 +135,23 @@ def summarise_run(run: Run) -> RunSummary:
     raise_ = "".join(f" --max-{k.replace('_', '-')} N" for k in limited)  # kept with the run: raise them to go on
     resume = "" if spec is None else f"brewkb distill {run.id}" if spec.get("kind") == "distill" else \
         f"brewkb refine --resume {run.id}{raise_}" + (" (N above the run's limit)" if limited else "")
-    failures = run.file("failures.jsonl")
     return RunSummary(run.id, list(done), next((s for s in wanted if s not in done), None),
-                      len(failures.read_text().splitlines()) if failures.exists() else 0, wanted, resume)
+                      _failures(run, done), wanted, resume)
+
+
+def _failures(run: Run, done: dict[str, Any]) -> int:
+    """Items that failed and were not done since: a finished stage counts
+    what its manifest entry says failed; a stage still to finish, what its
+    failures log holds (an item that later succeeded is not counted)."""
+    count = sum(int(info.get("failed", 0)) + int(info.get("failed_to_run", 0))
+                for info in done.values() if isinstance(info, dict))
+    log = run.file("failures.jsonl")
+    if log.exists():
+        for line in log.read_text().splitlines():
+            entry = json.loads(line)
+            if entry.get("stage") not in done:
+                count += int(entry.get("count", 1))
+    return count
 
 
 def list_runs(*, start: Path = Path(".")) -> list[RunSummary]:

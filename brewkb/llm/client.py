@@ -19,7 +19,8 @@ import json
 import logging
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -83,6 +84,7 @@ class LLMClient:
         self._environ = dict(os.environ if environ is None else environ)
         self._semaphore: asyncio.Semaphore | None = None
         self._clients: dict[str, Any] = {}
+        self._sync_clients: dict[str, Any] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._modes: dict[tuple[str, str], str] = {}
         self.budget: Budget | None = None
@@ -93,10 +95,6 @@ class LLMClient:
             return getattr(self.config.roles, name)  # type: ignore[no-any-return]
         except AttributeError:
             raise LLMError(f"unknown LLM role {name!r}") from None
-
-    def endpoint(self, role: str) -> str:
-        """The base URL the role's calls go to ("" for the SDK's default, api.openai.com)."""
-        return self._base_url(self.role(role)) or ""
 
     def _base_url(self, role: RoleConfig) -> str | None:
         return role.base_url or self.config.base_url or self._environ.get("OPENAI_BASE_URL") or None
@@ -146,19 +144,22 @@ class LLMClient:
         if key not in self._clients:
             import openai
 
-            api_key = self._environ.get(self.config.api_key_env)
-            if not api_key:
-                if base_url is None:
-                    raise LLMError(
-                        f"no API key: set {self.config.api_key_env} (or llm.base_url for a local "
-                        "server that needs none), or use llm.backend = \"offline\""
-                    )
-                api_key = "unused"  # local servers (vLLM, Ollama, llama.cpp) accept any key
             self._clients[key] = openai.AsyncOpenAI(
-                base_url=base_url, api_key=api_key, timeout=self.config.timeout,
+                base_url=base_url, api_key=self._api_key(base_url), timeout=self.config.timeout,
                 max_retries=self.config.max_retries,
             )
         return self._clients[key]
+
+    def _api_key(self, base_url: str | None) -> str:
+        api_key = self._environ.get(self.config.api_key_env)
+        if api_key:
+            return api_key
+        if base_url is None:
+            raise LLMError(
+                f"no API key: set {self.config.api_key_env} (or llm.base_url for a local "
+                "server that needs none), or use llm.backend = \"offline\""
+            )
+        return "unused"  # local servers (vLLM, Ollama, llama.cpp) accept any key
 
     def _limit(self) -> asyncio.Semaphore:
         self._bind_loop()
@@ -172,12 +173,15 @@ class LLMClient:
         clients, self._clients = list(self._clients.values()), {}
         for client in clients:
             await client.close()
+        blocking, self._sync_clients = list(self._sync_clients.values()), {}
+        for sync in blocking:
+            sync.close()
 
     def __getstate__(self) -> dict[str, Any]:
         # pickled to Ray workers: SDK clients and the semaphore belong to this
         # process's loop; the worker makes its own on first use
         # a budget is counted by the driver: calls made in a Ray worker are not charged to it
-        return {**self.__dict__, "_clients": {}, "_semaphore": None, "_loop": None, "budget": None}
+        return {**self.__dict__, "_clients": {}, "_sync_clients": {}, "_semaphore": None, "_loop": None, "budget": None}
 
     # ------------------------------------------------------------------ chat
     def request(self, role: str, messages: Sequence[Mapping[str, Any]], *, tools: Sequence[Mapping[str, Any]] = (),
@@ -329,6 +333,58 @@ class LLMClient:
     # ------------------------------------------------------------ embeddings
     async def embed(self, texts: Sequence[str], role: str = "embeddings") -> list[list[float]]:
         """Embedding vectors, each text cached on its own."""
+        model, keys, vectors = self._cached_vectors(texts, role)
+        missing = [i for i, v in enumerate(vectors) if v is None]
+        if missing:
+            start = time.perf_counter()
+            try:
+                async with self._limit():
+                    self._charge_call()
+                    with self._embedding_errors(role):
+                        response = await self._client(self.role(role)).embeddings.create(
+                            model=model, input=[texts[i] for i in missing])
+                    self._check_embeddings(role, response, len(missing))
+            except LLMError as exc:
+                self._embedding_failed(role, model, start, exc)
+                raise
+            self._store_vectors(role, model, start, keys, vectors, missing, response)
+        return [v for v in vectors if v is not None]
+
+    def embed_blocking(self, texts: Sequence[str], role: str = "embeddings") -> list[list[float]]:
+        """``embed`` for synchronous callers (retrieval inside an episode):
+        a blocking request through the SDK's synchronous client, so it needs
+        no event loop and never nests one; same cache, ledger and budget."""
+        model, keys, vectors = self._cached_vectors(texts, role)
+        missing = [i for i, v in enumerate(vectors) if v is None]
+        if missing:
+            start = time.perf_counter()
+            try:
+                self._charge_call()
+                with self._embedding_errors(role):
+                    response = self._sync_client(self.role(role)).embeddings.create(
+                        model=model, input=[texts[i] for i in missing])
+                self._check_embeddings(role, response, len(missing))
+            except LLMError as exc:
+                self._embedding_failed(role, model, start, exc)
+                raise
+            self._store_vectors(role, model, start, keys, vectors, missing, response)
+        return [v for v in vectors if v is not None]
+
+    def _sync_client(self, role: RoleConfig) -> Any:
+        import openai
+
+        base_url = self._base_url(role)
+        key = base_url or ""
+        if key not in self._sync_clients:
+            self._sync_clients[key] = openai.OpenAI(base_url=base_url, api_key=self._api_key(base_url),
+                                                    timeout=self.config.timeout, max_retries=self.config.max_retries)
+        return self._sync_clients[key]
+
+    def _charge_call(self) -> None:
+        if self.budget is not None:
+            self.budget.take_call()
+
+    def _cached_vectors(self, texts: Sequence[str], role: str) -> tuple[str, list[str], list[list[float] | None]]:
         cfg = self.role(role)
         model = cfg.model or self.config.model
         keys = [canonical_json({"endpoint": self.endpoint(role), "embedding_model": model, "input": t})
@@ -341,38 +397,38 @@ class LLMClient:
                     vectors[i] = json.loads(hit)
             if any(v is not None for v in vectors):
                 self.ledger.record(LedgerEntry(role, model, cached=True, kind="embedding"))
-        missing = [i for i, v in enumerate(vectors) if v is None]
-        if missing:
-            import openai
+        return model, keys, vectors
 
-            start = time.perf_counter()
-            try:
-                try:
-                    async with self._limit():
-                        if self.budget is not None:
-                            self.budget.take_call()
-                        response = await self._client(cfg).embeddings.create(
-                            model=model, input=[texts[i] for i in missing])
-                except openai.OpenAIError as exc:
-                    raise LLMError(f"{role}: embeddings failed at {self.endpoint(role)}: {_short(str(exc))}") from None
-                data = sorted(response.data, key=lambda d: d.index)
-                if len(data) != len(missing) or any(not d.embedding for d in data):
-                    raise LLMError(f"{role}: asked {self.endpoint(role)} for {len(missing)} embeddings, got "
-                                   f"{sum(bool(d.embedding) for d in data)}")
-            except LLMError as exc:
-                self.ledger.record(LedgerEntry(role, model, latency=time.perf_counter() - start, error=str(exc),
-                                               kind="embedding"))
-                raise
-            tokens = response.usage.prompt_tokens if response.usage else 0
-            self.ledger.record(LedgerEntry(role, model, tokens_in=tokens, latency=time.perf_counter() - start,
-                                           kind="embedding"))
-            if self.budget is not None:
-                self.budget.add_cost(model, tokens, 0)
-            for i, item in zip(missing, data, strict=True):
-                vectors[i] = list(item.embedding)
-                if self.cache is not None:
-                    self.cache.put(keys[i], "embedding", json.dumps(vectors[i]), role)
-        return [v for v in vectors if v is not None]
+    @contextmanager
+    def _embedding_errors(self, role: str) -> Iterator[None]:
+        import openai
+
+        try:
+            yield
+        except openai.OpenAIError as exc:
+            raise LLMError(f"{role}: embeddings failed at {self.endpoint(role)}: {_short(str(exc))}") from None
+
+    def _check_embeddings(self, role: str, response: Any, asked: int) -> None:
+        data = response.data
+        if len(data) != asked or any(not d.embedding for d in data):
+            raise LLMError(f"{role}: asked {self.endpoint(role)} for {asked} embeddings, got "
+                           f"{sum(bool(d.embedding) for d in data)}")
+
+    def _embedding_failed(self, role: str, model: str, start: float, exc: LLMError) -> None:
+        self.ledger.record(LedgerEntry(role, model, latency=time.perf_counter() - start, error=str(exc),
+                                       kind="embedding"))
+
+    def _store_vectors(self, role: str, model: str, start: float, keys: list[str],
+                       vectors: list[list[float] | None], missing: list[int], response: Any) -> None:
+        tokens = response.usage.prompt_tokens if response.usage else 0
+        self.ledger.record(LedgerEntry(role, model, tokens_in=tokens, latency=time.perf_counter() - start,
+                                       kind="embedding"))
+        if self.budget is not None:
+            self.budget.add_cost(model, tokens, 0)
+        for i, item in zip(missing, sorted(response.data, key=lambda d: d.index), strict=True):
+            vectors[i] = list(item.embedding)
+            if self.cache is not None:
+                self.cache.put(keys[i], "embedding", json.dumps(vectors[i]), role)
 
 
 def _parse_completion(response: Any, request: ChatRequest, where: str) -> ChatResult:

@@ -57,6 +57,7 @@ import random
 import re
 from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

@@ -14,11 +14,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from brewkb.config import Boosts
-from brewkb.index import MultiIndex
 from brewkb.llm.roles import Backend, Insight
 from brewkb.recipes import Recipe
-from brewkb.retrieval import mrr
+from brewkb.retrieval import Retriever, mrr
 from brewkb.search.episodes import EpisodeCache
 from brewkb.search.evaluate import Evaluation
 from brewkb.search.expand import ExpandRequest
@@ -52,8 +50,8 @@ class RetrievalEvaluator:
     (scrubbed), ``q_eval``/``q_train`` the task ids of each concept."""
 
     def __init__(self, *, queries: Mapping[str, str], q_eval: Mapping[str, Sequence[str]],
-                 q_train: Mapping[str, Sequence[str]], boosts: Boosts, cache: EpisodeCache) -> None:
-        self.queries, self.q_eval, self.q_train, self.boosts = queries, q_eval, q_train, boosts
+                 q_train: Mapping[str, Sequence[str]], retriever: Retriever, cache: EpisodeCache) -> None:
+        self.queries, self.q_eval, self.q_train, self.retriever = queries, q_eval, q_train, retriever
         self.cache = cache  # no episodes are run; the search reports its (zero) counts
 
     def tasks_of(self, concept: str) -> tuple[str, list[str]]:
@@ -64,12 +62,12 @@ class RetrievalEvaluator:
 
     async def evaluate(self, candidates: Mapping[str, tuple[str, Recipe]], current: Mapping[str, Recipe],
                  only: Sequence[str] | None = None) -> dict[str, Evaluation]:
-        multi = MultiIndex(dict(current), dict(candidates), self.boosts)
+        multi = self.retriever.multi(current, candidates)
         out = {}
         for key in (list(only) if only is not None else list(candidates)):
             concept, recipe = candidates[key]
             split, ids = self.tasks_of(concept)
-            r_ret = round(mrr(recipe.name, [self.queries[t] for t in ids], multi.hybrid(key)), 6)
+            r_ret = round(mrr(recipe.name, [self.queries[t] for t in ids], self.retriever.hybrid(multi, key)), 6)
             detail: tuple[dict[str, Any], ...] = tuple({"task_id": t, "measured": "retrieval"} for t in ids)
             out[key] = Evaluation(r_ret, 0.0, r_ret, split, detail, 0, 0)
         return out

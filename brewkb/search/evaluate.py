@@ -14,13 +14,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from brewkb.agents.base import retrieves_per_turn
-from brewkb.config import Boosts
 from brewkb.context import RecipeContext
 from brewkb.envs.base import Environment, Task
 from brewkb.executors import Executor, Job
-from brewkb.index import MultiIndex
 from brewkb.recipes import Recipe
-from brewkb.retrieval import mrr
+from brewkb.retrieval import Retriever, mrr
 from brewkb.search.episodes import EpisodeCache, episode_key, retrieves_during_episode, run_jobs
 from brewkb.search.tree import reward
 from brewkb.stages.rollouts import make_jobs
@@ -48,10 +46,10 @@ class Evaluation:
 class Evaluator:
     def __init__(self, *, env: Environment, agent: Any, executor: Executor, cache: EpisodeCache,
                  tasks: Mapping[str, Task], q_eval: Mapping[str, Sequence[str]], q_train: Mapping[str, Sequence[str]],
-                 k: int, budget: int, boosts: Boosts, lambda_corr: float, lambda_ret: float) -> None:
+                 k: int, budget: int, retriever: Retriever, lambda_corr: float, lambda_ret: float) -> None:
         self.env, self.agent, self.executor, self.cache = env, agent, executor, cache
         self.tasks, self.q_eval, self.q_train = tasks, q_eval, q_train
-        self.k, self.budget, self.boosts = k, budget, boosts
+        self.k, self.budget, self.retriever = k, budget, retriever
         self.lambdas = (lambda_corr, lambda_ret)
         self.per_step = retrieves_during_episode(agent)
         self.per_turn = retrieves_per_turn(agent)
@@ -67,14 +65,15 @@ class Evaluator:
         """Evaluations of ``only`` (default: every candidate). All candidates
         share one index, so each is scored against the same statistics
         whichever subset is evaluated."""
-        multi = MultiIndex(dict(current), dict(candidates), self.boosts)
+        multi = self.retriever.multi(current, candidates)
         wanted = list(only) if only is not None else list(candidates)
         jobs: list[tuple[str, Job]] = []
         plan: dict[str, tuple[str, list[Task], list[int]]] = {}
         for key in wanted:
             concept, recipe = candidates[key]
             split, tasks = self.tasks_of(concept)
-            provider = RecipeContext(multi.hybrid(key), None, self.k, self.budget)
+            hybrid = self.retriever.hybrid(multi, key)
+            provider = RecipeContext(hybrid, None, self.k, self.budget)
             members = multi.members(key) if self.per_step else None
             slots = []
             for task in tasks:
@@ -88,7 +87,7 @@ class Evaluator:
             split, tasks, slots = plan[key]
             runs = [results[i] for i in slots]
             r_corr = sum(t.success for t, _ in runs) / len(runs) if runs else 0.0
-            r_ret = mrr(candidates[key][1].name, [t.text for t in tasks], multi.hybrid(key))
+            r_ret = mrr(candidates[key][1].name, [t.text for t in tasks], self.retriever.hybrid(multi, key))
             detail = tuple({"task_id": task.id, "success": t.success, "score": t.outcome.score, "trajectory": t.id,
                             "reused": reused} for task, (t, reused) in zip(tasks, runs, strict=True))
             n_reused = sum(reused for _, reused in runs)

@@ -22,15 +22,14 @@ import numpy as np
 
 from brewkb.aio import gather_all
 from brewkb.agents.base import retrieves_per_turn
-from brewkb.config import Boosts
 from brewkb.context import RecipeContext
 from brewkb.envs.base import Environment, Task
 from brewkb.executors import Executor
 from brewkb.fsutil import append_line
-from brewkb.index import RecipeIndex
 from brewkb.llm.embed import cosine_matrix
 from brewkb.llm.roles import Backend, Insight, Rubric
 from brewkb.recipes import Recipe
+from brewkb.retrieval import Retriever
 from brewkb.search.episodes import EpisodeCache, episode_key, retrieves_during_episode, run_jobs
 from brewkb.stages import grading
 from brewkb.stages.integrate import integrate
@@ -49,13 +48,13 @@ ROUND_STRIDE = 1000
 class Expander:
     def __init__(self, *, env: Environment, agent: Any, executor: Executor, cache: EpisodeCache, backend: Backend,
                  tasks: Mapping[str, Task], q_train: Mapping[str, Sequence[str]], mapping: Mapping[str, str],
-                 titles: Mapping[str, tuple[str, tuple[str, ...]]], k: int, budget: int, boosts: Boosts,
+                 titles: Mapping[str, tuple[str, tuple[str, ...]]], k: int, budget: int, retriever: Retriever,
                  threshold: float, retries: int, max_concepts: int,
                  insights: Mapping[str, Sequence[Insight]] | None = None, journal: Path | None = None,
                  rubrics: Sequence[Rubric] = (), scrubber: Scrubber | None = None) -> None:
         self.env, self.agent, self.executor, self.cache, self.backend = env, agent, executor, cache, backend
         self.tasks, self.q_train, self.mapping, self.titles = tasks, q_train, dict(mapping), titles
-        self.k, self.budget, self.boosts = k, budget, boosts
+        self.k, self.budget, self.retriever = k, budget, retriever
         self.threshold, self.retries, self.max_concepts = threshold, retries, max_concepts
         self.rubrics, self.scrubber = rubrics, scrubber
         self._reflections: dict[str, list[Insight]] = {}
@@ -89,7 +88,7 @@ class Expander:
                                                   "insights": [i.to_json() for i in insights]}, sort_keys=True))
 
     async def _episodes(self, concepts: Sequence[str], current: Mapping[str, Recipe]) -> dict[str, list[Trajectory]]:
-        provider = RecipeContext(RecipeIndex.build(list(current.values()), self.boosts), None, self.k, self.budget)
+        provider = RecipeContext(self.retriever.index(list(current.values())), None, self.k, self.budget)
         kb = current if retrieves_during_episode(self.agent) else None
         task_ids = sorted({t for c in concepts for t in self.q_train.get(c, ()) if t in self.tasks})
         jobs = []
