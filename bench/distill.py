@@ -32,10 +32,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from brewkb.config import Boosts  # noqa: E402
 from brewkb.fusion import Vectors, offline_embed  # noqa: E402
-from brewkb.llm.offline import action_verb, concept_of_tool, is_handoff, is_lookup, is_talk  # noqa: E402
+from brewkb.llm.offline import action_verb, concept_of_tool, is_handoff, is_lookup, is_talk, verb_of  # noqa: E402
 from brewkb.recipes import parse_recipe, slugify  # noqa: E402
 from brewkb.retrieval import Retriever, Searchable  # noqa: E402
-from brewkb.stages.concepts import verb_of  # noqa: E402
 from brewkb.stages.scrub import Scrubber  # noqa: E402
 from brewkb.trajectories import Outcome, Trajectory  # noqa: E402
 

@@ -132,21 +132,24 @@ class KB:
         return found
 
     def recipe(self, name: str, rev: str | None = None) -> Recipe:
+        if not is_slug(name):
+            # the files' names, without reading (and warning about) every file
+            stems = [p.stem for p in self.recipe_files() if is_slug(p.stem)] if rev is None else []
+            listed = f"; recipes: {', '.join(stems[:10])}{' …' if len(stems) > 10 else ''}" if stems else ""
+            raise BrewError(f"{_short(name)} is not a recipe name: names are lowercase letters, digits and single "
+                            f"hyphens, at most {MAX_NAME} characters{listed}")
         by_name = {r.name: r for r in self.recipes(rev)}
         if name in by_name:
             return by_name[name]
         import difflib
 
-        close = difflib.get_close_matches(name, by_name, n=3) if is_slug(name) else []
+        close = difflib.get_close_matches(name, by_name, n=3)
         hint = (f"; did you mean {', '.join(close)}?" if close else
                 f"; recipes: {', '.join(sorted(by_name)[:10])}{' …' if len(by_name) > 10 else ''}" if by_name else
                 f"; there are no recipes yet: write one in {self.config.kb.recipes_dir}/ or run `brewkb refine`")
-        if rev is None and is_slug(name) and (self.recipes_dir / f"{name}.md").is_file():
+        if rev is None and (self.recipes_dir / f"{name}.md").is_file():
             hint = (f"; {self.config.kb.recipes_dir}/{name}.md was skipped because its front matter is not "
                     "valid or its name is not the file's name: run `brewkb lint` to see why")
-        if not is_slug(name):
-            raise BrewError(f"{_short(name)} is not a recipe name: names are lowercase letters, digits and single "
-                            f"hyphens, at most {MAX_NAME} characters{hint}")
         where = f"at {rev}" if rev else "in the working tree"
         raise BrewError(f"no recipe named {name!r} {where}{hint}")
 

@@ -97,11 +97,11 @@ def open_index(kb: KB, rev: str | None = None, retriever: Retriever | None = Non
     """The index of the working tree (``rev=None``) or of a revision, built
     once per KB state under the cache folder, ranked as ``retriever`` (by
     default the configured one) ranks."""
-    index = lexical_index(kb, rev)
+    index = _lexical_index(kb, rev)
     return (retriever or retriever_of(kb)).over(index, index.recipes.values())
 
 
-def lexical_index(kb: KB, rev: str | None = None) -> RecipeIndex:
+def _lexical_index(kb: KB, rev: str | None = None) -> RecipeIndex:
     """The BM25 index of the working tree or a revision."""
     key, recipes = _state_key(kb, rev)
     boosts = kb.config.retrieval.boosts

@@ -246,7 +246,7 @@ def test_show_points_at_lint_for_a_skipped_file_and_lists_recipes_for_a_non_name
     assert skipped.stderr.strip().endswith("recipes/baggage.md was skipped because its front matter is not valid "
                                            "or its name is not the file's name: run `brewkb lint` to see why")
     odd = run(kb, "show", "Baggage Allowance")
-    assert odd.returncode == 1 and odd.stderr.strip().endswith("; recipes: pay") and "search ''" not in odd.stderr
+    assert odd.returncode == 1 and odd.stderr.strip().endswith("; recipes: baggage, pay") and "search" not in odd.stderr
 
 
 def test_pr_of_an_unknown_run_says_there_is_none(refined: tuple[Path, subprocess.CompletedProcess[str]]) -> None:

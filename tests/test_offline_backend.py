@@ -102,6 +102,23 @@ def test_integrator_samples_differ_are_seeded_and_lint_clean(insights: list[Any]
     assert set(first[0].sources) <= set(improved.sources)
 
 
+def test_examples_ask_for_the_recipes_action_and_pitfalls_are_written_once(insights: list[Any]) -> None:
+    from brewkb.llm.offline import names_action
+
+    flights = [i for i in insights if i.concept == "update reservation flights"]
+    # an insight quotes the turn that asks for its concept's action, not the conversation's opening
+    assert flights and sum(names_action(i.task, i.concept) for i in flights) > len(flights) // 2
+    for concept in ("update reservation flights", "cancel reservation", "book reservation"):
+        group = [i for i in insights if i.concept == concept]
+        for sample in range(4):
+            recipe = run(OfflineBackend(seed=sample).integrate(concept, [], group, None, sample))
+            when = recipe.section("When to use")
+            example = when.split("For example: ", 1)[1] if "For example: " in when else ""
+            assert example == "" or names_action(example, concept), (concept, example)
+            pitfalls = [line for line in recipe.section("Pitfalls").splitlines() if line.strip()]
+            assert not any(a != b and a in b for a in pitfalls for b in pitfalls), pitfalls
+
+
 def test_relabeller_and_judge() -> None:
     trajectories = airline()
     backend = OfflineBackend()

@@ -26,9 +26,10 @@ Reflector
   (a failed lookup under the next state change it served; a failed state
   change that is not one of the run's concepts is left out). A failing run
   whose calls all succeeded gives a diagnostic note that the state change was
-  made with the wrong details. An insight's ``task`` is the user's first
-  turn (the request as the user put it), so recipe examples quote requests,
-  not task scripts. Trajectories arrive scrubbed (``stages/scrub.py``).
+  made with the wrong details. An insight's ``task`` is the user's turn that
+  asks for the concept's action (synonyms folded), else the first turn (the
+  request as the user put it), so recipe examples quote requests, not task
+  scripts. Trajectories arrive scrubbed (``stages/scrub.py``).
 
 Integrator
   Assembles a recipe from the insights and the current document. A seeded
@@ -37,8 +38,10 @@ Integrator
   insights (alternatives that different passing runs used, such as two ways
   to identify a customer, stay next to each other), else the current
   document's steps are kept. Pitfalls come from the concept's own pitfall and
-  note insights. Different samples therefore differ in quality, as LLM
-  samples do.
+  note insights, each once (an error quoted twice, once with what the run did
+  next, is kept as the longer). The example is a request that names the
+  concept's action, or none. Different samples therefore differ in quality, as
+  LLM samples do.
 
 Relabeller
   Writes a task that describes what the agent actually did: its successful
@@ -67,7 +70,7 @@ from brewkb.recipes import Recipe, build_body, slugify
 from brewkb.trajectories import ToolCall, Trajectory, content_id, tool_calls
 
 __all__ = ["OfflineBackend", "READ_VERBS", "concept_of_tool", "step_text", "parse_step", "is_lookup", "is_talk",
-           "is_handoff", "action_verb", "user_turns", "ACTION_VERBS"]
+           "is_handoff", "action_verb", "user_turns", "ACTION_VERBS", "verb_of", "names_action"]
 
 READ_VERBS = frozenset({
     "get", "find", "list", "search", "lookup", "look", "read", "fetch", "check", "calculate", "compute",
@@ -148,6 +151,22 @@ def _task_keywords(text: str, n: int = 2) -> list[str]:
     return [w for w, _ in Counter(words).most_common(n)]
 
 
+def _distinct(lines: Sequence[str]) -> list[str]:
+    """``lines`` in order without repeats: a line that another one holds (the
+    same error, once with what the run did next) is kept once, as the longer."""
+    kept: list[str] = []
+    for line in lines:
+        if any(line in k for k in kept):
+            continue
+        shorter = [n for n, k in enumerate(kept) if k in line]
+        if shorter:
+            kept[shorter[0]] = line
+            kept = [k for n, k in enumerate(kept) if n not in shorter[1:]]
+        else:
+            kept.append(line)
+    return kept
+
+
 def _first_line(text: str | None, limit: int = 160) -> str:
     line = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
     return line if len(line) <= limit else line[: limit - 1] + "…"
@@ -160,15 +179,28 @@ send set subscribe switch transfer unsubscribe update upgrade""".split())
 GENERIC_NOUNS = frozenset({"details", "detail", "info", "information", "status", "data", "list", "by", "id", "all"})
 
 
+VERB_SYNONYMS = {"change": "update", "modify": "update", "edit": "update", "alter": "update", "amend": "update",
+                 "move": "update", "reschedule": "update", "switch": "update", "swap": "update",
+                 "reserve": "book", "purchase": "buy", "delete": "remove", "drop": "remove"}
+"""Action verbs that name one intent."""
+
+
+def verb_of(name: str) -> str:
+    """The leading word of a concept name, synonyms folded (``change flight`` → ``update``)."""
+    words = name.split()
+    return VERB_SYNONYMS.get(words[0], words[0]) if words else ""
+
+
+def names_action(text: str, concept: str) -> bool:
+    """Whether ``text`` asks for the action that leads ``concept`` (synonyms folded)."""
+    verb = verb_of(concept)
+    return bool(verb) and any((v := action_verb(w)) is not None and verb_of(v) == verb
+                              for w in re.findall(r"[a-z]+", text.lower()))
+
+
 def user_turns(trajectory: Trajectory) -> list[str]:
     return [str(m["content"]) for m in trajectory.messages
             if m.get("role") == "user" and isinstance(m.get("content"), str) and m["content"].strip()]
-
-
-def request_text(trajectory: Trajectory) -> str:
-    """The request as the user put it: the first user message, else the task."""
-    turns = user_turns(trajectory)
-    return turns[0] if turns else trajectory.task
 
 
 def action_verb(word: str) -> str | None:
@@ -262,12 +294,14 @@ class OfflineBackend:
     async def reflect(self, trajectory: Trajectory, max_concepts: int = 2) -> list[Insight]:
         calls = tool_calls(trajectory.messages)
         concepts = self.concepts_of(trajectory, max_concepts)
-        request = _first_line(request_text(trajectory), 400)
+        turns = user_turns(trajectory) or [trajectory.task]
         insights: list[Insight] = []
 
         def add(concept: str, text: str, polarity: str, kind: str, steps: tuple[str, ...] = ()) -> None:
+            # the request as the user put it: the turn that asks for this concept's action, else the first
+            request = next((t for t in turns if names_action(t, concept)), turns[0])
             insights.append(Insight(concept, text, polarity, trajectory.id, trajectory.task_id,
-                                    request, steps, kind))
+                                    _first_line(request, 400), steps, kind))
 
         changes = {i for i, c in enumerate(calls) if not (is_lookup(c.name) or is_talk(c.name))}
         for concept, index in concepts:
@@ -351,7 +385,7 @@ class OfflineBackend:
         new_pitfalls = [f"- {i.insight}" for i in picked if i.kind in ("pitfall", "note")]
         new_pitfalls += list(dict.fromkeys(f"- Some such requests were not done by `{concept.replace(' ', '_')}`: a "
                                            "passing run did " + "; then ".join(f"`{x}`" for x in q) for q in others))
-        pitfalls = list(dict.fromkeys(new_pitfalls + old_pitfalls))[:6]
+        pitfalls = _distinct(new_pitfalls + old_pitfalls)[:6]
         tasks = [i.task for i in insights if i.task]
         # other action verbs in its requests belong to other intents (a rebooking mentions "cancel")
         own = set(concept.split()[:1])
@@ -359,12 +393,11 @@ class OfflineBackend:
         description = f"Use when the task is to {concept}"
         if keywords:
             description += f" (tasks mentioning {', '.join(keywords)})"
-        # the example is a request that names this action, from a passing run when there is one
-        verb = concept.split()[0] if concept.split() else ""
-        naming = [i.task for i in insights if i.task and any(action_verb(w) == verb for w in re.findall(
-            r"[a-z]+", i.task.lower()))]
+        # the example is a request that names this action, from a passing run when
+        # there is one; no example rather than another intent's request
+        naming = [i.task for i in insights if i.task and names_action(i.task, concept)]
         worked = [i.task for i in insights if i.task in naming and i.kind == "steps"]
-        example = rng.choice(worked or naming or tasks) if tasks else ""
+        example = rng.choice(worked or naming) if naming else ""
         body = build_body([
             ("When to use", f"The request is to {concept}." + (f" For example: {_first_line(example, 300)}"
                                                                 if example else "")),

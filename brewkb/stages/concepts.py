@@ -32,17 +32,12 @@ from typing import Any
 import numpy as np
 
 from brewkb.llm.embed import cosine_matrix
+from brewkb.llm.offline import verb_of
 from brewkb.llm.roles import Insight
 from brewkb.recipes import slugify
 from brewkb.refs import RESERVED_CONCEPTS
 
 __all__ = ["Concept", "agglomerate", "build_concepts", "concept_slugs"]
-
-
-VERB_SYNONYMS = {"change": "update", "modify": "update", "edit": "update", "alter": "update", "amend": "update",
-                 "move": "update", "reschedule": "update", "switch": "update", "swap": "update",
-                 "reserve": "book", "purchase": "buy", "delete": "remove", "drop": "remove"}
-"""Action verbs that name one intent."""
 
 
 @dataclass(frozen=True)
@@ -66,12 +61,6 @@ class Concept:
     def from_json(cls, data: Mapping[str, Any]) -> Concept:
         return cls(data["slug"], data["title"], tuple(data["aliases"]), int(data["insights"]),
                    tuple(data["q_train"]), tuple(data["q_eval"]), tuple(data.get("merged", ())))
-
-
-def verb_of(name: str) -> str:
-    """The leading word of a concept name, synonyms folded (``change flight`` → ``update``)."""
-    words = name.split()
-    return VERB_SYNONYMS.get(words[0], words[0]) if words else ""
 
 
 def is_tool_concept(name: str, insights: Sequence[Insight]) -> bool:
