@@ -49,6 +49,9 @@ class PlanInputs:
     integrate_retries: int = 2
     agent_steps: int = 0
     """LLM calls per agent episode at most (``agent.max_steps`` for the tool agent, else 0)."""
+    user_steps: int = 0
+    """``user`` role calls per episode at most (the tool agent in a conversational
+    environment: one per agent turn and the opening one, else 0)."""
     fallback_calls: int = 0
     """Rejected calls each JSON role may see while the structured-output mode is found."""
     final_candidates: int = 0
@@ -82,7 +85,7 @@ class RunPlan:
 
 
 def plan_refine(p: PlanInputs) -> RunPlan:
-    calls = {r: 0 for r in ("agent", *JSON_ROLES, "embeddings")}
+    calls = {r: 0 for r in ("agent", "user", *JSON_ROLES, "embeddings")}
     episodes = 0
     todo = lambda stage: stage not in p.done  # noqa: E731
     if todo("rollouts"):
@@ -125,6 +128,7 @@ def plan_refine(p: PlanInputs) -> RunPlan:
     if p.test_tasks and todo("search"):  # new KB, base KB and no KB, then a task's retrieved recipes left out one at a time
         episodes += (3 + min(n, p.k)) * p.test_tasks
     calls["agent"] = episodes * p.agent_steps
+    calls["user"] = episodes * p.user_steps
     for role in JSON_ROLES:
         if calls[role]:
             calls[role] += p.fallback_calls

@@ -219,3 +219,19 @@ def test_missing_dataset_is_explained(tmp_path: Path) -> None:
 
     with pytest.raises(ConfigError, match="has no dataset.json"):
         load_dataset(tmp_path)
+
+
+def test_an_episode_without_code_counts_zero_in_every_score(tmp_path: Path, make_repo: MakeRepo) -> None:
+    data = dataset(tmp_path / "sb")
+    (tmp_path / "sheet_agent.py").write_text(AGENT.format(solutions=json.dumps(
+        {k: v for k, v in SOLUTIONS.items() if k != "325-44"})))  # no run_python call on that task
+    kb = make_repo({"brewkb.toml": '[agent]\nname = "python"\nentry = "sheet_agent:run"\n'
+                                   '[env]\noptions = { train = 0.0, eval = 0.0 }\n', "recipes/.gitkeep": ""})
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}:{Path(__file__).resolve().parents[1]}"}
+    out = subprocess.run([sys.executable, "-m", "brewkb", "eval", "--env", "spreadsheetbench", "--data", str(data),
+                          "--context", "none", "--json"], cwd=kb, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    (column,) = json.loads(out.stdout)
+    assert column["success_rate"] == pytest.approx(1 / 3, abs=1e-3)
+    assert column["scores"] == {"first_case": 0.6667, "soft": 0.5, "hard": 0.3333}

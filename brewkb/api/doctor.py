@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from brewkb.config import Config
+from brewkb.envs import load_environment
 from brewkb.kb import KB
 
 __all__ = ["DoctorResult", "doctor", "roles_in_use"]
@@ -30,13 +31,15 @@ class DoctorResult:
         return {"backend": self.backend, "ok": self.ok, "roles": [r.to_json() for r in self.roles]}
 
 
-def roles_in_use(config: Config) -> list[str]:
-    """The LLM roles a ``refine`` with this config calls."""
+def roles_in_use(config: Config, conversational: bool = False) -> list[str]:
+    """The LLM roles a ``refine`` with this config calls; ``conversational``:
+    the environment's user is simulated (τ²), which the tool agent asks the
+    ``user`` role to play."""
     roles = ["reflector", "integrator", "judge", "embeddings"]
     if config.stages.relabel:
         roles.insert(2, "relabeller")
     if config.agent.name == "tool-agent":
-        roles.insert(0, "agent")
+        roles[:0] = ["agent", "user"] if conversational else ["agent"]
     return roles
 
 
@@ -49,8 +52,10 @@ def doctor(*, long_prompt: int = 6000, start: Path = Path("."),
 
     with KB.open(start) as kb:
         config = kb.config
-    if config.llm.backend == "offline":
-        return DoctorResult("offline", ())
+        if config.llm.backend == "offline":
+            return DoctorResult("offline", ())
+        conversational = config.agent.name == "tool-agent" and hasattr(
+            load_environment(config.env, kb.root), "user_prompt")
     env = dict(os.environ if environ is None else environ)
     # one retry: the doctor should answer in seconds even when a server is down
     llm = dataclasses.replace(config.llm, max_retries=min(config.llm.max_retries, 1))
@@ -58,7 +63,7 @@ def doctor(*, long_prompt: int = 6000, start: Path = Path("."),
 
     async def run() -> list[Any]:
         try:
-            return await diagnose(client, roles_in_use(config), key_present=bool(env.get(llm.api_key_env)),
+            return await diagnose(client, roles_in_use(config, conversational), key_present=bool(env.get(llm.api_key_env)),
                                   long_prompt=long_prompt)
         finally:
             await client.aclose()

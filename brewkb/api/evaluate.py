@@ -110,11 +110,13 @@ SCORES = ("first_case", "soft", "hard")
 
 
 def _scores(runs: Sequence[Trajectory]) -> dict[str, float]:
+    """The environment's own scores, averaged over every episode where its
+    grader gives them; an episode without one (it failed to run) counts 0."""
     out = {}
     for key in SCORES:
         values = [t.outcome.detail.get(key) for t in runs]
-        if values and all(isinstance(v, int | float) for v in values):
-            out[key] = round(sum(values) / len(values), 4)  # type: ignore[arg-type]
+        if any(isinstance(v, int | float) for v in values):
+            out[key] = round(sum(v for v in values if isinstance(v, int | float)) / len(values), 4)
     return out
 
 

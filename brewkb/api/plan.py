@@ -71,6 +71,7 @@ def refine_plan(*, run: str | None = None, resume: str | None = None, strategy: 
                                          "depth": depth})
         env = load_environment(config.env, kb.root)
         check_agent_name(config.agent.name)  # refused here as the run would refuse it
+        llm_agent = config.agent.name == "tool-agent" and config.llm.backend != "offline"
         train = {t.id for t in env.tasks("train")}
         use_relabel = config.stages.relabel if relabel is None else relabel
         inputs = PlanInputs(
@@ -79,8 +80,8 @@ def refine_plan(*, run: str | None = None, resume: str | None = None, strategy: 
             concepts_per_trajectory=config.stages.concepts_per_trajectory,
             min_concept_insights=config.stages.min_concept_insights,
             integrate_retries=config.stages.integrate_retries,
-            agent_steps=config.agent.max_steps if config.agent.name == "tool-agent" and
-            config.llm.backend != "offline" else 0,
+            agent_steps=config.agent.max_steps if llm_agent else 0,
+            user_steps=config.agent.max_steps + 1 if llm_agent and hasattr(env, "user_prompt") else 0,
             fallback_calls=_fallback_allowance(config), final_candidates=config.search.final_candidates,
             test_tasks=0 if no_eval else len(env.tasks("test")), k=config.retrieval.k)
         if folder is not None:

@@ -434,7 +434,8 @@ class SpreadsheetBench:
         codes = [(c.args() or {}).get("code") for c in tool_calls(trajectory.messages) if c.name == "run_python"]
         code = next((c for c in reversed(codes) if isinstance(c, str)), None)
         if code is None:
-            return Outcome(False, 0.0, {"reason": "no run_python call: nothing to grade", "sandbox": self.sandbox})
+            return Outcome(False, 0.0, {"reason": "no run_python call: nothing to grade", "soft": 0.0, "hard": 0.0,
+                                        "first_case": 0.0, "sandbox": self.sandbox})
         before = [_digest(c.input) for c in sheet.cases]
         results = []
         with tempfile.TemporaryDirectory(prefix="brewkb-grade-") as tmp:

@@ -54,7 +54,7 @@ class RoleReport:
     model: str
     checks: dict[str, Check]
     mode: str
-    """The structured-output mode the role's calls will use ("" for the agent and embeddings)."""
+    """The structured-output mode the role's calls will use ("" for the agent, the user and embeddings)."""
 
     @property
     def ok(self) -> bool:
@@ -115,8 +115,9 @@ async def _role(probes: _Probes, role: str, key_present: bool) -> RoleReport:
     mode = ""
     if role == "embeddings":
         checks["embeddings"] = await probes.once(role, "embed", lambda: _embeddings(client, role))
-    elif role == "agent":
-        checks["tools"] = await probes.once(role, "tools", lambda: _tools(client, role))
+    elif role in ("agent", "user"):  # plain chat; the agent's replies also call tools
+        if role == "agent":
+            checks["tools"] = await probes.once(role, "tools", lambda: _tools(client, role))
         checks["long_prompt"] = await probes.once(role, "long", lambda: _long(client, role, probes.long_prompt))
     else:
         checks["json_schema"], found = await probes.once(role, "structured", lambda: _structured(client, role))
