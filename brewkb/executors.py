@@ -21,6 +21,7 @@ from brewkb.agents.base import arun_episode, run_episode
 from brewkb.config import ExecutorConfig
 from brewkb.envs.base import Environment, Task
 from brewkb.errors import ConfigError
+from brewkb.subproc import stop_all
 from brewkb.trajectories import KBUse, Trajectory
 
 if TYPE_CHECKING:
@@ -74,7 +75,14 @@ class LocalExecutor:
                 return i, await loop.run_in_executor(pool, run_episode, agent, job.task, job.context,
                                                       env, job.kb, job.retriever)
 
-            await _in_completion_order([threaded(i, j) for i, j in enumerate(jobs)], on_result)
+            try:
+                await _in_completion_order([threaded(i, j) for i, j in enumerate(jobs)], on_result)
+            except (asyncio.CancelledError, KeyboardInterrupt):
+                # interrupted (^C): start no more episodes and end the programs the
+                # threads wait on, or leaving this block would wait for every deadline
+                pool.shutdown(wait=False, cancel_futures=True)
+                stop_all()
+                raise
 
     async def aclose(self) -> None:
         return None

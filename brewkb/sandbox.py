@@ -131,7 +131,7 @@ def _argv(mode: str, folder: Path, names: tuple[str, str], limits: Limits, work:
         return runner
     args = [shutil.which("bwrap") or "bwrap", "--die-with-parent", "--new-session", "--clearenv",
             "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
-            "--tmpfs", "/tmp", *_system_binds(), *_python_binds(),
+            "--perms", "1777", "--tmpfs", "/tmp", *_system_binds(), *_python_binds(),
             "--bind", str(work), JOB, "--proc", "/proc", "--dev", "/dev", "--chdir", JOB,
             "--setenv", "INPUT_PATH", f"{JOB}/{names[0]}", "--setenv", "OUTPUT_PATH", f"{JOB}/{names[1]}"]
     if os.geteuid() == 0:

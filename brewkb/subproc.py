@@ -20,12 +20,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Completed", "run_capped"]
+__all__ = ["Completed", "run_capped", "stop_all"]
 
 STDERR_KEEP = 64_000
 REAPER = Path(__file__).with_name("reaper.py")
 CANNOT_START = 127  # reaper.py's status when the program cannot be started
 GRACE = 10.0  # seconds the reaper gets to kill the tree before its group is killed
+
+_LIVE: set[subprocess.Popen[bytes]] = set()
+"""Programs ``run_capped`` is running now, in any thread."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,17 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
+def stop_all() -> None:
+    """Ask every running program's reaper to kill its tree now (the command was
+    interrupted): the threads waiting on them return at once instead of at
+    their deadlines."""
+    for proc in list(_LIVE):
+        try:
+            proc.send_signal(signal.SIGTERM if sys.platform.startswith("linux") else signal.SIGKILL)
+        except (ProcessLookupError, OSError):
+            pass
+
+
 def _contained(argv: Sequence[str]) -> list[str]:
     if sys.platform.startswith("linux"):
         return [sys.executable, "-I", "-S", str(REAPER), *argv]
@@ -72,6 +86,15 @@ def run_capped(argv: Sequence[str], stdin: bytes, *, timeout: float, max_output:
                                 cwd=cwd, env=dict(env) if env is not None else None, start_new_session=True)
     except OSError as exc:
         return Completed(b"", b"", None, f"cannot start {argv[0]!r}: {exc.strerror}", 0.0)
+    _LIVE.add(proc)
+    try:
+        return _collect(proc, stdin, start, timeout, max_output)
+    finally:
+        _LIVE.discard(proc)
+
+
+def _collect(proc: subprocess.Popen[bytes], stdin: bytes, start: float, timeout: float,
+             max_output: int) -> Completed:
     assert proc.stdin and proc.stdout and proc.stderr
     try:
         proc.stdin.write(stdin)

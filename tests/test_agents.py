@@ -96,7 +96,7 @@ def test_agent_that_logs_to_stdout_then_prints_json(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("body", "error"),
     [
-        ("import sys; print('boom', file=sys.stderr); sys.exit(1)", "exited with status 1"),
+        ("import sys; print('boom', file=sys.stderr); sys.exit(1)", "exited with status 1; its stderr ends: boom"),
         ("print('no json here')", "stdout held no JSON object"),
         ("import json; print(json.dumps({'messages': []}))", "not a valid trajectory"),
         ("import json; print(json.dumps([1, 2]))", "reply is a list, not a JSON object"),
@@ -279,3 +279,11 @@ def test_tasks_file_environment_with_a_grader_command(tmp_path: Path) -> None:
     assert env.grade(task, good) == Outcome(True, 1.0, {"said": "hello!"})
     bad_grader = TasksFileEnvironment(tasks, script(tmp_path, "bad.py", "print('yes')"))
     assert "grader did not print" in bad_grader.grade(task, good).detail["error"]
+
+
+def test_an_agent_killed_by_a_signal_is_reported_with_it(tmp_path: Path) -> None:
+    from brewkb.subproc import run_capped
+
+    argv = [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"]
+    done = run_capped(argv, b"", timeout=30, max_output=1000)
+    assert done.returncode == -9 and done.problem is None and b"Traceback" not in done.stderr

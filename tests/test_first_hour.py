@@ -139,6 +139,7 @@ def test_a_name_that_is_not_its_file_name(tmp_path: Path) -> None:
     assert "skipping" in searched.stderr and "differs from the file name 'seats' (run `brewkb lint`)" in searched.stderr
     exported = run(kb, "export", "skills", str(tmp_path / "skills"), "--json")
     assert [Path(p).parent.name for p in json.loads(exported.stdout)["skills"]] == ["pay"]
+    assert json.loads(exported.stdout)["skipped"] == ["baggage.md", "seats.md"]
     (kb / "recipes" / "seats.md").rename(kb / "recipes" / "seat-change.md")
     found = json.loads(run(kb, "search", "change a seat", "--json").stdout)
     assert found[0]["name"] == "seat-change" and found[0]["path"] == "recipes/seat-change.md"
@@ -263,3 +264,30 @@ def test_plan_refuses_an_unknown_agent_as_the_run_would(tmp_path: Path) -> None:
     plan = run(kb, "refine", "--plan")
     assert plan.returncode == 1
     assert plan.stderr.strip().startswith("brewkb: error: agent.name: unknown agent 'tool-agnet'; choose one of")
+
+
+def test_ctrl_c_ends_a_rollout_at_once_and_leaves_no_agent_behind(make_repo: MakeRepo, tmp_path: Path) -> None:
+    import signal
+    import time
+
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    agent = tmp_path / "hang.py"
+    agent.write_text(f"import os, time\nopen(os.path.join({str(pids)!r}, str(os.getpid())), 'w').close()\n"
+                     "time.sleep(300)\n")
+    kb = make_repo({"brewkb.toml": '[env]\nname = "shop"\noptions = { train = 4, eval = 2, test = 2 }\n'
+                                   f'[agent]\nname = "command"\ncommand = ["{sys.executable}", "{agent}"]\n'
+                                   'timeout = 200\n', "recipes/.keep": ""})
+    proc = subprocess.Popen([sys.executable, "-m", "brewkb", "rollout", "--run", "r"], cwd=kb,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not list(pids.iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert list(pids.iterdir()), "the agent never started"
+    started = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err
+    assert time.monotonic() - started < 30  # not the agent's 200 s deadline
+    for pid in (int(p.name) for p in pids.iterdir()):
+        assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower()

@@ -154,7 +154,7 @@ def test_skills_export_passes_the_reference_validator(refined: Path, tmp_path: P
     from skills_ref.validator import validate
 
     with KB.open(refined) as kb:
-        written = export_skills(kb, tmp_path / "skills", "brew/r/pr")
+        written = export_skills(kb, tmp_path / "skills", "brew/r/pr").skills
     assert len(written) >= 3
     for path in written:
         assert validate(path.parent) == []

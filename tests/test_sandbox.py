@@ -177,3 +177,15 @@ def test_a_bubblewrap_that_cannot_sandbox_is_refused(monkeypatch: pytest.MonkeyP
     with pytest.raises(ConfigError, match="cannot create a sandbox here \\(bwrap: No permissions to create new "
                                           "namespace\\); allow user namespaces"):
         SpreadsheetBench(SAMPLE)
+
+
+def test_code_has_a_private_writable_tmp(env: SpreadsheetBench) -> None:
+    marker = f"brewkb-sandbox-{uuid.uuid4().hex}"
+    attack = f"""
+import tempfile
+open('/tmp/{marker}', 'w').write('x')
+print('tmp', tempfile.gettempdir(), open('/tmp/{marker}').read())
+"""
+    _, observation = graded(env, attack)
+    assert "tmp /tmp x" in observation  # writable, and the one tempfile uses
+    assert not Path("/tmp", marker).exists()  # private: not the host's

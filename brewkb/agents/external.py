@@ -91,7 +91,9 @@ class CommandAgent:
         if done.problem is not None:
             return failed(task, done.problem, meta=meta)
         if done.returncode != 0:
-            return failed(task, f"the agent exited with status {done.returncode}", meta=meta)
+            said = [line for line in meta["stderr"].splitlines() if line.strip()]
+            return failed(task, f"the agent exited with status {done.returncode}"
+                                + (f"; its stderr ends: {said[-1].strip()[:300]}" if said else ""), meta=meta)
         reply = _last_json_object(done.stdout.decode("utf-8", "replace"))
         if reply is None:
             return failed(task, "stdout held no JSON object; print the trajectory as one JSON line "

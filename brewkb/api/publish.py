@@ -24,7 +24,7 @@ from brewkb.search.store import SearchStore, find_base
 from brewkb.search.final import chosen_nodes, recorded_choices
 from brewkb.search.tree import Tree
 
-__all__ = ["RecipeChange", "RunView", "load_run", "pr_body", "push_run", "export_skills", "effects_table"]
+__all__ = ["RecipeChange", "RunView", "load_run", "pr_body", "push_run", "export_skills", "Exported", "effects_table"]
 
 
 @dataclass(frozen=True)
@@ -195,10 +195,21 @@ def _inside(out: Path, relative: Path) -> Path:
     return path
 
 
-def export_skills(kb: KB, out: Path, rev: str | None = None) -> list[Path]:
+@dataclass(frozen=True)
+class Exported:
+    skills: list[Path]
+    """The ``SKILL.md`` files written."""
+    skipped: list[str]
+    """Recipe files left out because they do not parse or are badly named (``brewkb lint`` says why)."""
+
+
+def export_skills(kb: KB, out: Path, rev: str | None = None) -> Exported:
     """Each recipe as ``out/<name>/SKILL.md`` in the Agent Skills format; only
     well-named recipes are exported, and nothing is written outside ``out``."""
     recipes = kb.recipes(rev)
+    files = [p.name for p in kb.recipe_files()] if rev is None else \
+        sorted(n for n in kb.store.read_folder(kb.store.resolve(rev), kb.recipes_prefix()) if n.endswith(".md"))
+    skipped = [f for f in files if f.removesuffix(".md") not in {r.name for r in recipes}]
     if not recipes:
         raise BrewError(f"no recipes {'at ' + rev if rev else 'in the working tree'} to export")
     revision = kb.store.resolve(rev) if rev else None
@@ -220,4 +231,4 @@ def export_skills(kb: KB, out: Path, rev: str | None = None) -> list[Path]:
         planned.append((_inside(out, Path(recipe.name) / "SKILL.md"), text))
     for path, text in planned:  # every destination is checked before anything is written
         write_atomic(path, text)
-    return [path for path, _ in planned]
+    return Exported([path for path, _ in planned], skipped)

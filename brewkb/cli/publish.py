@@ -51,18 +51,22 @@ def export_cmd() -> None:
 @export_cmd.command("skills")
 @click.argument("out_dir", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--rev", default=None, help="Export the recipes at this revision (default: the working tree).")
-@click.option("--json", "as_json", is_flag=True, help='Print {"out", "rev", "skills": [paths]}.')
+@click.option("--json", "as_json", is_flag=True, help='Print {"out", "rev", "skills": [paths], "skipped": [recipe files]}.')
 def export_skills_cmd(out_dir: Path, rev: str | None, as_json: bool) -> None:
     """Write each recipe as OUT_DIR/<name>/SKILL.md (Agent Skills format)."""
     from brewkb.api.publish import export_skills
     from brewkb.kb import KB
 
     with KB.open() as kb:
-        written = export_skills(kb, out_dir, rev)
+        done = export_skills(kb, out_dir, rev)
     if as_json:
-        echo_json({"out": str(out_dir), "rev": rev, "skills": [str(p) for p in written]})
+        echo_json({"out": str(out_dir), "rev": rev, "skills": [str(p) for p in done.skills],
+                   "skipped": done.skipped})
         return
-    echo(f"Wrote {len(written)} skill{'' if len(written) == 1 else 's'} to {out_dir}")
+    echo(f"Wrote {len(done.skills)} skill{'' if len(done.skills) == 1 else 's'} to {out_dir}")
+    if done.skipped:
+        echo(f"Skipped {len(done.skipped)} recipe file{'' if len(done.skipped) == 1 else 's'} that "
+             f"`brewkb lint` rejects: {', '.join(done.skipped)}")
 
 
 @click.command("report")
