@@ -4,13 +4,17 @@ capped, a deadline, and no process left behind.
 On Linux the program runs under ``reaper.py``, a child subreaper that kills every
 descendant when the program exits or the deadline passes — including ones that
 left the process group with ``setsid`` — so a child that still holds stdout
-cannot keep a finished program's output waiting. Elsewhere the process group
-is killed.
+cannot keep a finished program's output waiting. A program that kills the reaper
+itself orphans its descendants; each run therefore also marks the environment of
+everything it starts with a token of its own (``BREWKB_EPISODE``), and when the
+reaper is gone every process still carrying the token is killed. Elsewhere the
+process group is killed.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import selectors
 import signal
 import subprocess
@@ -27,6 +31,7 @@ REAPER = Path(__file__).with_name("reaper.py")
 CANNOT_START = 127  # reaper.py's status when the program cannot be started
 GRACE = 10.0  # seconds the reaper gets to kill the tree before its group is killed
 
+TOKEN_VAR = "BREWKB_EPISODE"
 _LIVE: set[subprocess.Popen[bytes]] = set()
 """Programs ``run_capped`` is running now, in any thread."""
 
@@ -81,20 +86,40 @@ def run_capped(argv: Sequence[str], stdin: bytes, *, timeout: float, max_output:
     seconds or when stdout exceeds ``max_output`` bytes, and its descendants
     anyway when it exits."""
     start = time.monotonic()
+    token = secrets.token_hex(8)
     try:
         proc = subprocess.Popen(_contained(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                cwd=cwd, env=dict(env) if env is not None else None, start_new_session=True)
+                                cwd=cwd, env={**(os.environ if env is None else env), TOKEN_VAR: token},
+                                start_new_session=True)
     except OSError as exc:
         return Completed(b"", b"", None, f"cannot start {argv[0]!r}: {exc.strerror}", 0.0)
     _LIVE.add(proc)
     try:
-        return _collect(proc, stdin, start, timeout, max_output)
+        return _collect(proc, stdin, start, timeout, max_output, token)
     finally:
         _LIVE.discard(proc)
+        if sys.platform.startswith("linux"):
+            _kill_marked(token)
+
+
+def _kill_marked(token: str) -> None:
+    """Kill every process whose environment carries ``token`` (what a killed
+    reaper left behind)."""
+    mark = f"{TOKEN_VAR}={token}".encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                marked = mark in f.read().split(b"\0")
+            if marked:
+                os.kill(int(entry), signal.SIGKILL)
+        except (OSError, ProcessLookupError):
+            continue
 
 
 def _collect(proc: subprocess.Popen[bytes], stdin: bytes, start: float, timeout: float,
-             max_output: int) -> Completed:
+             max_output: int, token: str) -> Completed:
     assert proc.stdin and proc.stdout and proc.stderr
     try:
         proc.stdin.write(stdin)
@@ -112,7 +137,10 @@ def _collect(proc: subprocess.Popen[bytes], stdin: bytes, start: float, timeout:
         if remaining <= 0:
             problem = f"timed out after {timeout:g} s; the process and its descendants were killed"
             break
-        for key, _ in selector.select(remaining):
+        ready = selector.select(min(remaining, 0.5))
+        if not ready and proc.poll() is not None and sys.platform.startswith("linux"):
+            _kill_marked(token)  # the reaper is gone, yet something holds its output open
+        for key, _ in ready:
             chunk = os.read(key.fd, 65536)
             if not chunk:
                 selector.unregister(key.fileobj)

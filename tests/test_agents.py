@@ -179,6 +179,17 @@ def test_timeout_kills_detached_children_too(tmp_path: Path) -> None:
     assert gone(int(Path(pid_file).read_text()))
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the reaper needs Linux prctl")
+def test_an_agent_that_kills_its_reaper_leaves_nothing_behind(tmp_path: Path) -> None:
+    pid_file = str(tmp_path / "grandchild.pid")
+    body = DETACH.format(pid_file=pid_file, child="time.sleep(300)").replace(
+        "print(json.dumps(", "import signal\n    os.kill(os.getppid(), signal.SIGKILL)\n    print(json.dumps(")
+    result = run_episode(CommandAgent(script(tmp_path, "escape.py", body), timeout=60), TASK, "", CounterEnv(),
+                         KBUse())
+    assert gone(int(Path(pid_file).read_text()))
+    assert not result.success
+
+
 def test_missing_program_is_explained(tmp_path: Path) -> None:
     result = run_episode(CommandAgent([str(tmp_path / "no-such-agent")], timeout=30), TASK, "", CounterEnv(),
                          KBUse())
