@@ -237,6 +237,26 @@ def test_help_summaries_match_the_commands_own_help() -> None:
         assert lazy.getvalue() == real.getvalue()
 
 
+def test_every_option_the_readme_names_is_one_the_command_takes() -> None:
+    import re
+
+    import click
+
+    from brewkb.cli.main import cli
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| `brewkb ([a-z]+(?: [a-z]+)?)([^`]*)`", readme, flags=re.M)
+    assert len(rows) >= 20
+    for words, usage in rows:
+        command: click.Command = cli
+        for word in words.split():
+            if isinstance(command, click.Group):
+                command = command.get_command(click.Context(command), word) or command
+        known = {o for param in command.params for o in (*param.opts, *param.secondary_opts)}
+        for option in re.findall(r"--[a-z][a-z-]*", usage):
+            assert option in known, f"README: `brewkb {words}` has no {option}"
+
+
 def test_show_points_at_lint_for_a_skipped_file_and_lists_recipes_for_a_non_name(tmp_path: Path) -> None:
     assert run(tmp_path, "init", "kb").returncode == 0
     kb = tmp_path / "kb"
