@@ -388,7 +388,7 @@ class MultiIndex(_Searchable):
         ``candidate`` for ``text``; 0 when it is not a member or does not match."""
         self._check(candidate)
         replaced = self.candidates[candidate][0] if candidate is not None else None
-        if candidate is not None and self.candidates[candidate][1].name == name:
+        if candidate is not None and replaced is not None and self.candidates[candidate][1].name == name:
             key = (replaced, candidate)
         elif self._slot_named.get(name, replaced) != replaced:
             key = (self._slot_named[name], BASE)

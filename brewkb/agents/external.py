@@ -91,7 +91,7 @@ class CommandAgent:
         if done.problem is not None:
             return failed(task, done.problem, meta=meta)
         if done.returncode != 0:
-            said = [line for line in meta["stderr"].splitlines() if line.strip()]
+            said = [line for line in done.stderr.decode("utf-8", "replace").splitlines() if line.strip()]
             return failed(task, f"the agent exited with status {done.returncode}"
                                 + (f"; its stderr ends: {said[-1].strip()[:300]}" if said else ""), meta=meta)
         reply = _last_json_object(done.stdout.decode("utf-8", "replace"))

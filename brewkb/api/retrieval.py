@@ -57,7 +57,7 @@ def recipe_paths(kb: KB, rev: str | None, names: list[str]) -> dict[str, str]:
         where = ""
     else:
         folder = kb.store.read_folder(kb.store.resolve(rev), prefix)
-        files, read, where = dict.fromkeys(folder), folder.__getitem__, f"{rev}:"
+        files, read, where = {path: Path(path) for path in folder}, folder.__getitem__, f"{rev}:"
     found = {n: f"{prefix}/{n}.md" for n in names if f"{prefix}/{n}.md" in files}
     for path in files:
         if len(found) == len(set(names)):

@@ -40,8 +40,9 @@ Integrator
   document's steps are kept. Pitfalls come from the concept's own pitfall and
   note insights, each once (an error quoted twice, once with what the run did
   next, is kept as the longer). The example is a request that names the
-  concept's action, or none. Different samples therefore differ in quality, as
-  LLM samples do.
+  concept's action (and its object, when one does), or none; a concept not led
+  by an action verb takes any of its requests. Different samples therefore
+  differ in quality, as LLM samples do.
 
 Relabeller
   Writes a task that describes what the agent actually did: its successful
@@ -70,7 +71,7 @@ from brewkb.recipes import Recipe, build_body, slugify
 from brewkb.trajectories import ToolCall, Trajectory, content_id, tool_calls
 
 __all__ = ["OfflineBackend", "READ_VERBS", "concept_of_tool", "step_text", "parse_step", "is_lookup", "is_talk",
-           "is_handoff", "action_verb", "user_turns", "ACTION_VERBS", "verb_of", "names_action"]
+           "is_handoff", "action_verb", "user_turns", "ACTION_VERBS", "verb_of", "names_action", "asks_for"]
 
 READ_VERBS = frozenset({
     "get", "find", "list", "search", "lookup", "look", "read", "fetch", "check", "calculate", "compute",
@@ -198,6 +199,22 @@ def names_action(text: str, concept: str) -> bool:
                               for w in re.findall(r"[a-z]+", text.lower()))
 
 
+def names_object(text: str, concept: str) -> bool:
+    """Whether ``text`` mentions what ``concept`` acts on: its last word, by
+    its first three letters (``baggages`` ~ "bags", ``flights`` ~ "flight")."""
+    words = concept.split()
+    return len(words) > 1 and any(w[:3] == words[-1][:3] for w in re.findall(r"[a-z]+", text.lower()))
+
+
+def asks_for(texts: Sequence[str], concept: str) -> list[str]:
+    """The texts that ask for ``concept``'s action (all of them for a concept
+    not led by an action verb, such as a lookup), those that also name its
+    object first."""
+    acts = action_verb(concept.split()[0]) is not None if concept.split() else False
+    naming = [t for t in texts if names_action(t, concept)] if acts else list(texts)
+    return sorted(naming, key=lambda t: not names_object(t, concept))
+
+
 def user_turns(trajectory: Trajectory) -> list[str]:
     return [str(m["content"]) for m in trajectory.messages
             if m.get("role") == "user" and isinstance(m.get("content"), str) and m["content"].strip()]
@@ -299,7 +316,7 @@ class OfflineBackend:
 
         def add(concept: str, text: str, polarity: str, kind: str, steps: tuple[str, ...] = ()) -> None:
             # the request as the user put it: the turn that asks for this concept's action, else the first
-            request = next((t for t in turns if names_action(t, concept)), turns[0])
+            request = next(iter(asks_for(turns, concept)), turns[0])
             insights.append(Insight(concept, text, polarity, trajectory.id, trajectory.task_id,
                                     _first_line(request, 400), steps, kind))
 
@@ -388,15 +405,16 @@ class OfflineBackend:
         pitfalls = _distinct(new_pitfalls + old_pitfalls)[:6]
         tasks = [i.task for i in insights if i.task]
         # other action verbs in its requests belong to other intents (a rebooking mentions "cancel")
-        own = set(concept.split()[:1])
-        keywords = [w for w in _task_keywords(" ".join(tasks), 12) if w in own or action_verb(w) is None][:6]
+        lead = set(concept.split()[:1])
+        keywords = [w for w in _task_keywords(" ".join(tasks), 12) if w in lead or action_verb(w) is None][:6]
         description = f"Use when the task is to {concept}"
         if keywords:
             description += f" (tasks mentioning {', '.join(keywords)})"
         # the example is a request that names this action, from a passing run when
         # there is one; no example rather than another intent's request
-        naming = [i.task for i in insights if i.task and names_action(i.task, concept)]
-        worked = [i.task for i in insights if i.task in naming and i.kind == "steps"]
+        naming = asks_for(list(dict.fromkeys(i.task for i in insights if i.task)), concept)
+        naming = [t for t in naming if names_object(t, concept) == names_object(naming[0], concept)] if naming else []
+        worked = [t for t in naming if any(i.task == t and i.kind == "steps" for i in insights)]
         example = rng.choice(worked or naming) if naming else ""
         body = build_body([
             ("When to use", f"The request is to {concept}." + (f" For example: {_first_line(example, 300)}"

@@ -54,7 +54,8 @@ def with_schema_prompt(messages: Sequence[Mapping[str, Any]], mode: str,
         out[0]["content"] = f"{out[0]['content']}\n\n{text}"
     else:
         out.insert(0, {"role": "system", "content": text})
-    return out
+    result: list[Mapping[str, Any]] = list(out)
+    return result
 
 
 def extract_json(content: str) -> str:

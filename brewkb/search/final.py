@@ -83,7 +83,8 @@ async def finalize(store: SearchStore, evaluator: Evaluator, trees: Mapping[str,
         pool[base_key] = (concept, parse_recipe(held.decode()) if held is not None else
                           parse_recipe(text[(concept, 0)]))
     results = await evaluator.evaluate(pool, current)
-    choices, best, notes = {}, {}, {}
+    choices, notes = {}, {}
+    best: dict[str, tuple[str, str, int | str]] = {}
     for concept in sorted(trees):
         mine = {k.rsplit("/", 1)[1]: e for k, e in results.items() if k.rsplit("/", 1)[0] == concept}
         in_kb = BASE in mine
@@ -92,13 +93,13 @@ async def finalize(store: SearchStore, evaluator: Evaluator, trees: Mapping[str,
         rivals = [k for k in mine if k != base_label]  # best-ranked first: max keeps the first of equals
         top = max(rivals, key=lambda k: mine[k].reward) if rivals else None
         beats = top is not None and mine[top].reward > base_reward + min_gain
-        node = int(top[1:]) if beats and top else None if in_kb else 0
-        choice = FinalChoice(concept, node, not beats, "kb" if in_kb else "root", base_reward,
+        picked = int(top[1:]) if beats and top else None if in_kb else 0
+        choice = FinalChoice(concept, picked, not beats, "kb" if in_kb else "root", base_reward,
                              mine[top].reward if beats and top else base_reward,
                              {k: e.reward for k, e in mine.items()}, mine[base_label].split)
         choices[concept] = choice
-        if node is not None:
-            best[concept] = (stored[(concept, node)].commit, stored[(concept, node)].blob, node)
+        if picked is not None:
+            best[concept] = (stored[(concept, picked)].commit, stored[(concept, picked)].blob, picked)
         else:
             entry = store.git.lookup(store.base_tree, store.path(concept))
             best[concept] = (store.base, entry.sha if entry else "", BASE)
