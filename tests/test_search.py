@@ -253,7 +253,7 @@ def test_refine_records_nodes_notes_gathers_and_a_pr(make_repo: MakeRepo) -> Non
     assert len(merges) == 3 + 2  # iteration 0 (the roots), one per iteration, the final gather
     final = notes[merges[0]]
     assert final["final"] is True and set(final["concepts"]) == set(result.concepts)
-    for concept, decision in final["concepts"].items():
+    for decision in final["concepts"].values():
         assert decision["reward"] >= decision["base_reward"]  # the gate
         assert decision["kept"] == (decision["node"] in (None, 0))
     assert all(len(git(root, "log", "-1", "--format=%P", m).split()) >= 2 for m in merges)

@@ -159,8 +159,7 @@ async def _distill(kb: KB, folder: Run, strategy: str | None, iterations: int | 
         SearchSpec(strategy=config.strategy, iterations=config.iterations, width=config.width,
                    depth=config.depth, samples=config.samples, exploration=config.exploration),
         lambda_corr=0.0, lambda_ret=1.0,
-        **{k: v for k, v in {"strategy": strategy, "iterations": iterations, "width": width,
-                             "depth": depth}.items() if v is not None})
+        **_given(strategy=strategy, iterations=iterations, width=width, depth=depth))
     base = recorded["base"] if recorded else kb.store.head_commit()
     if not recorded:
         folder.set_manifest("search_spec", {"base": base, "spec": dataclasses.asdict(spec), "kind": "distill"})
@@ -205,3 +204,8 @@ async def _distill(kb: KB, folder: Run, strategy: str | None, iterations: int | 
 
 def _mapping(folder: Run) -> dict[str, str]:
     return dict(json.loads(folder.file(FILES["concepts"]).read_text(encoding="utf-8"))["mapping"])
+
+
+def _given(**options: Any) -> dict[str, Any]:
+    """The options the command line set."""
+    return {k: v for k, v in options.items() if v is not None}

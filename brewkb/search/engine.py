@@ -1,7 +1,7 @@
 """The search loop over KB states: EG-MCTS, greedy and iterative.
 
-The loop receives its expand and evaluate steps as objects (``Expander``,
-``Evaluator``) and persists through ``SearchStore``; everything it knows it
+The loop receives its expand and evaluate steps as objects (``Expands``,
+``Evaluates``) and persists through ``SearchStore``; everything it knows it
 can rebuild from git, so a run resumes where it stopped without
 re-evaluating any evaluated node.
 
@@ -30,8 +30,8 @@ from typing import Any
 
 from brewkb.events import Event, EventSink, null_sink
 from brewkb.recipes import Recipe, parse_recipe, render_recipe
-from brewkb.search.evaluate import Evaluator
-from brewkb.search.expand import Expander
+from brewkb.search.evaluate import Evaluates
+from brewkb.search.expand import Expands
 from brewkb.search.store import SearchStore, StoredRun
 from brewkb.search.tree import Node, Tree, best_node, changed_chars, uct_select
 
@@ -136,7 +136,7 @@ def _chosen(spec: SearchSpec, tree: Tree, changed: Mapping[int, int] | None = No
 
 
 class _Loop:
-    def __init__(self, spec: SearchSpec, store: SearchStore, expander: Expander, evaluator: Evaluator,
+    def __init__(self, spec: SearchSpec, store: SearchStore, expander: Expands, evaluator: Evaluates,
                  state: State, events: EventSink) -> None:
         self.spec, self.store, self.expander, self.evaluator = spec, store, expander, evaluator
         self.state, self.events = state, events
@@ -238,7 +238,7 @@ class _Loop:
         self._gather(it)
 
 
-async def search(spec: SearchSpec, store: SearchStore, expander: Expander, evaluator: Evaluator,
+async def search(spec: SearchSpec, store: SearchStore, expander: Expands, evaluator: Evaluates,
            roots: Mapping[str, Recipe], events: EventSink = null_sink) -> SearchResult:
     """Run (or resume) the search until ``spec.rounds`` iterations are gathered,
     on the caller's event loop."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from brewkb.agents.base import retrieves_per_turn
 from brewkb.context import RecipeContext
@@ -41,6 +41,16 @@ class Evaluation:
                 "lambda_corr": lambda_corr, "lambda_ret": lambda_ret, "eval_split": self.split,
                 "tasks": list(self.tasks), "usage": {"episodes_run": self.episodes_run,
                                                      "episodes_reused": self.episodes_reused}, **extra}
+
+
+class Evaluates(Protocol):
+    """What the search asks of an evaluator: this module's ``Evaluator``, or
+    ``search.distill.RetrievalEvaluator`` for logs that cannot be re-run."""
+
+    cache: EpisodeCache
+
+    async def evaluate(self, candidates: Mapping[str, tuple[str, Recipe]], current: Mapping[str, Recipe],
+                       only: Sequence[str] | None = None) -> dict[str, Evaluation]: ...
 
 
 class Evaluator:

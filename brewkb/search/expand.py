@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -41,6 +41,14 @@ from brewkb.trajectories import Trajectory
 __all__ = ["Expander", "ExpandRequest"]
 
 ExpandRequest = tuple[Recipe, Sequence[int]]  # the node's document, the sample indices wanted
+
+
+class Expands(Protocol):
+    """What the search asks of an expander: this module's ``Expander``, or
+    ``search.distill.LogExpander``."""
+
+    async def expand(self, requests: Mapping[str, ExpandRequest],
+                     current: Mapping[str, Recipe]) -> dict[str, dict[int, Recipe]]: ...
 ROUND_STRIDE = 1000
 """Sample indices of round ``r`` start at ``r * ROUND_STRIDE`` (the engine's ``SAMPLE_STRIDE``)."""
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from brewkb.recipes import Recipe, parse_recipe
-from brewkb.search.evaluate import Evaluator
+from brewkb.search.evaluate import Evaluates
 from brewkb.search.store import SearchStore
 from brewkb.search.tree import Tree, best_node, changed_chars, ranked
 
@@ -56,7 +56,7 @@ class FinalChoice:
                    float(data["reward"]), {k: float(v) for k, v in data["candidates"].items()}, data["split"])
 
 
-async def finalize(store: SearchStore, evaluator: Evaluator, trees: Mapping[str, Tree], *, candidates: int,
+async def finalize(store: SearchStore, evaluator: Evaluates, trees: Mapping[str, Tree], *, candidates: int,
              min_gain: float, lambdas: tuple[float, float], iteration: int) -> dict[str, FinalChoice]:
     """Choose the PR's document of every concept and write the final gather
     (once: a run that already has it returns the recorded choices)."""
