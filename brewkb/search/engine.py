@@ -140,6 +140,7 @@ class _Loop:
                  state: State, events: EventSink) -> None:
         self.spec, self.store, self.expander, self.evaluator = spec, store, expander, evaluator
         self.state, self.events = state, events
+        self._changed: dict[tuple[str, int], int] = {}  # a node's document and parent never change
 
     def doc(self, key: tuple[str, int]) -> Recipe:
         if key not in self.state.docs:
@@ -157,7 +158,10 @@ class _Loop:
         if len(tied) < 2:
             return {}
         text = lambda node: self.store.text(self.state.commits[(concept, node)][1])  # noqa: E731
-        return {n.id: changed_chars(text(n.parent), text(n.id)) for n in tied}
+        for n in tied:
+            if (concept, n.id) not in self._changed:
+                self._changed[(concept, n.id)] = changed_chars(text(n.parent), text(n.id))
+        return {n.id: self._changed[(concept, n.id)] for n in tied}
 
     def current(self) -> dict[str, Recipe]:
         """The KB of the last gather, read from the ``kb`` branch (so a resumed

@@ -71,8 +71,11 @@ async def finalize(store: SearchStore, evaluator: Evaluates, trees: Mapping[str,
     current = {c: parse_recipe(store.text(b)) for c, b in store.kb_blobs(sorted(trees), last).items()}
     pool: dict[str, tuple[str, Recipe]] = {}
     for concept, tree in sorted(trees.items()):
+        # characters changed only break ties: measured for the nodes that can reach the first places
+        order = sorted(round(n.reward or 0.0, 12) for n in tree.evaluated())[::-1]
+        cut = order[min(candidates, len(order)) - 1] if order else 0.0
         changed = {n.id: changed_chars(text[(concept, n.parent)], text[(concept, n.id)])
-                   for n in tree.nodes.values() if n.parent is not None}
+                   for n in tree.evaluated() if n.parent is not None and round(n.reward or 0.0, 12) >= cut}
         root_reward = tree.root.reward or 0.0
         for node in ranked(tree, changed)[:candidates]:
             # a document the search measured below its root is no candidate, whatever a second measurement says

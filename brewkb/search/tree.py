@@ -104,6 +104,8 @@ def _expandable(tree: Tree, node: Node, width: int, max_depth: int) -> bool:
 
 def changed_chars(parent: str, child: str) -> int:
     """Characters inserted or deleted from ``parent`` to ``child``."""
+    if parent == child:
+        return 0
     ops = difflib.SequenceMatcher(None, parent, child, autojunk=False).get_opcodes()
     return sum(max(i2 - i1, j2 - j1) for tag, i1, i2, j1, j2 in ops if tag != "equal")
 
