@@ -69,28 +69,28 @@ class Expander:
         self._new: dict[str, str | None] = {}
         self._stage = {c: list(v) for c, v in (insights or {}).items()}
         self.journal = journal
-        self._rounds: dict[tuple[int, str], list[Insight]] = {}
+        self._rounds: dict[str, dict[int, list[Insight]]] = {}  # concept → round → its new insights
         if journal is not None and journal.exists():
             for line in journal.read_text(encoding="utf-8").splitlines():
                 try:
                     record = json.loads(line)
                 except json.JSONDecodeError:  # a line cut short by a crash; its round is redone
                     continue
-                self._rounds.setdefault((record["round"], record["concept"]),
+                self._rounds.setdefault(record["concept"], {}).setdefault(record["round"],
                                         [Insight.from_json(i) for i in record["insights"]])
 
     def known(self, concept: str, round_: int) -> list[Insight]:
         """I_k: the concept's insights from the stages and from rounds before ``round_``."""
         found = list(self._stage.get(concept, ()))
-        for (r, c), insights in sorted(self._rounds.items()):
-            if c == concept and r < round_:
+        for r, insights in sorted(self._rounds.get(concept, {}).items()):
+            if r < round_:
                 found += insights
         return list(dict.fromkeys(found))
 
     def _record(self, round_: int, concept: str, insights: list[Insight]) -> None:
-        if (round_, concept) in self._rounds:
+        if round_ in self._rounds.get(concept, {}):
             return
-        self._rounds[(round_, concept)] = insights
+        self._rounds.setdefault(concept, {})[round_] = insights
         if self.journal is not None:
             append_line(self.journal, json.dumps({"round": round_, "concept": concept,
                                                   "insights": [i.to_json() for i in insights]}, sort_keys=True))
