@@ -199,9 +199,10 @@ def test_the_tool_runs_code_with_limits(tmp_path: Path) -> None:
     assert session.call("other", {}).startswith("Error")
 
 
-def test_eval_end_to_end_on_the_cli(tmp_path: Path, make_repo: MakeRepo) -> None:
+def eval_column(tmp_path: Path, make_repo: MakeRepo, solutions: dict[str, str]) -> dict[str, Any]:
+    """``brewkb eval --json`` on the small dataset with an agent that knows ``solutions``."""
     data = dataset(tmp_path / "sb")
-    write_agent(tmp_path)
+    (tmp_path / "sheet_agent.py").write_text(AGENT.format(solutions=json.dumps(solutions)))
     kb = make_repo({"brewkb.toml": '[agent]\nname = "python"\nentry = "sheet_agent:run"\n'
                                    '[env]\noptions = { train = 0.0, eval = 0.0 }\n', "recipes/.gitkeep": ""})
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}:{Path(__file__).resolve().parents[1]}"}
@@ -210,6 +211,11 @@ def test_eval_end_to_end_on_the_cli(tmp_path: Path, make_repo: MakeRepo) -> None
                          timeout=300)
     assert out.returncode == 0, out.stderr
     (column,) = json.loads(out.stdout)
+    return column
+
+
+def test_eval_end_to_end_on_the_cli(tmp_path: Path, make_repo: MakeRepo) -> None:
+    column = eval_column(tmp_path, make_repo, SOLUTIONS)
     assert column["episodes"] == 3 and column["success_rate"] == pytest.approx(2 / 3, abs=1e-3)
     assert column["scores"] == {"first_case": 1.0, "soft": 0.8333, "hard": 0.6667}  # 202 passes its first case
 
@@ -222,16 +228,7 @@ def test_missing_dataset_is_explained(tmp_path: Path) -> None:
 
 
 def test_an_episode_without_code_counts_zero_in_every_score(tmp_path: Path, make_repo: MakeRepo) -> None:
-    data = dataset(tmp_path / "sb")
-    (tmp_path / "sheet_agent.py").write_text(AGENT.format(solutions=json.dumps(
-        {k: v for k, v in SOLUTIONS.items() if k != "325-44"})))  # no run_python call on that task
-    kb = make_repo({"brewkb.toml": '[agent]\nname = "python"\nentry = "sheet_agent:run"\n'
-                                   '[env]\noptions = { train = 0.0, eval = 0.0 }\n', "recipes/.gitkeep": ""})
-    env = {**os.environ, "PYTHONPATH": f"{tmp_path}:{Path(__file__).resolve().parents[1]}"}
-    out = subprocess.run([sys.executable, "-m", "brewkb", "eval", "--env", "spreadsheetbench", "--data", str(data),
-                          "--context", "none", "--json"], cwd=kb, env=env, capture_output=True, text=True,
-                         timeout=300)
-    assert out.returncode == 0, out.stderr
-    (column,) = json.loads(out.stdout)
+    # no run_python call on 325-44
+    column = eval_column(tmp_path, make_repo, {k: v for k, v in SOLUTIONS.items() if k != "325-44"})
     assert column["success_rate"] == pytest.approx(1 / 3, abs=1e-3)
     assert column["scores"] == {"first_case": 0.6667, "soft": 0.5, "hard": 0.3333}
