@@ -58,8 +58,8 @@ def refine_cmd(strategy: str | None, iterations: int | None, width: int | None, 
     if as_json:
         echo(json.dumps(result.to_json(), sort_keys=True))
         return
-    echo(f"Run {result.run}: {result.nodes} nodes; agent episodes run {result.episodes_run}, "
-         f"reused {result.episodes_reused}.")
+    echo(f"Run {result.run}: {result.nodes} nodes; search episodes run by this command {result.episodes_run}, "
+         f"reused {result.episodes_reused} (the PR counts the whole run's).")
     for concept, info in result.concepts.items():
         final = info["final"]
         chosen = "kept the base version" if final["kept"] else f"n{final['node']}"
