@@ -37,7 +37,7 @@ Embed = Callable[[Sequence[str]], np.ndarray]
 def offline_embed(texts: Sequence[str]) -> np.ndarray:
     """The offline embedder, one text at a time so a text's vector does not
     depend on the batch it came in (no batch IDF)."""
-    return np.vstack([hashed_ngram_embeddings([t]) for t in texts]) if texts else np.zeros((0, 2048), np.float32)
+    return np.vstack([hashed_ngram_embeddings([t]) for t in texts]) if texts else hashed_ngram_embeddings([])
 
 
 def dense_text(recipe: Recipe) -> str:

@@ -103,6 +103,14 @@ class KB:
             return []
         return sorted(p for p in self.recipes_dir.glob("*.md") if p.is_file())
 
+    def recipe_file_names(self, rev: str | None = None) -> list[str]:
+        """The names of the recipe files (``x.md``) of the working tree or a
+        revision, read or not (badly named ones included)."""
+        if rev is None:
+            return [p.name for p in self.recipe_files()]
+        entry = self.store.lookup(self.store.commit_tree(self.store.resolve(rev)), self.recipes_prefix())
+        return sorted(e.name for e in self.store.read_tree(entry.sha) if e.name.endswith(".md")) if entry else []
+
     def recipes(self, rev: str | None = None) -> list[Recipe]:
         """All recipes of the working tree (``rev=None``) or of a revision.
         A file that does not parse, or whose ``name`` is not a slug equal to its
@@ -134,7 +142,7 @@ class KB:
     def recipe(self, name: str, rev: str | None = None) -> Recipe:
         if not is_slug(name):
             # the files' names, without reading (and warning about) every file
-            stems = [p.stem for p in self.recipe_files() if is_slug(p.stem)] if rev is None else []
+            stems = [n.removesuffix(".md") for n in self.recipe_file_names(rev) if is_slug(n.removesuffix(".md"))]
             listed = f"; recipes: {', '.join(stems[:10])}{' …' if len(stems) > 10 else ''}" if stems else ""
             raise BrewError(f"{_short(name)} is not a recipe name: names are lowercase letters, digits and single "
                             f"hyphens, at most {MAX_NAME} characters{listed}")

@@ -207,9 +207,8 @@ def export_skills(kb: KB, out: Path, rev: str | None = None) -> Exported:
     """Each recipe as ``out/<name>/SKILL.md`` in the Agent Skills format; only
     well-named recipes are exported, and nothing is written outside ``out``."""
     recipes = kb.recipes(rev)
-    files = [p.name for p in kb.recipe_files()] if rev is None else \
-        sorted(n for n in kb.store.read_folder(kb.store.resolve(rev), kb.recipes_prefix()) if n.endswith(".md"))
-    skipped = [f for f in files if f.removesuffix(".md") not in {r.name for r in recipes}]
+    exported = {r.name for r in recipes}
+    skipped = [f for f in kb.recipe_file_names(rev) if f.removesuffix(".md") not in exported]
     if not recipes:
         raise BrewError(f"no recipes {'at ' + rev if rev else 'in the working tree'} to export")
     revision = kb.store.resolve(rev) if rev else None

@@ -333,41 +333,23 @@ class LLMClient:
     # ------------------------------------------------------------ embeddings
     async def embed(self, texts: Sequence[str], role: str = "embeddings") -> list[list[float]]:
         """Embedding vectors, each text cached on its own."""
-        model, keys, vectors = self._cached_vectors(texts, role)
-        missing = [i for i, v in enumerate(vectors) if v is None]
+        model, keys, vectors, missing = self._cached_vectors(texts, role)
         if missing:
-            start = time.perf_counter()
-            try:
-                async with self._limit():
-                    self._charge_call()
-                    with self._embedding_errors(role):
-                        response = await self._client(self.role(role)).embeddings.create(
-                            model=model, input=[texts[i] for i in missing])
-                    self._check_embeddings(role, response, len(missing))
-            except LLMError as exc:
-                self._embedding_failed(role, model, start, exc)
-                raise
-            self._store_vectors(role, model, start, keys, vectors, missing, response)
+            async with self._limit():
+                with self._embedding_call(role, model, keys, vectors, missing) as reply:
+                    reply.append(await self._client(self.role(role)).embeddings.create(
+                        model=model, input=[texts[i] for i in missing]))
         return [v for v in vectors if v is not None]
 
     def embed_blocking(self, texts: Sequence[str], role: str = "embeddings") -> list[list[float]]:
         """``embed`` for synchronous callers (retrieval inside an episode):
         a blocking request through the SDK's synchronous client, so it needs
         no event loop and never nests one; same cache, ledger and budget."""
-        model, keys, vectors = self._cached_vectors(texts, role)
-        missing = [i for i, v in enumerate(vectors) if v is None]
+        model, keys, vectors, missing = self._cached_vectors(texts, role)
         if missing:
-            start = time.perf_counter()
-            try:
-                self._charge_call()
-                with self._embedding_errors(role):
-                    response = self._sync_client(self.role(role)).embeddings.create(
-                        model=model, input=[texts[i] for i in missing])
-                self._check_embeddings(role, response, len(missing))
-            except LLMError as exc:
-                self._embedding_failed(role, model, start, exc)
-                raise
-            self._store_vectors(role, model, start, keys, vectors, missing, response)
+            with self._embedding_call(role, model, keys, vectors, missing) as reply:
+                reply.append(self._sync_client(self.role(role)).embeddings.create(
+                    model=model, input=[texts[i] for i in missing]))
         return [v for v in vectors if v is not None]
 
     def _sync_client(self, role: RoleConfig) -> Any:
@@ -380,11 +362,10 @@ class LLMClient:
                                                     timeout=self.config.timeout, max_retries=self.config.max_retries)
         return self._sync_clients[key]
 
-    def _charge_call(self) -> None:
-        if self.budget is not None:
-            self.budget.take_call()
-
-    def _cached_vectors(self, texts: Sequence[str], role: str) -> tuple[str, list[str], list[list[float] | None]]:
+    def _cached_vectors(self, texts: Sequence[str],
+                        role: str) -> tuple[str, list[str], list[list[float] | None], list[int]]:
+        """The role's model, each text's cache key, the cached vectors (``None``
+        where there is none) and the indices of the texts still to embed."""
         cfg = self.role(role)
         model = cfg.model or self.config.model
         keys = [canonical_json({"endpoint": self.endpoint(role), "embedding_model": model, "input": t})
@@ -397,29 +378,35 @@ class LLMClient:
                     vectors[i] = json.loads(hit)
             if any(v is not None for v in vectors):
                 self.ledger.record(LedgerEntry(role, model, cached=True, kind="embedding"))
-        return model, keys, vectors
+        return model, keys, vectors, [i for i, v in enumerate(vectors) if v is None]
 
     @contextmanager
-    def _embedding_errors(self, role: str) -> Iterator[None]:
+    def _embedding_call(self, role: str, model: str, keys: list[str], vectors: list[list[float] | None],
+                        missing: list[int]) -> Iterator[list[Any]]:
+        """Around one embeddings request for the ``missing`` texts: charge the
+        budget, turn SDK errors and short replies into ``LLMError``, record the
+        call in the ledger, and fill ``vectors`` (and the cache) from the reply
+        the caller appends to the yielded list."""
         import openai
 
+        start = time.perf_counter()
+        reply: list[Any] = []
         try:
-            yield
-        except openai.OpenAIError as exc:
-            raise LLMError(f"{role}: embeddings failed at {self.endpoint(role)}: {_short(str(exc))}") from None
-
-    def _check_embeddings(self, role: str, response: Any, asked: int) -> None:
-        data = response.data
-        if len(data) != asked or any(not d.embedding for d in data):
-            raise LLMError(f"{role}: asked {self.endpoint(role)} for {asked} embeddings, got "
-                           f"{sum(bool(d.embedding) for d in data)}")
-
-    def _embedding_failed(self, role: str, model: str, start: float, exc: LLMError) -> None:
-        self.ledger.record(LedgerEntry(role, model, latency=time.perf_counter() - start, error=str(exc),
-                                       kind="embedding"))
-
-    def _store_vectors(self, role: str, model: str, start: float, keys: list[str],
-                       vectors: list[list[float] | None], missing: list[int], response: Any) -> None:
+            if self.budget is not None:
+                self.budget.take_call()
+            try:
+                yield reply
+            except openai.OpenAIError as exc:
+                raise LLMError(f"{role}: embeddings failed at {self.endpoint(role)}: {_short(str(exc))}") from None
+            data = reply[0].data
+            if len(data) != len(missing) or any(not d.embedding for d in data):
+                raise LLMError(f"{role}: asked {self.endpoint(role)} for {len(missing)} embeddings, got "
+                               f"{sum(bool(d.embedding) for d in data)}")
+        except LLMError as exc:
+            self.ledger.record(LedgerEntry(role, model, latency=time.perf_counter() - start, error=str(exc),
+                                           kind="embedding"))
+            raise
+        response = reply[0]
         tokens = response.usage.prompt_tokens if response.usage else 0
         self.ledger.record(LedgerEntry(role, model, tokens_in=tokens, latency=time.perf_counter() - start,
                                        kind="embedding"))
