@@ -1,19 +1,20 @@
-"""The one module that imports tantivy: a BM25 index over recipes.
+"""Recipe indexes: BM25 over recipes, with Tantivy's analyzer (the one module
+that imports tantivy) and the impact index of ``brewkb.postings``.
 
-Fields: ``name`` (raw, stored), ``text`` (the whole recipe: name words,
-concept, aliases, description, tags and body, as one BM25 document),
-``summary`` (what the recipe says it is for: name words, concept, aliases and
-description), and the parts on their own: ``name_words`` (the name's words, so ``export-as-pdf``
-matches "export pdf"), ``concept``, ``aliases``, ``description``, ``tags``,
-``body``; all with an English analyzer (lowercase, ASCII folding, stopwords,
-Porter stemming). A score is the BM25 of the whole text times its boost, plus
-the summary's and each part's own BM25 times its (small) boost; a field whose
-boost is 0 is neither indexed nor queried. Scoring the whole text as one document keeps one
+Fields: ``text`` (the whole recipe: name words, concept, aliases, description,
+tags and body, as one BM25 document), ``summary`` (what the recipe says it is
+for: name words, concept, aliases and description), and the parts on their
+own: ``name_words`` (the name's words, so ``export-as-pdf`` matches "export
+pdf"), ``concept``, ``aliases``, ``description``, ``tags``, ``body``; all with
+an English analyzer (lowercase, ASCII folding, stopwords, Porter stemming). A
+score is the BM25 of the whole text times its boost, plus the summary's and
+each part's own BM25 times its (small) boost; a field whose boost is 0 is
+neither indexed nor queried. Scoring the whole text as one document keeps one
 stray query word in another recipe's short description from outscoring many
 words of the right recipe's body.
 
-User text is reduced to its index terms, which become term queries: no input
-(``AND``, ``(x``, ``foo:bar``, ``""``) can raise or be read as query syntax.
+User text is reduced to its index terms: no input (``AND``, ``(x``,
+``foo:bar``, ``""``) can raise or be read as query syntax.
 
 ``RecipeIndex`` holds one KB. ``MultiIndex`` holds a base KB plus many
 candidate documents and answers for any *hybrid* KB (the base with one
@@ -28,27 +29,30 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import zipfile
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+import numpy as np
 import tantivy
 
 from brewkb.config import Boosts
 from brewkb.errors import IndexError_
+from brewkb.postings import Postings
 from brewkb.recipes import Recipe
 
 __all__ = ["Hit", "RecipeIndex", "MultiIndex", "HybridView", "analyze", "SCHEMA_VERSION"]
 
-SCHEMA_VERSION = "2"
-TOKENIZER = "brew_en"
+SCHEMA_VERSION = "3"
+FILE = "postings.npz"
 TEXT_FIELDS = ("text", "summary", "name_words", "concept", "aliases", "description", "tags", "body")
 _BOOST_OF = {"text": "text", "summary": "summary", "name_words": "name", "concept": "concept",
              "aliases": "aliases", "description": "description", "tags": "tags", "body": "body"}
 BASE = "base"
-FIRST_LOOK = 16  # ``rank`` looks this deep before ranking every match
+PLAN_CACHE = 4096
 
 _ANALYZER = (
     tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
@@ -64,19 +68,6 @@ _ANALYZER = (
 def analyze(text: str) -> list[str]:
     """The index terms of ``text`` (what a query and a document are compared on)."""
     return list(_ANALYZER.analyze(text))
-
-
-def _schema() -> tantivy.Schema:
-    builder = tantivy.SchemaBuilder()
-    builder.add_text_field("name", stored=True, tokenizer_name="raw")
-    builder.add_text_field("slot", stored=True, tokenizer_name="raw")
-    builder.add_text_field("variant", stored=True, tokenizer_name="raw")
-    for field in TEXT_FIELDS:
-        builder.add_text_field(field, stored=False, tokenizer_name=TOKENIZER)
-    return builder.build()
-
-
-_SCHEMA = _schema()
 
 
 @dataclass(frozen=True)
@@ -104,31 +95,10 @@ def _fields(recipe: Recipe) -> dict[str, str]:
             "description": recipe.description, "tags": tags, "body": recipe.body}
 
 
-def _document(recipe: Recipe, slot: str, variant: str, fields: Sequence[str]) -> tantivy.Document:
-    # A field that is never queried is not indexed: half the writing for the default boosts.
-    text = _fields(recipe)
-    return tantivy.Document(name=recipe.name, slot=slot, variant=variant, **{f: text[f] for f in fields})
-
-
-def _new_index(path: Path | None) -> tantivy.Index:
-    try:
-        index = tantivy.Index(_SCHEMA, path=str(path) if path else None, reuse=path is not None)
-    except (ValueError, OSError) as exc:
-        raise IndexError_(f"cannot open the index at {path}: {exc}; delete that folder to rebuild it") from None
-    index.register_tokenizer(TOKENIZER, _ANALYZER)
-    return index
-
-
-def _write(index: tantivy.Index, docs: Iterable[tantivy.Document]) -> None:
-    # One segment, written in insertion order, lets a hit's address name its document
-    # (see `_remember_order`); the arena grows only as far as the documents need.
-    writer = index.writer(heap_size=1_000_000_000, num_threads=1)
-    for doc in docs:
-        writer.add_document(doc)
-    writer.commit()
-    writer.wait_merging_threads()
-    # Tantivy reloads readers asynchronously; make the commit visible now.
-    index.reload()
+def _postings(recipes: Sequence[Recipe], boosts: dict[str, float]) -> Postings:
+    # A field that is never queried is not indexed: half the work for the default boosts.
+    return Postings.build({field: analyze(text[field]) for field in boosts}
+                          for text in (_fields(recipe) for recipe in recipes))
 
 
 def _boost_map(boosts: Boosts) -> dict[str, float]:
@@ -141,161 +111,77 @@ def indexed_fields(boosts: Boosts) -> str:
 
 
 class _Searchable:
-    _index: tantivy.Index
+    _postings: Postings
     _boosts: dict[str, float]
-    _searcher: tantivy.Searcher | None = None
-    _order: list[tuple[str, str]] | None = None
-    _doc_of: dict[tuple[str, str], int]
-    _parsed: dict[str, tantivy.Query | None]
-    _looked: dict[int, tuple[tantivy.Query, int, list[tuple[float, tantivy.DocAddress]]]]
-    _look_ahead = 0
+    _plans: dict[str, list[tuple[float, int, float]]]
 
-    def _text_query(self, text: str) -> tantivy.Query | None:
-        # The search asks the same task texts of many hybrid KBs: build each query once.
-        cache = self._parsed
-        if text not in cache:
-            if len(cache) >= 4096:
-                cache.clear()
-            cache[text] = self._terms_query(analyze(text))
-        return cache[text]
-
-    def _terms_query(self, terms: list[str]) -> tantivy.Query | None:
-        # Index terms go straight into term queries: no user text is ever parsed
-        # as query syntax, and building is cheaper than Tantivy's query parser. A
-        # repeated term is one clause with its count as a factor: the same score
-        # for one walk of its postings.
-        counts = Counter(terms)
-        clauses = []
-        term_query, boost_query, should = tantivy.Query.term_query, tantivy.Query.boost_query, tantivy.Occur.Should
-        for field, boost in self._boosts.items():
-            for term, count in counts.items():
-                query, weight = term_query(_SCHEMA, field, term), boost * count
-                clauses.append((should, query if weight == 1.0 else boost_query(query, weight)))
-        if not clauses:
-            return None
-        return clauses[0][1] if len(clauses) == 1 else tantivy.Query.boolean_query(clauses)
-
-    def _searcher_now(self) -> tantivy.Searcher:
-        if self._searcher is None:
-            self._searcher = self._index.searcher()
-        return self._searcher
-
-    def _hits(self, query: tantivy.Query, limit: int) -> list[tuple[float, tantivy.DocAddress]]:
-        # The search ranks a candidate (``rank``) right after taking its top k for
-        # the same text: in a MultiIndex one look at the first FIRST_LOOK serves both.
-        seen = self._looked.get(id(query))
-        if seen is not None and seen[0] is query and (seen[1] >= limit or len(seen[2]) < seen[1]):
-            return seen[2][:limit]
-        want = max(limit, self._look_ahead)
-        hits = self._searcher_now().search(query, want, count=False).hits
-        if len(self._looked) >= 4096:
-            self._looked.clear()
-        self._looked[id(query)] = (query, want, hits)
-        return hits[:limit]
-
-    def _search(self, query: tantivy.Query, limit: int) -> list[tuple[float, str, str]]:
-        hits = self._hits(query, limit)
-        if self._order is not None:
-            order = self._order
-            return [(score, *order[address.doc]) for score, address in hits]
-        searcher = self._searcher_now()
-        found = []
-        for score, address in hits:
-            doc = searcher.doc(address)
-            found.append((float(score), str(doc.get_first("slot")), str(doc.get_first("variant"))))
-        return found
-
-    def _rank(self, query: tantivy.Query | None, key: tuple[str, str], total: int) -> int:
-        """1-based place of the document ``key`` among ``total`` for ``query`` (0: not matched)."""
-        if query is None:
-            return 0
-        limit = FIRST_LOOK
-        while True:
-            hits = self._hits(query, min(limit, total))
-            if self._order is not None:
-                target = self._doc_of[key]
-                for place, (_, address) in enumerate(hits, start=1):
-                    if address.doc == target:
-                        return place
-            else:
-                searcher = self._searcher_now()
-                for place, (_, address) in enumerate(hits, start=1):
-                    doc = searcher.doc(address)
-                    if (doc.get_first("slot"), doc.get_first("variant")) == key:
-                        return place
-            if len(hits) < limit or limit >= total:
-                return 0
-            limit = total
-
-    def _remember_order(self, keys: list[tuple[str, str]]) -> None:
-        """With one segment, Tantivy numbers documents in insertion order, so a
-        hit's address names its document without fetching it (checked here)."""
-        searcher = self._index.searcher()
-        self._searcher = searcher
-        if searcher.num_segments != 1 or not keys:
-            return
-        for i in {0, len(keys) // 2, len(keys) - 1}:
-            doc = searcher.doc(tantivy.DocAddress(0, i))
-            if (doc.get_first("slot"), doc.get_first("variant")) != keys[i]:
-                return
-        self._order = keys
-        self._doc_of = {key: i for i, key in enumerate(keys)}
+    def _plan(self, text: str) -> list[tuple[float, int, float]]:
+        # The search asks the same task texts of many hybrid KBs: plan each query once.
+        plans = self._plans
+        if text not in plans:
+            if len(plans) >= PLAN_CACHE:
+                plans.clear()
+            counts = Counter(analyze(text))
+            query = {f"{field}:{term}": boost * count for field, boost in self._boosts.items()
+                     for term, count in counts.items()}
+            plans[text] = self._postings.plan(query)
+        return plans[text]
 
 
 class RecipeIndex(_Searchable):
     """A BM25 index of one KB's recipes, in memory or in a folder."""
 
-    def __init__(self, index: tantivy.Index, recipes: Sequence[Recipe], boosts: Boosts) -> None:
-        self._index = index
+    def __init__(self, postings: Postings, recipes: Sequence[Recipe], boosts: Boosts) -> None:
+        self._postings = postings
         self._boosts = _boost_map(boosts)
-        self._parsed, self._looked = {}, {}
+        self._plans = {}
+        self._names = [r.name for r in recipes]
+        self._doc_of = {name: i for i, name in enumerate(self._names)}
         self.recipes = {r.name: r for r in recipes}
-        self._remember_order([(r.name, BASE) for r in recipes])
 
     @classmethod
     def build(cls, recipes: Sequence[Recipe], boosts: Boosts = Boosts(), path: Path | None = None) -> RecipeIndex:
         """Index ``recipes`` in memory, or in the folder ``path`` (written
         through a temporary folder, so a half-built index is never visible)."""
-        fields = list(_boost_map(boosts))
+        postings = _postings(recipes, _boost_map(boosts))
         if path is None:
-            index = _new_index(None)
-            _write(index, (_document(r, r.name, BASE, fields) for r in recipes))
-            return cls(index, recipes, boosts)
+            return cls(postings, recipes, boosts)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
         try:
-            _write(_new_index(tmp), (_document(r, r.name, BASE, fields) for r in recipes))
+            postings.save(tmp / FILE)
+            (tmp / "names").write_text("\n".join(r.name for r in recipes))
             os.rename(tmp, path)
         except OSError:
             shutil.rmtree(tmp, ignore_errors=True)
             if not path.is_dir():  # another process did not win the race either
                 raise
-        return cls.open(path, recipes, boosts)
+        return cls(postings, recipes, boosts)
 
     @classmethod
     def open(cls, path: Path, recipes: Sequence[Recipe], boosts: Boosts = Boosts()) -> RecipeIndex:
-        index = _new_index(path)
-        index.reload()
-        if index.searcher().num_docs != len(recipes):
+        try:
+            postings = Postings.load(path / FILE)
+            names = (path / "names").read_text()
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
+            raise IndexError_(f"cannot open the index at {path}: {exc}; delete that folder to rebuild it") from None
+        if names != "\n".join(r.name for r in recipes) or postings.n != len(recipes):
             raise IndexError_(f"the index at {path} does not match its recipes; delete it to rebuild")
-        return cls(index, recipes, boosts)
+        return cls(postings, recipes, boosts)
 
     def __len__(self) -> int:
         return len(self.recipes)
 
     def search(self, text: str, k: int = 3) -> list[Hit]:
         """The ``k`` best recipes for ``text`` (fewer when fewer match)."""
-        query = self._text_query(text)
-        if query is None or k <= 0 or not self.recipes:
-            return []
-        recipes = self.recipes
-        return [Hit(name, score, recipes[name].concept, recipes[name]) for score, name, _ in self._search(query, k)]
+        recipes, names = self.recipes, self._names
+        found = self._postings.top(self._plan(text), k)
+        return [Hit(names[doc], score, recipes[names[doc]].concept, recipes[names[doc]]) for score, doc in found]
 
     def rank(self, name: str, text: str) -> int:
         """1-based place of recipe ``name`` in the ranking for ``text``; 0 when it does not match."""
-        if name not in self.recipes:
-            return 0
-        return self._rank(self._text_query(text), (name, BASE), len(self.recipes))
+        doc = self._doc_of.get(name)
+        return 0 if doc is None else self._postings.rank(self._plan(text), doc)
 
 
 class MultiIndex(_Searchable):
@@ -307,53 +193,34 @@ class MultiIndex(_Searchable):
     document; ``candidate=None`` ranks the base KB.
     """
 
-    _look_ahead = FIRST_LOOK
-
     def __init__(self, base: dict[str, Recipe], candidates: dict[str, tuple[str, Recipe]],
                  boosts: Boosts = Boosts()) -> None:
         if BASE in candidates:
             raise IndexError_(f"{BASE!r} is reserved and cannot be a candidate id")
         self._boosts = _boost_map(boosts)
-        self._parsed, self._looked = {}, {}
-        self._scoped: dict[tuple[str, str | None], tantivy.Query] = {}
+        self._plans = {}
         self.base = dict(base)
         self.candidates = dict(candidates)
         self._slot_named = {r.name: slot for slot, r in self.base.items()}
-        self._index = _new_index(None)
-        fields = list(self._boosts)
-        keys = [(slot, BASE) for slot in self.base] + [(slot, cid) for cid, (slot, _) in self.candidates.items()]
-        docs = [_document(r, slot, BASE, fields) for slot, r in self.base.items()]
-        docs += [_document(r, slot, cid, fields) for cid, (slot, r) in self.candidates.items()]
-        _write(self._index, docs)
-        self._remember_order(keys)
+        self._docs = list(self.base.values()) + [r for _, r in self.candidates.values()]
+        self._base_doc = {slot: i for i, slot in enumerate(self.base)}
+        self._candidate_doc = {cid: len(self.base) + i for i, cid in enumerate(self.candidates)}
+        self._postings = _postings(self._docs, self._boosts)
+        self._masks: dict[str | None, np.ndarray] = {}
 
-    def _members_filter(self, candidate: str | None) -> tantivy.Query:
-        base_docs = tantivy.Query.term_query(_SCHEMA, "variant", BASE)
-        if candidate is None:
-            return base_docs
-        slot, _ = self.candidates[candidate]
-        others = tantivy.Query.boolean_query([
-            (tantivy.Occur.Must, base_docs),
-            (tantivy.Occur.MustNot, tantivy.Query.term_query(_SCHEMA, "slot", slot)),
-        ])
-        return tantivy.Query.boolean_query([
-            (tantivy.Occur.Should, others),
-            (tantivy.Occur.Should, tantivy.Query.term_query(_SCHEMA, "variant", candidate)),
-        ])
-
-    def _scoped_query(self, text: str, candidate: str | None) -> tantivy.Query | None:
-        key = (text, candidate)
-        if key not in self._scoped:
-            query = self._text_query(text)
-            if query is None:
-                return None
-            if len(self._scoped) >= 4096:
-                self._scoped.clear()
-            # The filter must not add to the score: a candidate's own `variant` term is rare.
-            members = tantivy.Query.const_score_query(self._members_filter(candidate), 0.0)
-            self._scoped[key] = tantivy.Query.boolean_query([(tantivy.Occur.Must, query),
-                                                             (tantivy.Occur.Must, members)])
-        return self._scoped[key]
+    def _members(self, candidate: str | None) -> np.ndarray:
+        """Which documents make up the hybrid KB of ``candidate``."""
+        mask = self._masks.get(candidate)
+        if mask is None:
+            if len(self._masks) >= PLAN_CACHE:
+                self._masks.clear()
+            mask = np.zeros(len(self._docs), bool)
+            mask[: len(self.base)] = True
+            if candidate is not None:
+                mask[self._base_doc[self.candidates[candidate][0]]] = False
+                mask[self._candidate_doc[candidate]] = True
+            self._masks[candidate] = mask
+        return mask
 
     def _check(self, candidate: str | None) -> None:
         if candidate is not None and candidate not in self.candidates:
@@ -374,27 +241,21 @@ class MultiIndex(_Searchable):
 
     def search(self, text: str, k: int = 3, candidate: str | None = None) -> list[Hit]:
         self._check(candidate)
-        query = self._scoped_query(text, candidate)
-        if query is None or k <= 0:
-            return []
-        hits = []
-        for score, slot, variant in self._search(query, k):
-            recipe = self.base[slot] if variant == BASE else self.candidates[variant][1]
-            hits.append(Hit(recipe.name, score, recipe.concept, recipe))
-        return hits
+        found = self._postings.top(self._plan(text), k, self._members(candidate))
+        return [Hit(self._docs[doc].name, score, self._docs[doc].concept, self._docs[doc]) for score, doc in found]
 
     def rank(self, name: str, text: str, candidate: str | None = None) -> int:
         """1-based place of the recipe called ``name`` in the hybrid KB of
         ``candidate`` for ``text``; 0 when it is not a member or does not match."""
         self._check(candidate)
         replaced = self.candidates[candidate][0] if candidate is not None else None
-        if candidate is not None and replaced is not None and self.candidates[candidate][1].name == name:
-            key = (replaced, candidate)
+        if candidate is not None and self.candidates[candidate][1].name == name:
+            doc = self._candidate_doc[candidate]
         elif self._slot_named.get(name, replaced) != replaced:
-            key = (self._slot_named[name], BASE)
+            doc = self._base_doc[self._slot_named[name]]
         else:
             return 0
-        return self._rank(self._scoped_query(text, candidate), key, len(self.base) + 1)
+        return self._postings.rank(self._plan(text), doc, self._members(candidate))
 
 
 @dataclass(frozen=True)

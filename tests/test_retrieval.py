@@ -2,16 +2,20 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from brewkb.config import Boosts
 from brewkb.index import MultiIndex, RecipeIndex
 from brewkb.kb import KB
+import brewkb.postings
+from brewkb.postings import Plan, Postings
 from brewkb.recipes import Recipe, build_body, render_recipe, slugify
 from brewkb.retrieval import approx_tokens, mrr, open_index, render_context, retrieve
 from tests.conftest import AIRLINE, MakeRepo
@@ -110,7 +114,7 @@ def test_index_cache_follows_the_content(make_repo: MakeRepo) -> None:
     root = _kb(make_repo)
     kb = KB.open(root)
     first = open_index(kb)
-    folder = root / ".brewkb" / "index" / "v2"
+    folder = root / ".brewkb" / "index" / "v3"
     assert len(list(folder.iterdir())) == 1
     open_index(kb)
     assert len(list(folder.iterdir())) == 1  # unchanged: not rebuilt
@@ -304,3 +308,41 @@ def test_fused_rank_agrees_with_fused_search() -> None:
         names = [h.name for h in index.search(query, len(index))]
         assert names and all(index.rank(n, query) == place for place, n in enumerate(names, start=1))
     assert index.rank("no-such-recipe", "pdf") == 0 and index.search("", 3) == []
+
+
+def _exhaustive(postings: Postings, plan: Plan, members: np.ndarray) -> list[tuple[float, int]]:
+    # Every posting scored, in the plan's order (the order the engine adds in).
+    acc = np.zeros(postings.n, np.float32)
+    for _, key, weight in plan.keys:
+        start, end = postings._bounds[key], postings._bounds[key + 1]
+        acc[postings._docs[start:end]] += np.float32(weight) * postings._scores[start:end]
+    docs = np.flatnonzero((acc > 0) & members)
+    order = np.lexsort((docs, -acc[docs]))
+    return [(float(acc[docs[i]]), int(docs[i])) for i in order]
+
+
+@pytest.mark.parametrize("pruned", [True, False])
+@pytest.mark.parametrize("seed", range(3))
+def test_pruned_ranking_equals_scoring_every_posting(seed: int, pruned: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    if pruned:  # small queries are scored in full; here every query takes the pruning path
+        monkeypatch.setattr(brewkb.postings, "PLAIN_POSTINGS", 0)
+    rng = random.Random(seed)
+    vocab = [f"w{i}" for i in range(400)]
+    weights = [1 / (i + 1) for i in range(len(vocab))]  # common words in most documents, rare ones in few
+    documents = [{"text": rng.choices(vocab, weights, k=rng.randint(5, 60)),
+                  "summary": rng.choices(vocab, weights, k=rng.randint(0, 8))} for _ in range(600)]
+    postings = Postings.build(documents)
+    assert postings._rows and any(e - s < 40 for s, e in zip(postings._bounds, postings._bounds[1:]))
+    for _ in range(60):
+        query = {f"{field}:{w}": rng.choice([1.0, 2.0, 0.3])
+                 for w in rng.choices(vocab, weights, k=rng.randint(1, 9)) for field in ("text", "summary")}
+        plan = postings.plan(query)
+        members = np.array([rng.random() < 0.9 for _ in range(600)])
+        full = _exhaustive(postings, plan, members)
+        for k in (1, 3, 16):
+            assert postings.top(plan, k, members) == full[:k]
+        assert postings.top(plan, 3) == _exhaustive(postings, plan, np.ones(600, bool))[:3]
+        place = {doc: i + 1 for i, (_, doc) in enumerate(full)}
+        for doc in rng.sample(range(600), 40):
+            if members[doc]:
+                assert postings.rank(plan, doc, members) == place.get(doc, 0)
