@@ -41,7 +41,7 @@ import tantivy
 
 from brewkb.config import Boosts
 from brewkb.errors import IndexError_
-from brewkb.postings import Postings
+from brewkb.postings import Plan, Postings
 from brewkb.recipes import Recipe
 
 __all__ = ["Hit", "RecipeIndex", "MultiIndex", "HybridView", "analyze", "SCHEMA_VERSION"]
@@ -113,9 +113,9 @@ def indexed_fields(boosts: Boosts) -> str:
 class _Searchable:
     _postings: Postings
     _boosts: dict[str, float]
-    _plans: dict[str, list[tuple[float, int, float]]]
+    _plans: dict[str, Plan]
 
-    def _plan(self, text: str) -> list[tuple[float, int, float]]:
+    def _plan(self, text: str) -> Plan:
         # The search asks the same task texts of many hybrid KBs: plan each query once.
         plans = self._plans
         if text not in plans:

@@ -94,10 +94,10 @@ class Postings:
                 docs_of, lens = lengths.setdefault(field, (array("i"), array("i")))
                 docs_of.append(d)
                 lens.append(len(terms))
-                for term, tf in Counter(terms).items():
+                for term, count in Counter(terms).items():
                     key_ids.append(keys.setdefault(f"{field}:{term}", len(keys)))
                     doc_ids.append(d)
-                    freqs.append(tf)
+                    freqs.append(count)
         key = np.frombuffer(key_ids, np.int64)
         doc = np.frombuffer(doc_ids, np.int32)
         tf = np.frombuffer(freqs, np.int32).astype(np.float64)
