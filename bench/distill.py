@@ -16,12 +16,13 @@ value that the logs' tool calls and results give under a personal key (user ids,
 booking codes, names, dates of birth…) — which must be 0.
 
     python bench/distill.py [--data ../shared/data/tau-bench-airline] [--learn 0-29] [--held-out 30-39]
-                            [--mode bm25|hybrid]
+                            [--mode bm25|hybrid] [--boosts FIELD=B,...]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 import subprocess
@@ -91,11 +92,16 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, default=None, help="Write the distilled recipes into this folder.")
     parser.add_argument("--mode", choices=("bm25", "hybrid"), default="bm25",
                         help="retrieval.mode of the KB: what the search ranks by and what the held-out queries use.")
+    parser.add_argument("--boosts", default="", metavar="FIELD=B,...",
+                        help="retrieval.boosts of the KB (e.g. text=0,name=2,concept=3,aliases=2,description=3,"
+                             "tags=1.5,body=1, the per-field weighting of index schema 1).")
     args = parser.parse_args()
     source = args.data / "gpt-4o-trajectories.json"
     if not source.is_file():
         sys.exit(f"bench/distill.py: no {source}; pass --data with the folder of the tau-bench airline "
                  "conversations (shared/data/tau-bench-airline, beside the repository)")
+    given = {f: float(v) for f, v in (item.split("=", 1) for item in args.boosts.split(",") if item)}
+    boosts = dataclasses.replace(Boosts(), **given)
     runs = json.loads(source.read_text())
     learn = [r for r in runs if int(r["task_id"]) in span(args.learn)]
     held = [r for r in runs if int(r["task_id"]) in span(args.held_out)]
@@ -103,10 +109,11 @@ def main() -> None:
         kb = Path(tmp) / "kb"
         kb.mkdir()
         brewkb(kb, "init")  # init commits its files
-        if args.mode != "bm25":
+        if args.mode != "bm25" or boosts != Boosts():
             config = kb / "brewkb.toml"
-            config.write_text(config.read_text().replace('mode = "bm25"', f'mode = "{args.mode}"', 1))
-            subprocess.run(["git", "commit", "-qam", "retrieval mode"], cwd=kb, check=True)
+            text = config.read_text().replace('mode = "bm25"', f'mode = "{args.mode}"', 1)
+            config.write_text(text + "\n[retrieval.boosts]\n" + "".join(f"{f} = {v}\n" for f, v in given.items()))
+            subprocess.run(["git", "commit", "-qam", "retrieval settings"], cwd=kb, check=True)
         logs = Path(tmp) / "learn.json"
         logs.write_text(json.dumps(learn))
         brewkb(kb, "import", str(logs), "--format", "tau-bench", "--run", "air")
@@ -120,7 +127,7 @@ def main() -> None:
         for path, text in texts.items():
             (args.keep / Path(path).name).write_text(text)
     recipes = [parse_recipe(t) for t in texts.values()]
-    index = Retriever(Boosts(), Vectors(offline_embed) if args.mode == "hybrid" else None).index(recipes)
+    index = Retriever(boosts, Vectors(offline_embed) if args.mode == "hybrid" else None).index(recipes)
     names = sorted(r.name for r in recipes)
     first, every, unlabelled = [], [], 0
     for run in held:
@@ -139,7 +146,8 @@ def main() -> None:
     leaks += sum(len(re.findall(rf"(?<![\w@.]){re.escape(v)}(?![\w@])", t)) for v in values for t in texts.values())
     print(f"learn tasks {args.learn} ({len(learn)} conversations), held-out tasks {args.held_out} "
           f"({len(held)} conversations; {unlabelled} need an action no recipe is named for and count as misses)")
-    print(f"recipes: {len(recipes)} ({', '.join(names)}); retrieval.mode = {args.mode}")
+    print(f"recipes: {len(recipes)} ({', '.join(names)}); retrieval.mode = {args.mode}"
+          + (f", boosts {args.boosts}" if given else ""))
     print(f"held-out MRR, first user turn: {sum(first) / max(1, len(first)):.3f}")
     print(f"held-out MRR, all user turns:  {sum(every) / max(1, len(every)):.3f}")
     labelled = [i for i, run in enumerate(held) if relevant(run, names)]

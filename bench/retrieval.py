@@ -19,7 +19,7 @@ bm25s are timed interleaved in one process, ``--reps`` times; the figures are
 the medians over repetitions. rank_bm25 is scored on the first
 ``--rank-bm25-queries`` queries only at 30,000 recipes (it takes tens of ms a
 query), in one repetition. bm25s and rank_bm25 use BM25 with k1=1.2, b=0.75
-over each recipe's whole text, as Tantivy does per field.
+over each recipe's whole text, as brewkb does per field.
 
 Then compares the hybrid-KB path of the search (one MultiIndex per iteration)
 with a fresh index per hybrid KB (skipped with ``--json``).
@@ -35,7 +35,7 @@ embedder (hashed character n-grams) by reciprocal rank fusion
 (``retrieval.mode = "hybrid"``). ``--hybrid`` prints that mode's query time and
 MRR against BM25 alone on the generated corpus.
 
-    python bench/retrieval.py [--sizes 1000,30000] [--queries 300] [--reps 3] [--json]
+    python bench/retrieval.py [--sizes 1000,30000] [--queries 300] [--reps 3] [--boosts FIELD=B,...] [--json]
     python bench/retrieval.py --airline [--json]
     python bench/retrieval.py --hybrid [--sizes 1000,30000]
 """
@@ -43,6 +43,7 @@ MRR against BM25 alone on the generated corpus.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import random
@@ -135,11 +136,11 @@ def rr(names: list[str], target: str) -> float:
 class Systems:
     """The three systems over one corpus, each answering ``top(text, k)`` with names."""
 
-    def __init__(self, recipes: list[Recipe]) -> None:
+    def __init__(self, recipes: list[Recipe], boosts: Boosts = Boosts()) -> None:
         self.recipes = recipes
         self.build_s: dict[str, float] = {}
         t = time.perf_counter()
-        self.ours = RecipeIndex.build(recipes)
+        self.ours = RecipeIndex.build(recipes, boosts)
         self.build_s["brewkb"] = time.perf_counter() - t
         corpus = [analyze(full_text(r)) for r in recipes]
         t = time.perf_counter()
@@ -188,9 +189,10 @@ def measure(systems: Systems, queries: list[tuple[str, str]], names: tuple[str, 
     return out
 
 
-def bench_size(n: int, n_queries: int, reps: int, slow_queries: int, log: Callable[[str], None]) -> dict:
+def bench_size(n: int, n_queries: int, reps: int, slow_queries: int, log: Callable[[str], None],
+               boosts: Boosts = Boosts()) -> dict:
     rng = random.Random(n)
-    systems = Systems(generate(n))
+    systems = Systems(generate(n), boosts)
     log(f"\n{n} recipes; build s: " + ", ".join(f"{s} {t:.2f}" for s, t in systems.build_s.items()))
     picks = rng.sample(range(n), min(n_queries, n))
     result: dict[str, dict] = {}
@@ -333,6 +335,8 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object and nothing else")
     parser.add_argument("--airline", action="store_true", help="MRR on the tau-bench airline task texts")
     parser.add_argument("--hybrid", action="store_true", help="cost and MRR of retrieval.mode = hybrid")
+    parser.add_argument("--boosts", default="", metavar="FIELD=B,...",
+                        help="brewkb's retrieval.boosts on the generated corpus (e.g. summary=0.2)")
     args = parser.parse_args()
     if args.hybrid:
         bench_hybrid([int(x) for x in args.sizes.split(",")], min(args.queries, 200))
@@ -347,7 +351,9 @@ def main() -> None:
             f"({f['pairs']} task-recipe pairs, {f['recipes']} recipes)" for label, f in figures.items()))
         return
     log = (lambda s: print(s, file=sys.stderr, flush=True)) if args.json else print
-    sizes = {str(n): bench_size(n, args.queries, args.reps, args.rank_bm25_queries, log)
+    given = (item.split("=", 1) for item in args.boosts.split(",") if item)
+    boosts = dataclasses.replace(Boosts(), **{field: float(value) for field, value in given})
+    sizes = {str(n): bench_size(n, args.queries, args.reps, args.rank_bm25_queries, log, boosts)
              for n in (int(s) for s in args.sizes.split(","))}
     if args.json:
         print(json.dumps({"sizes": sizes}, indent=1))

@@ -310,7 +310,7 @@ def parse_config(text: str, source: str = CONFIG_FILE) -> Config:
         raise ConfigError("retrieval.boosts: every boost is 0, so no recipe could ever be found; "
                           "set retrieval.boosts.text = 1")
     if config.retrieval.per_turn and config.executor.name == "ray":
-        # the recipe index (Tantivy) cannot be pickled to Ray workers
+        # the per-turn retriever travels in each job, and it is not made to be pickled to Ray workers
         raise ConfigError('retrieval.per_turn: not available with executor.name = "ray"; '
                           'use executor.name = "local" or set retrieval.per_turn = false')
     return config

@@ -164,9 +164,9 @@ class RecipeIndex(_Searchable):
             postings = Postings.load(path / FILE)
             names = (path / "names").read_text()
         except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
-            raise IndexError_(f"cannot open the index at {path}: {exc}; delete that folder to rebuild it") from None
+            raise IndexError_(f"the index at {path} cannot be read ({exc})") from None
         if names != "\n".join(r.name for r in recipes) or postings.n != len(recipes):
-            raise IndexError_(f"the index at {path} does not match its recipes; delete it to rebuild")
+            raise IndexError_(f"the index at {path} does not match its recipes")
         return cls(postings, recipes, boosts)
 
     def __len__(self) -> int:

@@ -9,6 +9,7 @@ a stale index is never served and an unchanged one is never rebuilt.
 from __future__ import annotations
 
 import hashlib
+import logging
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from brewkb.config import Boosts
+from brewkb.errors import IndexError_
 from brewkb.fusion import FusedIndex, Vectors, offline_embed
 from brewkb.index import SCHEMA_VERSION, Hit, MultiIndex, RecipeIndex, indexed_fields
 from brewkb.kb import KB
@@ -27,6 +29,7 @@ __all__ = ["Searchable", "Retriever", "retriever_of", "open_index", "retrieve", 
            "approx_tokens"]
 
 KEEP_INDEXES = 8
+log = logging.getLogger(__name__)
 
 
 class Searchable(Protocol):
@@ -109,7 +112,11 @@ def _lexical_index(kb: KB, rev: str | None = None) -> RecipeIndex:
     path = folder / f"{key}-{indexed_fields(boosts)}"  # a part with boost 0 is not indexed
     if path.is_dir():
         path.touch()
-        return RecipeIndex.open(path, recipes, boosts)
+        try:
+            return RecipeIndex.open(path, recipes, boosts)
+        except IndexError_ as exc:  # a cache: damaged by hand or by the disk, so made again
+            log.warning("%s; building it again", exc)
+            shutil.rmtree(path, ignore_errors=True)
     index = RecipeIndex.build(recipes, boosts, path=path)
     _prune(folder, keep=KEEP_INDEXES)
     return index

@@ -138,6 +138,20 @@ def test_search_cli(make_repo: MakeRepo) -> None:
     assert text.strip() == "No recipe matches."
 
 
+def test_a_damaged_index_is_built_again_with_a_warning(make_repo: MakeRepo) -> None:
+    root = _kb(make_repo)
+    search = [sys.executable, "-m", "brewkb", "search", "export to pdf", "--json", "-k", "1"]
+    subprocess.run(search, cwd=root, capture_output=True, check=True)
+    (stored,) = (root / ".brewkb" / "index" / "v3").glob("*/postings.npz")
+    stored.write_bytes(stored.read_bytes()[:100])  # cut short, as by a full disk
+    done = subprocess.run(search, cwd=root, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert [d["name"] for d in json.loads(done.stdout)] == ["export-as-pdf"]
+    assert "cannot be read" in done.stderr and "building it again" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert stored.stat().st_size > 100
+
+
 def test_search_cli_follows_the_configured_boosts(make_repo: MakeRepo) -> None:
     root = _kb(make_repo)
 
