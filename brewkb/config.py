@@ -242,7 +242,7 @@ _FORBIDDEN = {"llm.api_key": "keys do not belong in brewkb.toml; export OPENAI_A
 def _describe(tp: Any, meta: typing.Mapping[str, Any]) -> str:
     if "choices" in meta:
         return "one of " + ", ".join(repr(c) for c in meta["choices"])
-    names = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+    names = {bool: "true or false", int: "an integer", float: "a finite number", str: "a string"}
     text = names.get(tp, getattr(tp, "__name__", str(tp)))
     if "min" in meta:
         text += f" ≥ {meta['min']:g}"
@@ -273,6 +273,8 @@ def _convert(value: Any, tp: Any, meta: typing.Mapping[str, Any], path: str,
         or (tp is float and isinstance(value, int | float) and not isinstance(value, bool))
         or (tp is str and isinstance(value, str))
     )
+    if ok and tp is float and not math.isfinite(value):
+        ok = False
     if ok and "min" in meta and value < meta["min"]:
         ok = False
     if ok and "choices" in meta and value not in meta["choices"]:

@@ -29,7 +29,6 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-import zipfile
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -163,7 +162,7 @@ class RecipeIndex(_Searchable):
         try:
             postings = Postings.load(path / FILE)
             names = (path / "names").read_text()
-        except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
+        except (OSError, ValueError) as exc:
             raise IndexError_(f"the index at {path} cannot be read ({exc})") from None
         if names != "\n".join(r.name for r in recipes) or postings.n != len(recipes):
             raise IndexError_(f"the index at {path} does not match its recipes")

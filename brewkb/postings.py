@@ -17,6 +17,7 @@ operation. Ties are broken by document number, so a ranking is deterministic.
 
 from __future__ import annotations
 
+import zipfile
 from array import array
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -124,10 +125,19 @@ class Postings:
 
     @classmethod
     def load(cls, path: Path) -> Postings:
-        with np.load(path, allow_pickle=False) as data:
-            if int(data["format"]) != FORMAT:
-                raise ValueError(f"format {int(data['format'])}, expected {FORMAT}")
-            return cls(int(data["n"]), data["keys"].tolist(), data["indptr"], data["docs"], data["scores"])
+        """The postings saved at ``path``; ValueError when the file is not whole."""
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                if int(data["format"]) != FORMAT:
+                    raise ValueError(f"format {int(data['format'])}, expected {FORMAT}")
+                n, keys = int(data["n"]), data["keys"].tolist()
+                indptr, docs, scores = data["indptr"], data["docs"], data["scores"]
+        except (EOFError, KeyError, zipfile.BadZipFile) as exc:
+            raise ValueError(str(exc) or type(exc).__name__) from None
+        if (len(indptr) != len(keys) + 1 or indptr[0] != 0 or indptr[-1] != len(docs) or len(docs) != len(scores)
+                or np.any(np.diff(indptr) <= 0) or (len(docs) and not 0 <= docs.min() <= docs.max() < n)):
+            raise ValueError("its arrays do not agree")
+        return cls(n, keys, indptr, docs, scores)
 
     def plan(self, query: Mapping[str, float]) -> Plan:
         """The plan of a query given as weighted keys."""

@@ -45,6 +45,8 @@ def test_values_are_read_into_nested_dataclasses() -> None:
         ("[search\n", "not valid TOML"),
         ("search = 3", "search: expected a table, got 3"),
         ("[retrieval.boosts]\ntext = 0", "retrieval.boosts: every boost is 0"),
+        ("[retrieval.boosts]\ntext = inf", "retrieval.boosts.text: expected a finite number ≥ 0, got inf"),
+        ("[retrieval.boosts]\nsummary = nan", "retrieval.boosts.summary: expected a finite number ≥ 0, got nan"),
         ('[retrieval]\nper_turn = true\n[executor]\nname = "ray"', "retrieval.per_turn: not available with"),
     ],
 )
