@@ -62,7 +62,7 @@ class Postings:
     def __init__(self, n: int, keys: Sequence[str], indptr: np.ndarray, docs: np.ndarray,
                  scores: np.ndarray) -> None:
         self.n = n
-        self.keys = {key: i for i, key in enumerate(keys)}
+        self._ids = {key: i for i, key in enumerate(keys)}
         self._key_list = list(keys)
         self._indptr = indptr
         self._bounds = indptr.tolist()
@@ -141,10 +141,10 @@ class Postings:
 
     def plan(self, query: Mapping[str, float]) -> Plan:
         """The plan of a query given as weighted keys."""
-        keys, best, bounds = self.keys, self._best, self._bounds
+        ids, best, bounds = self._ids, self._best, self._bounds
         entries, postings = [], 0
         for key, weight in query.items():
-            found = keys.get(key)
+            found = ids.get(key)
             if found is not None and weight > 0:
                 entries.append((weight * best[found], found, weight))
                 postings += bounds[found + 1] - bounds[found]
