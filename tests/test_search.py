@@ -9,9 +9,11 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from brewkb.api.refine import gc, load_trees, refine
@@ -224,6 +226,33 @@ def test_expansion_integrates_every_insight_so_far_and_resumes_exactly(tmp_path:
     asyncio.run(expander(resumed).expand({"refund": (doc, [2001])}, {"refund": doc}))
     assert resumed.integrated == [["from the stages", lesson]]
     assert len(journal.read_text().splitlines()) == 2
+
+
+def test_a_new_concept_name_asked_for_by_two_concepts_at_once_maps_alike() -> None:
+    from brewkb.llm.embed import hashed_ngram_embeddings
+    from brewkb.search.expand import Expander
+
+    class SlowEmbeddings(RoundBackend):
+        calls = 0
+
+        async def embed(self, texts: Sequence[str]) -> np.ndarray:
+            SlowEmbeddings.calls += 1
+            await asyncio.sleep(0.01)  # as an endpoint does: the other concept runs meanwhile
+            return hashed_ngram_embeddings(texts)
+
+    mapping = {"refund order": "refund-order", "cancel order": "cancel-order"}
+    expander = Expander(env=ContextEnv(), agent=CountingAgent(), executor=LocalExecutor(1), cache=EpisodeCache(1),
+                        backend=SlowEmbeddings(), tasks={}, q_train={}, mapping=mapping,
+                        titles={}, k=1, budget=500, retriever=Retriever(), threshold=0.5, retries=0, max_concepts=2)
+
+    async def both() -> list[dict[str, str]]:
+        return list(await asyncio.gather(expander._concept_of(["refund orders", "cancel order"]),
+                                         expander._concept_of(["refund orders"])))
+
+    first, second = asyncio.run(both())
+    assert first == {"refund orders": "refund-order", "cancel order": "cancel-order"}
+    assert second == {"refund orders": "refund-order"}
+    assert SlowEmbeddings.calls == 1
 
 
 def kb_repo(make_repo: MakeRepo, name: str | None = None, extra: str = "") -> Path:

@@ -13,6 +13,7 @@ did."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -66,7 +67,7 @@ class Expander:
         self.threshold, self.retries, self.max_concepts = threshold, retries, max_concepts
         self.rubrics, self.scrubber = rubrics, scrubber
         self._reflections: dict[str, list[Insight]] = {}
-        self._new: dict[str, str | None] = {}
+        self._new: dict[str, asyncio.Future[str | None]] = {}
         self._stage = {c: list(v) for c, v in (insights or {}).items()}
         self.journal = journal
         self._rounds: dict[str, dict[int, list[Insight]]] = {}  # concept → round → its new insights
@@ -110,19 +111,27 @@ class Expander:
     async def _concept_of(self, names: Sequence[str]) -> dict[str, str]:
         """Concept names → concept slugs: names the concepts stage saw map
         directly; a new name maps to its nearest known name at or above the
-        clustering threshold. Each new name is compared on its own, so the
+        clustering threshold. Each new name is compared on its own, once, and
+        concepts expanded at the same time wait for the same answer, so the
         answer does not depend on what else was asked (a resumed run agrees)."""
-        known = sorted(self.mapping)
-        for name in sorted(set(names) - set(self.mapping) - set(self._new)):
-            self._new[name] = None
-            if known:
-                vectors = np.asarray(await self.backend.embed(known + [name]), dtype=np.float64)
-                sims = cosine_matrix(vectors)[-1, :-1]
-                best = int(np.argmax(sims))
-                if sims[best] >= self.threshold:
-                    self._new[name] = self.mapping[known[best]]
-        lookup = {**self.mapping, **{n: s for n, s in self._new.items() if s is not None}}
+        new = sorted(set(names) - set(self.mapping))
+        for name in new:
+            if name not in self._new:
+                self._new[name] = asyncio.ensure_future(self._nearest(name))
+        lookup = dict(self.mapping)
+        for name, slug in zip(new, await gather_all(self._new[name] for name in new), strict=True):
+            if slug is not None:
+                lookup[name] = slug
         return {n: lookup[n] for n in names if n in lookup}
+
+    async def _nearest(self, name: str) -> str | None:
+        known = sorted(self.mapping)
+        if not known:
+            return None
+        vectors = np.asarray(await self.backend.embed(known + [name]), dtype=np.float64)
+        sims = cosine_matrix(vectors)[-1, :-1]
+        best = int(np.argmax(sims))
+        return self.mapping[known[best]] if sims[best] >= self.threshold else None
 
     async def _insights(self, trajectories: Sequence[Trajectory]) -> list[Insight]:
         fresh = {t.id: t for t in trajectories if t.id not in self._reflections}
