@@ -280,7 +280,9 @@ def test_plan_refuses_an_unknown_agent_as_the_run_would(tmp_path: Path) -> None:
     assert plan.stderr.strip().startswith("brewkb: error: agent.name: unknown agent 'tool-agnet'; choose one of")
 
 
-def test_ctrl_c_ends_a_rollout_at_once_and_leaves_no_agent_behind(make_repo: MakeRepo, tmp_path: Path) -> None:
+@pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM"])  # Ctrl-C; `kill`, `timeout` or a CI job's end
+def test_ctrl_c_ends_a_rollout_at_once_and_leaves_no_agent_behind(make_repo: MakeRepo, tmp_path: Path,
+                                                                   stop: str) -> None:
     import signal
     import time
 
@@ -299,7 +301,7 @@ def test_ctrl_c_ends_a_rollout_at_once_and_leaves_no_agent_behind(make_repo: Mak
         time.sleep(0.1)
     assert list(pids.iterdir()), "the agent never started"
     started = time.monotonic()
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(getattr(signal, stop))
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err
     assert time.monotonic() - started < 30  # not the agent's 200 s deadline

@@ -1,7 +1,7 @@
 """Entry point: the command group, global options and the one error handler.
 
 Exit codes: 0 success, 1 a known error (one line, no traceback), 2 a usage
-error, 130 interrupted, 3 a bug (traceback written to a log file), 75 a run
+error, 130 interrupted (Ctrl-C or SIGTERM), 3 a bug (traceback written to a log file), 75 a run
 stopped by its budget (``EX_TEMPFAIL``: continue it with ``--resume``).
 """
 
@@ -166,8 +166,15 @@ def _crash_log() -> Path:
     return path
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI and map every outcome to an exit code."""
+    import signal
+
+    signal.signal(signal.SIGTERM, _interrupt)  # `kill`, `timeout` or a CI job's end stops a command as Ctrl-C does
     try:
         cli.main(args=argv, prog_name="brewkb", standalone_mode=False)
     except BudgetExhausted as exc:
