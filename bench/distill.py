@@ -22,7 +22,6 @@ booking codes, names, dates of birth…) — which must be 0.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import re
 import subprocess
@@ -31,7 +30,8 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from brewkb.config import Boosts  # noqa: E402
+from brewkb.config import Boosts, parse_config  # noqa: E402
+from brewkb.errors import ConfigError  # noqa: E402
 from brewkb.fusion import Vectors, offline_embed  # noqa: E402
 from brewkb.llm.offline import action_verb, concept_of_tool, is_handoff, is_lookup, is_talk, verb_of  # noqa: E402
 from brewkb.recipes import parse_recipe, slugify  # noqa: E402
@@ -100,8 +100,11 @@ def main() -> None:
     if not source.is_file():
         sys.exit(f"bench/distill.py: no {source}; pass --data with the folder of the tau-bench airline "
                  "conversations (shared/data/tau-bench-airline, beside the repository)")
-    given = {f: float(v) for f, v in (item.split("=", 1) for item in args.boosts.split(",") if item)}
-    boosts = dataclasses.replace(Boosts(), **given)
+    given = args.boosts.replace(",", "\n")
+    try:  # brewkb's own config checks the names and values
+        boosts = parse_config(f"[retrieval.boosts]\n{given}").retrieval.boosts
+    except ConfigError as exc:
+        sys.exit(f"bench/distill.py: --boosts: {exc}")
     runs = json.loads(source.read_text())
     learn = [r for r in runs if int(r["task_id"]) in span(args.learn)]
     held = [r for r in runs if int(r["task_id"]) in span(args.held_out)]
@@ -112,7 +115,7 @@ def main() -> None:
         if args.mode != "bm25" or boosts != Boosts():
             config = kb / "brewkb.toml"
             text = config.read_text().replace('mode = "bm25"', f'mode = "{args.mode}"', 1)
-            config.write_text(text + "\n[retrieval.boosts]\n" + "".join(f"{f} = {v}\n" for f, v in given.items()))
+            config.write_text(f"{text}\n[retrieval.boosts]\n{given}\n")
             subprocess.run(["git", "commit", "-qam", "retrieval settings"], cwd=kb, check=True)
         logs = Path(tmp) / "learn.json"
         logs.write_text(json.dumps(learn))

@@ -43,7 +43,6 @@ MRR against BM25 alone on the generated corpus.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import random
@@ -61,7 +60,8 @@ from rank_bm25 import BM25Okapi
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from brewkb.config import Boosts  # noqa: E402
+from brewkb.config import Boosts, parse_config  # noqa: E402
+from brewkb.errors import ConfigError  # noqa: E402
 from brewkb.index import MultiIndex, RecipeIndex, analyze  # noqa: E402
 from brewkb.kb import KB  # noqa: E402
 from brewkb.fusion import Vectors, offline_embed  # noqa: E402
@@ -351,8 +351,10 @@ def main() -> None:
             f"({f['pairs']} task-recipe pairs, {f['recipes']} recipes)" for label, f in figures.items()))
         return
     log = (lambda s: print(s, file=sys.stderr, flush=True)) if args.json else print
-    given = (item.split("=", 1) for item in args.boosts.split(",") if item)
-    boosts = dataclasses.replace(Boosts(), **{field: float(value) for field, value in given})
+    try:  # brewkb's own config checks the names and values
+        boosts = parse_config("[retrieval.boosts]\n" + args.boosts.replace(",", "\n")).retrieval.boosts
+    except ConfigError as exc:
+        sys.exit(f"bench/retrieval.py: --boosts: {exc}")
     sizes = {str(n): bench_size(n, args.queries, args.reps, args.rank_bm25_queries, log, boosts)
              for n in (int(s) for s in args.sizes.split(","))}
     if args.json:

@@ -211,8 +211,6 @@ class MultiIndex(_Searchable):
         """Which documents make up the hybrid KB of ``candidate``."""
         mask = self._masks.get(candidate)
         if mask is None:
-            if len(self._masks) >= PLAN_CACHE:
-                self._masks.clear()
             mask = np.zeros(len(self._docs), bool)
             mask[: len(self.base)] = True
             if candidate is not None:

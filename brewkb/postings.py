@@ -63,7 +63,6 @@ class Postings:
                  scores: np.ndarray) -> None:
         self.n = n
         self._ids = {key: i for i, key in enumerate(keys)}
-        self._key_list = list(keys)
         self._indptr = indptr
         self._bounds = indptr.tolist()
         self._docs = docs
@@ -120,7 +119,7 @@ class Postings:
 
     def save(self, path: Path) -> None:
         with path.open("wb") as out:
-            np.savez(out, format=np.int64(FORMAT), n=np.int64(self.n), keys=np.asarray(self._key_list, dtype=str),
+            np.savez(out, format=np.int64(FORMAT), n=np.int64(self.n), keys=np.asarray(list(self._ids), dtype=str),
                      indptr=self._indptr, docs=self._docs, scores=self._scores)
 
     @classmethod
@@ -157,9 +156,7 @@ class Postings:
         if not plan.keys or k <= 0:
             return []
         acc, cand = self._scan(plan, 0.0, k, members)
-        scores = acc[cand]
-        matched = scores > 0
-        cand, scores = cand[matched], scores[matched]
+        scores = acc[cand]  # every candidate matched a key: impacts and weights are positive
         if len(cand) > k:
             keep = scores >= _kth_largest(scores.copy(), k)
             cand, scores = cand[keep], scores[keep]

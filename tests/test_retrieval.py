@@ -221,6 +221,8 @@ def test_mcp_round_trip(make_repo: MakeRepo) -> None:
             await client.initialize()
             tools = sorted(t.name for t in (await client.list_tools()).tools)
             found = await client.call_tool("search_recipes", {"query": "export to pdf", "k": 2})
+            one = await client.call_tool("search_recipes", {"query": "export to pdf", "k": 0})
+            assert [r["name"] for r in one.structured_content["result"]] == ["export-as-pdf"]  # k is held at ≥ 1
             recipe = await client.call_tool("get_recipe", {"name": "cancel-order"})
             missing = await client.call_tool("get_recipe", {"name": "nope"})
             return tools, found.structured_content, recipe.content[0].text, missing
