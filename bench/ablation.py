@@ -28,14 +28,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from brewkb.agents import load_agent  # noqa: E402
+from brewkb.agents.executors import make_executor  # noqa: E402
 from brewkb.api.refine import refine  # noqa: E402
-from brewkb.context import RecipeContext  # noqa: E402
 from brewkb.envs import load_environment  # noqa: E402
-from brewkb.executors import make_executor  # noqa: E402
-from brewkb.gitstore import GitStore  # noqa: E402
+from brewkb.git.store import GitStore  # noqa: E402
 from brewkb.kb import KB  # noqa: E402
 from brewkb.llm import open_backend  # noqa: E402
-from brewkb.retrieval import open_index  # noqa: E402
+from brewkb.retrieval.context import RecipeContext  # noqa: E402
+from brewkb.retrieval.ranking import open_index  # noqa: E402
 from brewkb.stages.rollouts import make_jobs  # noqa: E402
 
 CONFIG = """[env]

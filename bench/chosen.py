@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from brewkb.api.refine import load_trees, refine  # noqa: E402
-from brewkb.gitstore import GitStore  # noqa: E402
+from brewkb.git.store import GitStore  # noqa: E402
 
 CONFIG = """[env]
 name = "shop"

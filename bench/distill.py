@@ -32,12 +32,19 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from brewkb.config import Boosts, parse_config  # noqa: E402
 from brewkb.errors import ConfigError  # noqa: E402
-from brewkb.fusion import Vectors, offline_embed  # noqa: E402
-from brewkb.llm.offline import action_verb, concept_of_tool, is_handoff, is_lookup, is_talk, verb_of  # noqa: E402
+from brewkb.llm.offline import (  # noqa: E402
+    action_verb,
+    concept_of_tool,
+    is_handoff,
+    is_lookup,
+    is_talk,
+    verb_of,
+)
 from brewkb.recipes import parse_recipe, slugify  # noqa: E402
-from brewkb.retrieval import Retriever, Searchable  # noqa: E402
-from brewkb.stages.scrub import Scrubber  # noqa: E402
-from brewkb.trajectories import Outcome, Trajectory  # noqa: E402
+from brewkb.retrieval.fusion import Vectors, offline_embed  # noqa: E402
+from brewkb.retrieval.ranking import Retriever, Searchable  # noqa: E402
+from brewkb.trajectories.schema import Outcome, Trajectory  # noqa: E402
+from brewkb.trajectories.scrub import Scrubber  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "tau-bench-airline"

@@ -20,8 +20,8 @@ from pathlib import Path
 import git
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from brewkb.gitstore import GitStore, format_message  # noqa: E402
-from brewkb.refs import BrewRef  # noqa: E402
+from brewkb.git.refs import BrewRef  # noqa: E402
+from brewkb.git.store import GitStore, format_message  # noqa: E402
 
 RECIPES = 25
 

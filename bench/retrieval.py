@@ -13,7 +13,7 @@ same corpus and answer the same queries, for five query shapes:
 No query is a recipe's own text verbatim, so every MRR can fall short of 1. For
 each shape it prints the median and p99 latency of a top-3 query from the raw
 text (each system analyses the text: brewkb with its query cache cleared,
-bm25s and rank_bm25 through ``brewkb.index.analyze``, the same terms the index
+bm25s and rank_bm25 through ``brewkb.retrieval.index.analyze``, the same terms the index
 holds) and the MRR@100 of the recipe the query was drawn from. brewkb and
 bm25s are timed interleaved in one process, ``--reps`` times; the figures are
 the medians over repetitions. rank_bm25 is scored on the first
@@ -62,11 +62,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from brewkb.config import Boosts, parse_config  # noqa: E402
 from brewkb.errors import ConfigError  # noqa: E402
-from brewkb.index import MultiIndex, RecipeIndex, analyze  # noqa: E402
 from brewkb.kb import KB  # noqa: E402
-from brewkb.fusion import Vectors, offline_embed  # noqa: E402
 from brewkb.recipes import Recipe, build_body  # noqa: E402
-from brewkb.retrieval import Retriever  # noqa: E402
+from brewkb.retrieval.fusion import Vectors, offline_embed  # noqa: E402
+from brewkb.retrieval.index import MultiIndex, RecipeIndex, analyze  # noqa: E402
+from brewkb.retrieval.ranking import Retriever  # noqa: E402
 
 SYLLABLES = ["ka", "lo", "mi", "ner", "tos", "vel", "ur", "pi", "sha", "dro", "en", "qua", "rix", "bel",
              "ton", "ga", "fi", "mor", "sel", "tre", "zu", "ap", "wen", "cor", "li", "das", "em", "or"]

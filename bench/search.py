@@ -18,8 +18,8 @@ episodes rollout reuse saved.
 from __future__ import annotations
 
 import argparse
-import os
 import asyncio
+import os
 import subprocess
 import sys
 import tempfile
@@ -32,19 +32,19 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from brewkb.retrieval import Retriever  # noqa: E402
+from brewkb.agents.executors import LocalExecutor  # noqa: E402
 from brewkb.envs.base import Task  # noqa: E402
-from brewkb.executors import LocalExecutor  # noqa: E402
-from brewkb.gitstore import GitStore  # noqa: E402
+from brewkb.git.store import GitStore  # noqa: E402
 from brewkb.llm.embed import hashed_ngram_embeddings  # noqa: E402
 from brewkb.llm.roles import Insight  # noqa: E402
 from brewkb.recipes import Recipe, build_body  # noqa: E402
+from brewkb.retrieval.ranking import Retriever  # noqa: E402
 from brewkb.search.engine import SearchSpec, rebuild, search  # noqa: E402
 from brewkb.search.episodes import EpisodeCache  # noqa: E402
 from brewkb.search.evaluate import Evaluator  # noqa: E402
 from brewkb.search.expand import Expander  # noqa: E402
 from brewkb.search.store import SearchStore  # noqa: E402
-from brewkb.trajectories import Outcome, Trajectory  # noqa: E402
+from brewkb.trajectories.schema import Outcome, Trajectory  # noqa: E402
 
 WORDS = "alpha beta gamma delta epsilon zeta theta kappa lambda sigma omega orbit comet nova pulse".split()
 OUTSIDE = 0.0  # wall seconds spent in the agent, the grader and the backend

@@ -17,11 +17,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from brewkb.agents.base import run_episode  # noqa: E402
-from brewkb.context import NoContext, RecipeContext  # noqa: E402
 from brewkb.envs.shop import ShopEnvironment  # noqa: E402
 from brewkb.envs.shop.agent import ScriptedAgent  # noqa: E402
-from brewkb.index import RecipeIndex  # noqa: E402
 from brewkb.recipes import read_recipe  # noqa: E402
+from brewkb.retrieval.context import NoContext, RecipeContext  # noqa: E402
+from brewkb.retrieval.index import RecipeIndex  # noqa: E402
 
 
 def main() -> None:

@@ -15,11 +15,11 @@ _EXPORTS = {
     "Config": "config", "load_config": "config",
     "BrewError": "errors", "BudgetExhausted": "errors", "ConfigError": "errors", "GitError": "errors", "MergeConflictError": "errors",
     "NotARepoError": "errors", "RecipeError": "errors", "RefConflictError": "errors",
-    "GitStore": "gitstore", "KB": "kb", "Problem": "lint", "lint_paths": "lint",
+    "GitStore": "git.store", "KB": "kb", "Problem": "lint", "lint_paths": "lint",
     "Recipe": "recipes", "parse_recipe": "recipes", "read_recipe": "recipes", "render_recipe": "recipes",
-    "slugify": "recipes", "BrewRef": "refs",
-    "Outcome": "trajectories", "Trajectory": "trajectories", "read_jsonl": "trajectories",
-    "write_jsonl": "trajectories",
+    "slugify": "recipes", "BrewRef": "git.refs",
+    "Outcome": "trajectories.schema", "Trajectory": "trajectories.schema", "read_jsonl": "trajectories.schema",
+    "write_jsonl": "trajectories.schema",
 }
 
 __all__ = ["__version__", *sorted(_EXPORTS)]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from brewkb.config import CONFIG_FILE, Config, load_config, parse_config
 from brewkb.errors import BrewError, ConfigError, RecipeError
-from brewkb.gitstore import GitStore
+from brewkb.git.store import GitStore
 from brewkb.recipes import MAX_NAME, Recipe, is_slug, parse_recipe, read_recipe
 
 __all__ = ["KB", "find_root"]

@@ -11,7 +11,7 @@ from pathlib import Path
 from brewkb.errors import BrewError, RecipeError
 from brewkb.fsutil import write_atomic
 from brewkb.recipes import BOM, parse_recipe, validate
-from brewkb.stages.scrub import Scrubber
+from brewkb.trajectories.scrub import Scrubber
 
 __all__ = ["Problem", "lint_paths", "lint_text", "personal_data", "recipe_files", "fix_bom"]
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from brewkb.envs.spreadsheetbench import SheetTask
-from brewkb.trajectories import Outcome, Trajectory
+from brewkb.trajectories.schema import Outcome, Trajectory
 from tests.conftest import SHARED
 
 SAMPLE = SHARED / "spreadsheetbench-sample"

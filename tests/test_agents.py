@@ -16,11 +16,11 @@ from brewkb.agents.base import run_episode
 from brewkb.agents.external import CommandAgent, PythonAgent
 from brewkb.agents.tool_agent import ToolAgent
 from brewkb.config import LLMConfig
-from brewkb.context import NoContext, TrajectoryContext
 from brewkb.envs.base import Task
 from brewkb.envs.tasks_file import TasksFileEnvironment
 from brewkb.llm.client import LLMClient
-from brewkb.trajectories import KBUse, Outcome, Trajectory, tool_calls
+from brewkb.retrieval.context import NoContext, TrajectoryContext
+from brewkb.trajectories.schema import KBUse, Outcome, Trajectory, tool_calls
 from tests.fakes.openai_server import FakeOpenAI
 
 REPO = Path(__file__).resolve().parents[1]
@@ -293,7 +293,7 @@ def test_tasks_file_environment_with_a_grader_command(tmp_path: Path) -> None:
 
 
 def test_an_agent_killed_by_a_signal_is_reported_with_it(tmp_path: Path) -> None:
-    from brewkb.subproc import run_capped
+    from brewkb.isolation.subproc import run_capped
 
     argv = [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"]
     done = run_capped(argv, b"", timeout=30, max_output=1000)

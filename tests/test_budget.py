@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from brewkb.budget import Budget, Limits, spent
 from brewkb.config import Price
 from brewkb.errors import BudgetExhausted
 from brewkb.llm.ledger import read_ledger
+from brewkb.run.budget import Budget, Limits, spent
 from tests.conftest import MakeRepo, git
 from tests.fakes import servers
 from tests.fakes.openai_server import FakeOpenAI

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from brewkb.errors import GitError, MergeConflictError, NotARepoError, RefConflictError
-from brewkb.gitstore import GitStore, format_message, parse_trailers
-from brewkb.refs import NOTES_REF, BrewRef
+from brewkb.git.refs import NOTES_REF, BrewRef
+from brewkb.git.store import GitStore, format_message, parse_trailers
 from tests.conftest import MakeRepo, git, recipe_text
 
 T0 = 1_700_000_000

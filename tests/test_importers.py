@@ -9,8 +9,8 @@ import pytest
 
 from brewkb.api.trajectories import import_trajectories
 from brewkb.errors import TrajectoryError
-from brewkb.importers import Skipped, import_file, sniff
-from brewkb.trajectories import ReadStats, Trajectory, read_jsonl, tool_calls
+from brewkb.trajectories.importers import Skipped, import_file, sniff
+from brewkb.trajectories.schema import ReadStats, Trajectory, read_jsonl, tool_calls
 from tests.conftest import AIRLINE, MakeRepo
 
 FIXTURES = Path(__file__).parent / "fixtures"

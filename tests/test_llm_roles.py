@@ -11,7 +11,7 @@ from brewkb.errors import LLMError
 from brewkb.llm.client import LLMClient
 from brewkb.llm.llm_roles import LLMBackend, prompt
 from brewkb.llm.roles import Insight, Rubric
-from brewkb.trajectories import Outcome, Trajectory
+from brewkb.trajectories.schema import Outcome, Trajectory
 from tests.fakes.openai_server import FakeOpenAI
 
 TRAJ = Trajectory(task_id="t1", task="Cancel order #W1", outcome=Outcome(False, 0.0), messages=(

@@ -16,7 +16,7 @@ from brewkb.api.publish import export_skills, load_run, pr_body, push_run
 from brewkb.api.refine import refine
 from brewkb.errors import BrewError
 from brewkb.kb import KB
-from brewkb.report import write_report
+from brewkb.run.report import write_report
 from tests.conftest import git
 
 REPO = Path(__file__).resolve().parents[1]

@@ -10,11 +10,17 @@ import pytest
 
 from brewkb.lint import lint_text
 from brewkb.llm.embed import cosine_matrix, hashed_ngram_embeddings
-from brewkb.llm.offline import OfflineBackend, is_handoff, is_lookup, is_talk, parse_step
+from brewkb.llm.offline import (
+    OfflineBackend,
+    is_handoff,
+    is_lookup,
+    is_talk,
+    parse_step,
+)
 from brewkb.llm.roles import Rubric
 from brewkb.recipes import render_recipe
-from brewkb.stages.scrub import Scrubber
-from brewkb.trajectories import Outcome, Trajectory
+from brewkb.trajectories.schema import Outcome, Trajectory
+from brewkb.trajectories.scrub import Scrubber
 from tests.conftest import AIRLINE
 
 pytestmark = pytest.mark.skipif(not AIRLINE.is_dir(), reason="needs ../shared/data/tau-bench-airline")

@@ -12,7 +12,7 @@ import pytest
 
 from brewkb.errors import BrewError
 from brewkb.kb import KB
-from brewkb.retrieval import open_index, retrieve
+from brewkb.retrieval.ranking import open_index, retrieve
 from tests.conftest import MakeRepo
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from brewkb.errors import GitError
-from brewkb.refs import BrewRef
+from brewkb.git.refs import BrewRef
 
 
 @pytest.mark.parametrize(

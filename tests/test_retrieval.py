@@ -13,13 +13,19 @@ from typing import Any
 import numpy as np
 import pytest
 
+import brewkb.retrieval.postings
 from brewkb.config import Boosts
-from brewkb.index import MultiIndex, RecipeIndex
 from brewkb.kb import KB
-import brewkb.postings
-from brewkb.postings import Plan, Postings
 from brewkb.recipes import Recipe, build_body, render_recipe, slugify
-from brewkb.retrieval import approx_tokens, mrr, open_index, render_context, retrieve
+from brewkb.retrieval.index import MultiIndex, RecipeIndex
+from brewkb.retrieval.postings import Plan, Postings
+from brewkb.retrieval.ranking import (
+    approx_tokens,
+    mrr,
+    open_index,
+    render_context,
+    retrieve,
+)
 from tests.conftest import AIRLINE, MakeRepo
 
 KB_RECIPES = [
@@ -317,7 +323,7 @@ def test_hybrid_mode_finds_a_misspelt_query_that_bm25_misses(make_repo: MakeRepo
 
 
 def test_hybrid_vectors_come_from_the_embeddings_endpoint_once(make_repo: MakeRepo) -> None:
-    from brewkb.fusion import offline_embed
+    from brewkb.retrieval.fusion import offline_embed
     from tests.fakes.openai_server import FakeOpenAI
 
     root = make_repo({f"recipes/{r.name}.md": render_recipe(r) for r in HYBRID_RECIPES})
@@ -333,8 +339,8 @@ def test_hybrid_vectors_come_from_the_embeddings_endpoint_once(make_repo: MakeRe
 
 
 def test_fused_rank_agrees_with_fused_search() -> None:
-    from brewkb.fusion import Vectors, offline_embed
-    from brewkb.retrieval import Retriever
+    from brewkb.retrieval.fusion import Vectors, offline_embed
+    from brewkb.retrieval.ranking import Retriever
 
     index = Retriever(Boosts(), Vectors(offline_embed)).index(HYBRID_RECIPES)
     for query in ("export my report as pdf", "refnud", "cancel the order", "printer"):
@@ -358,7 +364,7 @@ def _exhaustive(postings: Postings, plan: Plan, members: np.ndarray) -> list[tup
 @pytest.mark.parametrize("seed", range(3))
 def test_pruned_ranking_equals_scoring_every_posting(seed: int, pruned: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     if pruned:  # small queries are scored in full; here every query takes the pruning path
-        monkeypatch.setattr(brewkb.postings, "PLAIN_POSTINGS", 0)
+        monkeypatch.setattr(brewkb.retrieval.postings, "PLAIN_POSTINGS", 0)
     rng = random.Random(seed)
     vocab = [f"w{i}" for i in range(400)]
     weights = [1 / (i + 1) for i in range(len(vocab))]  # common words in most documents, rare ones in few

@@ -18,7 +18,7 @@ pytest.importorskip("openpyxl")
 from brewkb.envs.base import Task  # noqa: E402
 from brewkb.envs.spreadsheetbench import SpreadsheetBench  # noqa: E402
 from brewkb.errors import ConfigError  # noqa: E402
-from brewkb.sandbox import Limits  # noqa: E402
+from brewkb.isolation.sandbox import Limits  # noqa: E402
 from tests.sheets import SAMPLE, answer_code, needs_bwrap, processes_with, submitted  # noqa: E402
 
 TASK_ID = "79-7"  # small workbooks, three test cases

@@ -11,8 +11,8 @@ from brewkb.errors import ConfigError
 from brewkb.lint import lint_paths
 from brewkb.llm.offline import OfflineBackend
 from brewkb.stages.integrate import integrate
-from brewkb.stages.scrub import Scrubber, scrubber_of
-from brewkb.trajectories import Outcome, Trajectory
+from brewkb.trajectories.schema import Outcome, Trajectory
+from brewkb.trajectories.scrub import Scrubber, scrubber_of
 from tests.conftest import recipe_text
 from tests.test_lint import run_cli
 

@@ -16,18 +16,18 @@ from typing import Any
 import numpy as np
 import pytest
 
+from brewkb.agents.executors import LocalExecutor
 from brewkb.api.refine import gc, load_trees, refine
 from brewkb.envs.base import Task
-from brewkb.executors import LocalExecutor
-from brewkb.gitstore import GitStore
+from brewkb.git.store import GitStore
 from brewkb.llm.roles import Insight
 from brewkb.recipes import Recipe, build_body
-from brewkb.retrieval import Retriever
+from brewkb.retrieval.ranking import Retriever
 from brewkb.search.engine import SAMPLE_STRIDE, SearchSpec, _chosen, _select
 from brewkb.search.episodes import EpisodeCache
 from brewkb.search.evaluate import Evaluator
 from brewkb.search.tree import Tree, best_node, ranked, reward, uct_select
-from brewkb.trajectories import Outcome, Trajectory
+from brewkb.trajectories.schema import Outcome, Trajectory
 from tests.conftest import MakeRepo, git
 
 SMALL = '[env]\nname = "shop"\noptions = { train = 16, eval = 8, test = 8 }\n[search]\niterations = 3\n'

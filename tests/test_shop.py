@@ -7,16 +7,16 @@ from typing import Any
 import pytest
 
 from brewkb.agents.base import run_episode
-from brewkb.context import RecipeContext
 from brewkb.envs.base import Task
 from brewkb.envs.shop import ShopEnvironment
 from brewkb.envs.shop.agent import ScriptedAgent, entities, parse_recipes
 from brewkb.envs.shop.tasks import FAMILIES
 from brewkb.envs.shop.tools import ShopSession
 from brewkb.envs.shop.world import generate, state_hash
-from brewkb.index import RecipeIndex
 from brewkb.recipes import read_recipe
-from brewkb.trajectories import KBUse, Outcome, Trajectory, tool_calls
+from brewkb.retrieval.context import RecipeContext
+from brewkb.retrieval.index import RecipeIndex
+from brewkb.trajectories.schema import KBUse, Outcome, Trajectory, tool_calls
 
 RECIPES = Path(__file__).parent / "fixtures" / "shop-recipes"
 ENV = ShopEnvironment()

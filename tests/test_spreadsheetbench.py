@@ -22,8 +22,8 @@ from brewkb.envs.spreadsheetbench import (  # noqa: E402
     parse_positions,
     workbook_values,
 )
-from brewkb.sandbox import Limits  # noqa: E402
-from brewkb.trajectories import KBUse  # noqa: E402
+from brewkb.isolation.sandbox import Limits  # noqa: E402
+from brewkb.trajectories.schema import KBUse  # noqa: E402
 from tests.conftest import MakeRepo  # noqa: E402
 
 

@@ -13,10 +13,9 @@ pytest.importorskip("openpyxl")
 
 from brewkb.envs.base import Task  # noqa: E402
 from brewkb.envs.spreadsheetbench import SpreadsheetBench, grade_case, load_dataset  # noqa: E402
-from brewkb.sandbox import Limits  # noqa: E402
+from brewkb.isolation.sandbox import Limits  # noqa: E402
 from tests.conftest import MakeRepo  # noqa: E402
 from tests.sheets import COPY_INPUT, SAMPLE, answer_code, needs_bwrap, submitted  # noqa: E402
-
 
 # cases where the unmodified input already matches the answer in the answer range
 # (the benchmark's own property; a do-nothing agent passes them)

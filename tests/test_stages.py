@@ -21,11 +21,11 @@ from brewkb.errors import RunError, TrajectoryError
 from brewkb.events import Event
 from brewkb.lint import lint_paths
 from brewkb.llm.roles import Insight
-from brewkb.pipeline import Pipeline
+from brewkb.run.pipeline import Pipeline
 from brewkb.stages.concepts import agglomerate, build_concepts, concept_slugs
 from brewkb.stages.grading import parse_rubrics
 from brewkb.stages.reflect import clean_concept
-from brewkb.trajectories import read_jsonl
+from brewkb.trajectories.schema import read_jsonl
 from tests.conftest import AIRLINE, MakeRepo
 from tests.fakes.openai_server import FakeOpenAI
 

@@ -15,7 +15,7 @@ from brewkb.agents.base import run_episode  # noqa: E402
 from brewkb.agents.oracle import OracleAgent  # noqa: E402
 from brewkb.envs.tau2 import Tau2Environment  # noqa: E402
 from brewkb.errors import ConfigError  # noqa: E402
-from brewkb.trajectories import KBUse  # noqa: E402
+from brewkb.trajectories.schema import KBUse  # noqa: E402
 
 
 def brewkb(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -11,12 +11,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.tau2_policies import USER_OPENING, USER_THANKS, Tau2Player, require_tau2, scripted_user, tau2_kb
+from tests.tau2_policies import (
+    USER_OPENING,
+    USER_THANKS,
+    Tau2Player,
+    require_tau2,
+    scripted_user,
+    tau2_kb,
+)
 
 require_tau2()
 
 from brewkb.llm.ledger import read_ledger  # noqa: E402
-from brewkb.trajectories import read_jsonl  # noqa: E402
+from brewkb.trajectories.schema import read_jsonl  # noqa: E402
 from tests.conftest import git, recipe_text  # noqa: E402
 from tests.fakes.openai_server import FakeOpenAI  # noqa: E402
 from tests.fakes.roles import embed  # noqa: E402

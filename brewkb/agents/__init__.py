@@ -1,4 +1,15 @@
-"""Agents, chosen by ``agent.name`` through an explicit registry."""
+"""Agents, chosen by ``agent.name`` through an explicit registry, and the
+executors that run their episodes (a local pool, or Ray).
+
+It owns the agent protocol (``base``), the adapters (``external`` for a user's
+program or Python function, ``tool_agent`` for the built-in tool-calling agent,
+``oracle``), the tool channel an external agent reaches an episode's tools by
+(``channel``), the user simulator role (``user_sim``) and the executors
+(``executors``).
+
+It may import environments, retrieval (to render an agent's context), the LLM
+layer, isolation and trajectories; never the stages, the search or runs.
+"""
 
 from __future__ import annotations
 

@@ -19,12 +19,12 @@ import traceback
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from brewkb.errors import BrewError, BudgetExhausted
 from brewkb.envs.base import Environment, Task
-from brewkb.trajectories import KBUse, Outcome, Trajectory
+from brewkb.errors import BrewError, BudgetExhausted
+from brewkb.trajectories.schema import KBUse, Outcome, Trajectory
 
 if TYPE_CHECKING:
-    from brewkb.context import ContextProvider
+    from brewkb.retrieval.context import ContextProvider
 
 __all__ = ["Agent", "AsyncAgent", "failed", "finish", "run_episode", "arun_episode", "episode_error",
            "retrieves_per_turn", "seen_kb"]

@@ -22,7 +22,7 @@ from types import TracebackType
 from typing import Any
 
 from brewkb.envs.base import Environment, Task, ToolSession
-from brewkb.trajectories import Trajectory
+from brewkb.trajectories.schema import Trajectory
 
 __all__ = ["ToolChannel", "serve_tools", "with_recorded_calls"]
 

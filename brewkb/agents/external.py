@@ -23,8 +23,8 @@ from brewkb.agents.base import failed
 from brewkb.agents.channel import serve_tools
 from brewkb.envs.base import Environment, Task
 from brewkb.errors import AgentError, TrajectoryError
-from brewkb.subproc import run_capped
-from brewkb.trajectories import Trajectory
+from brewkb.isolation.subproc import run_capped
+from brewkb.trajectories.schema import Trajectory
 
 __all__ = ["CommandAgent", "PythonAgent", "payload", "from_reply"]
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from brewkb.agents.base import failed
 from brewkb.envs.base import Environment, Task
-from brewkb.trajectories import Outcome, Trajectory
+from brewkb.trajectories.schema import Outcome, Trajectory
 
 __all__ = ["OracleAgent"]
 

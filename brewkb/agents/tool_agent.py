@@ -29,10 +29,10 @@ from brewkb.agents.user_sim import UserSimulator
 from brewkb.envs.base import Environment, Task
 from brewkb.errors import AgentError
 from brewkb.llm.client import LLMClient
-from brewkb.trajectories import Outcome, Trajectory
+from brewkb.trajectories.schema import Outcome, Trajectory
 
 if TYPE_CHECKING:
-    from brewkb.context import ContextProvider
+    from brewkb.retrieval.context import ContextProvider
 
 __all__ = ["ToolAgent", "SYSTEM_PROMPT"]
 

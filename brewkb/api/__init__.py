@@ -1,5 +1,9 @@
 """The Python API; the CLI is a thin shell over these functions.
 
+Each function opens the KB, owns the command's one event loop (``loop``), and
+calls runs, the search, the stages and the subsystems below them. It may import
+anything but the CLI.
+
 Submodules are imported on first use so light commands stay light.
 """
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from brewkb.api.evaluate import EVAL_FILE, Column
+from brewkb.api.evaluate import Column
 from brewkb.api.kb import init_kb
 from brewkb.api.loop import run_command
 from brewkb.api.refine import RefineResult, arefine
@@ -16,8 +16,9 @@ from brewkb.config import CONFIG_FILE
 from brewkb.errors import BrewError, GitError
 from brewkb.events import EventSink, null_sink
 from brewkb.fsutil import write_atomic
-from brewkb.gitstore import GitStore
-from brewkb.report import write_report
+from brewkb.git.store import GitStore
+from brewkb.run.record import EVAL_FILE
+from brewkb.run.report import write_report
 
 __all__ = ["DemoResult", "demo", "demo_config", "RUN"]
 

@@ -15,17 +15,17 @@ from brewkb.errors import RunError
 from brewkb.events import EventSink, null_sink
 from brewkb.kb import KB
 from brewkb.llm.offline import user_turns
-from brewkb.pipeline import Pipeline
-from brewkb.retrieval import retriever_of
-from brewkb.runs import FILES, Run
+from brewkb.retrieval.ranking import retriever_of
+from brewkb.run.folder import FILES, Run
+from brewkb.run.pipeline import Pipeline
 from brewkb.search.distill import LogExpander, RetrievalEvaluator
 from brewkb.search.engine import SearchResult, SearchSpec, note_of, search
 from brewkb.search.episodes import EpisodeCache
 from brewkb.search.final import FinalChoice, finalize
 from brewkb.search.store import SearchStore
 from brewkb.stages.concepts import Concept
-from brewkb.stages.scrub import scrubber_of
-from brewkb.trajectories import Trajectory, content_id
+from brewkb.trajectories.schema import Trajectory, content_id
+from brewkb.trajectories.scrub import scrubber_of
 
 __all__ = ["DistillResult", "distill", "adistill", "held_out_tasks", "imported_source", "HOLD_OUT_EVERY"]
 
@@ -154,12 +154,9 @@ async def _distill(kb: KB, folder: Run, strategy: str | None, iterations: int | 
         raise RunError(f"run {run} is a refine run: its search re-ran tasks in the environment and its PR is "
                        f"brew/{run}/pr; continue it with `brewkb refine --resume {run}`, or distill logs imported "
                        "into a run of their own")
-    config = kb.config.search
-    spec = SearchSpec(**recorded["spec"]) if recorded else dataclasses.replace(
-        SearchSpec(strategy=config.strategy, iterations=config.iterations, width=config.width,
-                   depth=config.depth, samples=config.samples, exploration=config.exploration),
-        lambda_corr=0.0, lambda_ret=1.0,
-        **_given(strategy=strategy, iterations=iterations, width=width, depth=depth))
+    spec = SearchSpec(**recorded["spec"]) if recorded else SearchSpec.from_config(
+        kb.config.search, strategy=strategy, iterations=iterations, width=width, depth=depth, lambda_corr=0.0,
+        lambda_ret=1.0)
     base = recorded["base"] if recorded else kb.store.head_commit()
     if not recorded:
         folder.set_manifest("search_spec", {"base": base, "spec": dataclasses.asdict(spec), "kind": "distill"})
@@ -204,8 +201,3 @@ async def _distill(kb: KB, folder: Run, strategy: str | None, iterations: int | 
 
 def _mapping(folder: Run) -> dict[str, str]:
     return dict(json.loads(folder.file(FILES["concepts"]).read_text(encoding="utf-8"))["mapping"])
-
-
-def _given(**options: Any) -> dict[str, Any]:
-    """The options the command line set."""
-    return {k: v for k, v in options.items() if v is not None}

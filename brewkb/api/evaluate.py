@@ -12,22 +12,22 @@ from typing import Any
 import numpy as np
 
 from brewkb.agents.base import episode_error, retrieves_per_turn
+from brewkb.agents.executors import Job, make_executor
 from brewkb.api.loop import run_command
-from brewkb.context import NoContext, RecipeContext, TrajectoryContext
 from brewkb.errors import AllFailedError, BrewError
 from brewkb.events import EventSink, null_sink
-from brewkb.executors import Job, make_executor
 from brewkb.fsutil import write_atomic
 from brewkb.kb import KB
 from brewkb.llm import open_backend
-from brewkb.retrieval import Retriever, open_index, retriever_of
-from brewkb.runs import FILES, Run
+from brewkb.retrieval.context import NoContext, RecipeContext, TrajectoryContext
+from brewkb.retrieval.ranking import Retriever, open_index, retriever_of
+from brewkb.run.folder import FILES, Run
+from brewkb.run.record import EVAL_FILE
 from brewkb.stages.rollouts import make_jobs
-from brewkb.trajectories import Trajectory, read_jsonl
+from brewkb.trajectories.schema import Trajectory, read_jsonl
 
-__all__ = ["Column", "Effect", "evaluate", "aevaluate", "EVAL_FILE"]
+__all__ = ["Column", "Effect", "evaluate", "aevaluate"]
 
-EVAL_FILE = "eval.json"
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,11 @@ from pathlib import Path
 from brewkb.config import CONFIG_FILE, DEFAULT_TOML, load_config
 from brewkb.errors import BrewError, GitError
 from brewkb.fsutil import write_atomic
-from brewkb.gitstore import GitStore
+from brewkb.git.store import GitStore
 from brewkb.kb import KB
 from brewkb.lint import Problem, fix_bom, lint_paths
 from brewkb.recipes import Recipe
-from brewkb.stages.scrub import scrubber_of
+from brewkb.trajectories.scrub import scrubber_of
 
 __all__ = ["InitResult", "init_kb", "lint", "show", "GITIGNORE_LINES"]
 

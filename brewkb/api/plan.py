@@ -8,14 +8,15 @@ import json
 from pathlib import Path
 
 from brewkb.agents import check_agent_name
-from brewkb.budget import Budget, Limits, spent
 from brewkb.config import Config
 from brewkb.envs import load_environment
 from brewkb.errors import RunError
 from brewkb.kb import KB
 from brewkb.llm.ledger import read_ledger
-from brewkb.plan import JSON_ROLES, PlanInputs, RunPlan, plan_refine, with_cost
-from brewkb.runs import FILES, STAGES, Run
+from brewkb.run.budget import Budget, Limits, spent
+from brewkb.run.folder import FILES, STAGES, Run
+from brewkb.run.plan import JSON_ROLES, PlanInputs, RunPlan, plan_refine, with_cost
+from brewkb.search.engine import SearchSpec
 from brewkb.stages import relabel as relabel_stage
 
 __all__ = ["refine_plan", "open_budget", "limits_of", "LEDGER"]
@@ -51,7 +52,6 @@ def refine_plan(*, run: str | None = None, resume: str | None = None, strategy: 
     can spend: agent episodes, LLM calls per role, and a cost estimate
     (``no_eval``: without the held-out evaluation). Calls nothing and writes
     nothing."""
-    from brewkb.api.refine import _spec
     from brewkb.search.store import SearchStore
 
     with KB.open(start, require_config=True) as kb:
@@ -62,13 +62,8 @@ def refine_plan(*, run: str | None = None, resume: str | None = None, strategy: 
         if run and (kb.runs_dir / run / "manifest.json").exists():
             raise RunError(f"run {run} already exists; plan the rest of it with `brewkb refine --resume {run} --plan`")
         recorded = folder.manifest().get("search_spec") if folder else None
-        if recorded is not None:
-            from brewkb.search.engine import SearchSpec
-
-            spec = SearchSpec(**recorded["spec"])
-        else:
-            spec = _spec(config.search, {"strategy": strategy, "iterations": iterations, "width": width,
-                                         "depth": depth})
+        spec = SearchSpec(**recorded["spec"]) if recorded is not None else SearchSpec.from_config(
+            config.search, strategy=strategy, iterations=iterations, width=width, depth=depth)
         env = load_environment(config.env, kb.root)
         check_agent_name(config.agent.name)  # refused here as the run would refuse it
         llm_agent = config.agent.name == "tool-agent" and config.llm.backend != "offline"

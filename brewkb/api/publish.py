@@ -3,174 +3,19 @@ skills``). Both read git only, so they work on any clone that fetched the run.""
 
 from __future__ import annotations
 
-import difflib
-import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import yaml
 
-from brewkb.api.evaluate import EVAL_FILE
-from brewkb.api.refine import FINAL_HEADER
 from brewkb.errors import BrewError
 from brewkb.fsutil import write_atomic
-from brewkb.gitstore import parse_trailers
+from brewkb.git.refs import NOTES_REF, BrewRef
+from brewkb.git.store import parse_trailers
 from brewkb.kb import KB
-from brewkb.refs import NOTES_REF, BrewRef
-from brewkb.search.engine import rebuild
-from brewkb.search.render import mermaid
-from brewkb.search.store import SearchStore, find_base
-from brewkb.search.final import chosen_nodes, recorded_choices
-from brewkb.search.tree import Tree
+from brewkb.run.record import RunView, load_run, pr_body
 
-__all__ = ["RecipeChange", "RunView", "load_run", "pr_body", "push_run", "export_skills", "Exported", "effects_table"]
-
-
-@dataclass(frozen=True)
-class RecipeChange:
-    name: str
-    status: str  # "added" | "rewritten" | "unchanged"
-    added: int
-    removed: int
-    root_reward: float | None
-    """The base version's reward under the final evaluation (the root's own reward for runs without one)."""
-    final_reward: float | None
-    """The PR document's reward under the final evaluation."""
-    note: str = ""
-    """``kept: no candidate beat it``, and whether the concept was evaluated on its train tasks."""
-
-
-@dataclass(frozen=True)
-class RunView:
-    """A run as git holds it."""
-
-    run: str
-    base: str
-    pr: str
-    trees: dict[str, Tree]
-    best: dict[str, int]
-    changes: list[RecipeChange]
-    per_iteration: list[dict[str, float]]  # concept → reward of the node chosen at each gather
-    eval: dict[str, Any] | None
-    record: str = ""
-    """The ``pr`` commit's message without subject and trailers: what was
-    measured, as the run wrote it (in git, so a fresh clone has it too)."""
-
-
-def load_run(kb: KB, run: str) -> RunView:
-    store = kb.store
-    pr = store.read_ref(str(BrewRef.pr(run)))
-    if pr is None:
-        find_base(store, run)  # raises for a run this repository does not have
-        raise BrewError(f"run {run!r} has no pr branch; finish it with `brewkb refine --resume {run}`")
-    base = find_base(store, run)
-    search = SearchStore(store, run, base, kb.recipes_prefix())
-    stored = search.load()
-    state = rebuild(search, sorted(stored.nodes), stored)
-    choices = recorded_choices(search)
-    best = chosen_nodes(state.trees, choices)
-    prefix = kb.recipes_prefix()
-    before = store.read_folder(base, prefix)
-    after = store.read_folder(pr, prefix)
-    changes = []
-    for path in sorted(set(before) | set(after)):
-        name = Path(path).stem
-        old, new = before.get(path, b"").decode(), after.get(path, b"").decode()
-        diff = list(difflib.unified_diff(old.splitlines(), new.splitlines(), lineterm="", n=0))
-        added = sum(1 for line in diff if line.startswith("+") and not line.startswith("+++"))
-        removed = sum(1 for line in diff if line.startswith("-") and not line.startswith("---"))
-        status = "added" if path not in before else "unchanged" if old == new else "rewritten"
-        tree = state.trees.get(name)
-        if name in choices:
-            choice = choices[name]
-            note = "; ".join((["kept: no candidate beat it"] if choice.kept else []) +
-                             (["evaluated on its train tasks (no eval tasks)"] if choice.split == "train" else []))
-            changes.append(RecipeChange(name, status, added, removed, choice.base_reward, choice.reward, note))
-        else:
-            changes.append(RecipeChange(name, status, added, removed, tree.root.reward if tree else None,
-                                        tree.nodes[best[name]].reward if tree else None))
-    rewards = {(c, n.id): n.note["reward"] for c, ns in stored.nodes.items() for n in ns if n.note}
-    per_iteration = []
-    kb_commit = stored.kb_commit
-    chain = []
-    while kb_commit and kb_commit != base:
-        commit = store.read_commit(kb_commit)
-        chain.append(parse_trailers(commit["message"][0]).get("Brew-Best", ""))
-        kb_commit = commit["parent"][0]
-    for best_line in reversed(chain):
-        chosen = dict(item.split("=n") for item in best_line.split(", ") if "=n" in item)
-        per_iteration.append({c: rewards.get((c, int(n)), 0.0) for c, n in chosen.items()})
-    eval_file = kb.runs_dir / run / EVAL_FILE
-    evaluation = json.loads(eval_file.read_text()) if eval_file.exists() else None
-    paragraphs = store.read_commit(pr)["message"][0].strip().split("\n\n")[1:]
-    if paragraphs and parse_trailers(paragraphs[-1]):
-        paragraphs = paragraphs[:-1]
-    paragraphs = [p for p in paragraphs if not p.startswith(FINAL_HEADER)]  # the change table says it already
-    return RunView(run, base, pr, state.trees, best, changes, per_iteration, evaluation, "\n\n".join(paragraphs))
-
-
-def eval_table(evaluation: dict[str, Any]) -> list[str]:
-    rows = [f"Evaluation on the {evaluation['split']} split ({evaluation['repeats']} episode(s) per task):", "",
-            "| context | success | 95% CI | episodes | mean steps of successes | LLM calls | recipes |",
-            "|---|---:|---:|---:|---:|---:|---:|"]
-    for c in evaluation["columns"]:
-        steps = "–" if c["mean_steps_success"] is None else f"{c['mean_steps_success']:.1f}"
-        rows.append(f"| {c['label']} | {c['success_rate']:.1%} | {c['ci_low']:.0%}–{c['ci_high']:.0%} | "
-                    f"{c['episodes']} | {steps} | "
-                    f"{c['llm_calls']} | {'–' if c['recipes'] is None else c['recipes']} |")
-    return rows
-
-
-def effects_table(evaluation: dict[str, Any]) -> list[str]:
-    """Each changed recipe's own effect on the tasks that retrieved it."""
-    effects = evaluation.get("effects")
-    if effects is None:
-        return []
-    if not effects:
-        return ["Per-recipe effect: no changed recipe was retrieved for a test task."]
-    rows = ["Per-recipe effect (leave-one-recipe-out on the test tasks that retrieved it; episodes whose context "
-            "does not change are reused):", "",
-            "| recipe | tasks | success with | without | effect | episodes run | reused |",
-            "|---|---:|---:|---:|---:|---:|---:|"]
-    for e in effects:
-        flag = " ⚠ negative" if e["effect"] < 0 else ""
-        rows.append(f"| `{e['recipe']}` | {e['tasks']} | {e['with_recipe']:.1%} | {e['without_recipe']:.1%} | "
-                    f"{e['effect']:+.1%}{flag} | {e['episodes_run']} | {e['episodes_reused']} |")
-    return rows
-
-
-def change_table(view: RunView) -> list[str]:
-    rows = ["| recipe | change | lines | base reward | final reward | note |", "|---|---|---:|---:|---:|---|"]
-    for c in view.changes:
-        root = "–" if c.root_reward is None else f"{c.root_reward:.3f}"
-        final = "–" if c.final_reward is None else f"{c.final_reward:.3f}"
-        rows.append(f"| `{c.name}` | {c.status} | +{c.added} −{c.removed} | {root} | {final} | {c.note} |")
-    return rows
-
-
-def pr_body(view: RunView) -> str:
-    """Markdown for a pull request: changes, rewards, eval, and the tree of the biggest change."""
-    lines = [f"## brewkb run `{view.run}`", "",
-             f"Recipes learned and refined by brewkb from graded agent trajectories (base `{view.base[:12]}`).", ""]
-    lines += change_table(view) + ["", "Rewards are the final evaluation: each tree's best candidates and the base "
-                                   "version (the recipe already in the KB, or the one written before the search) "
-                                   "re-evaluated under the final KB; a recipe changes only if a candidate beats it.",
-                                   ""]
-    if view.eval:
-        lines += eval_table(view.eval) + [""]
-        if view.eval.get("effects") is not None:
-            lines += effects_table(view.eval) + [""]
-    elif view.record:  # a distilled run, or a clone without the run folder: what the run wrote in git
-        lines += ["As recorded in the `pr` commit:", "", view.record, ""]
-    gains = {c.name: (c.final_reward or 0) - (c.root_reward or 0) for c in view.changes if c.name in view.trees}
-    if gains:
-        biggest = max(sorted(gains), key=lambda n: gains[n])
-        lines += [f"Search tree of `{biggest}` (reward gain {gains[biggest]:+.3f}; ★ marks the chosen path):", "",
-                  "```mermaid", *mermaid(view.trees[biggest], view.best[biggest]), "```", ""]
-    lines += ["Audit trail: the node branches `brew/" + view.run + "/<recipe>/n<id>`, rewards in "
-              f"`git log --notes=brew`, history in `git log --first-parent brew/{view.run}/kb`."]
-    return "\n".join(lines) + "\n"
+__all__ = ["RunView", "load_run", "pr_body", "push_run", "export_skills", "Exported"]
 
 
 def push_run(kb: KB, run: str, remote: str) -> str:

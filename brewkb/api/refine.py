@@ -12,21 +12,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from brewkb.api.evaluate import EVAL_FILE, evaluate_arms
 from brewkb.api.distill import imported_source
+from brewkb.api.evaluate import evaluate_arms
 from brewkb.api.loop import run_command
 from brewkb.api.plan import limits_of, open_budget
-from brewkb.budget import Limits
-from brewkb.config import SearchConfig
 from brewkb.errors import AllFailedError, RunError
 from brewkb.events import EventSink, null_sink
 from brewkb.fsutil import write_atomic
+from brewkb.git.refs import BrewRef
 from brewkb.kb import KB
 from brewkb.llm.ledger import Ledger, LedgerEntry, read_ledger, summarise
-from brewkb.pipeline import Pipeline
-from brewkb.refs import BrewRef
-from brewkb.retrieval import retriever_of
-from brewkb.runs import Run, new_run_id
+from brewkb.retrieval.ranking import retriever_of
+from brewkb.run.budget import Limits
+from brewkb.run.folder import Run, new_run_id
+from brewkb.run.pipeline import Pipeline
+from brewkb.run.record import EVAL_FILE, effects_table, eval_table, final_rows
 from brewkb.search.engine import SearchResult, SearchSpec, note_of, rebuild, search
 from brewkb.search.episodes import EpisodeCache
 from brewkb.search.evaluate import Evaluator
@@ -34,7 +34,7 @@ from brewkb.search.expand import Expander
 from brewkb.search.final import FinalChoice, chosen_nodes, finalize, recorded_choices
 from brewkb.search.store import SearchStore, find_base
 from brewkb.search.tree import Tree
-from brewkb.stages.scrub import scrubber_of
+from brewkb.trajectories.scrub import scrubber_of
 
 __all__ = ["RefineResult", "refine", "arefine", "load_trees", "gc", "pr_message"]
 
@@ -53,28 +53,6 @@ class RefineResult:
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-
-
-def _spec(config: SearchConfig, overrides: dict[str, Any]) -> SearchSpec:
-    spec = SearchSpec(strategy=config.strategy, iterations=config.iterations, width=config.width,
-                      depth=config.depth, samples=config.samples, exploration=config.exploration,
-                      lambda_corr=config.lambda_corr, lambda_ret=config.lambda_ret)
-    return dataclasses.replace(spec, **{k: v for k, v in overrides.items() if v is not None})
-
-
-FINAL_HEADER = "| recipe | base reward | final reward | document | nodes tried | note |"
-
-
-def final_rows(choices: dict[str, FinalChoice], nodes: dict[str, int]) -> list[str]:
-    """The reward table of a run's final evaluation: one row per recipe."""
-    rows = [FINAL_HEADER, "|---|---:|---:|---|---:|---|"]
-    for concept, ch in sorted(choices.items()):
-        doc = ("base (unchanged)" if ch.node is None else "root") if ch.kept else f"n{ch.node}"
-        notes = (["kept: no candidate beat it"] if ch.kept else []) + \
-            (["evaluated on its train tasks (no eval tasks)"] if ch.split == "train" else [])
-        rows.append(f"| `{concept}` | {ch.base_reward:.3f} ({ch.base}) | {ch.reward:.3f} | {doc} | "
-                    f"{nodes.get(concept, 0)} | {'; '.join(notes)} |")
-    return rows
 
 
 def pr_message(run: str, spec: SearchSpec, result: SearchResult, base: str,
@@ -102,7 +80,7 @@ def refine(*, run: str | None = None, resume: str | None = None, base: str | Non
     continues a run from its files and git.
 
     ``limits`` (kept with the run, so a plain resume keeps them) stop the run
-    with ``BudgetExhausted`` before it spends more (see ``brewkb.budget``)."""
+    with ``BudgetExhausted`` before it spends more (see ``brewkb.run.budget``)."""
     return run_command(arefine(run=run, resume=resume, base=base, strategy=strategy, iterations=iterations,
                                width=width, depth=depth, relabel=relabel, no_cache=no_cache, no_eval=no_eval,
                                limits=limits,
@@ -136,8 +114,8 @@ async def arefine(*, run: str | None = None, resume: str | None = None, base: st
         if relabel is not None:
             kb.config = dataclasses.replace(kb.config, stages=dataclasses.replace(kb.config.stages, relabel=relabel))
         base_commit = recorded["base"] if recorded else kb.store.resolve(base) if base else kb.store.head_commit()
-        spec = SearchSpec(**recorded["spec"]) if recorded else _spec(kb.config.search, {
-            "strategy": strategy, "iterations": iterations, "width": width, "depth": depth})
+        spec = SearchSpec(**recorded["spec"]) if recorded else SearchSpec.from_config(
+            kb.config.search, strategy=strategy, iterations=iterations, width=width, depth=depth)
         if not recorded:
             folder.set_manifest("search_spec", {"base": base_commit, "spec": dataclasses.asdict(spec)})
         async with Pipeline.open(kb, folder, no_cache=no_cache, events=events) as pipeline:
@@ -226,8 +204,6 @@ def _evidence(kb: KB, folder: Run, evaluation: dict[str, Any] | None) -> str:
     """The held-out tables and what produced them, for the ``pr`` commit message."""
     if evaluation is None:
         return "Held-out evaluation skipped (--no-eval); run `brewkb eval --split test` for it.\n"
-    from brewkb.api.publish import effects_table, eval_table
-
     config = kb.config
     models = {role: getattr(config.llm.roles, role).model or config.llm.model
               for role in ("agent", "reflector", "integrator", "judge")}

@@ -8,7 +8,7 @@ from pathlib import Path
 from brewkb.errors import RecipeError
 from brewkb.kb import KB
 from brewkb.recipes import parse_recipe
-from brewkb.retrieval import open_index, retrieve
+from brewkb.retrieval.ranking import open_index, retrieve
 
 __all__ = ["SearchResult", "IndexInfo", "build_index", "search"]
 

@@ -13,9 +13,9 @@ from brewkb.errors import RunError
 from brewkb.events import EventSink, null_sink
 from brewkb.fsutil import write_atomic
 from brewkb.kb import KB
-from brewkb.pipeline import Pipeline
 from brewkb.recipes import Recipe, render_for_file, slugify
-from brewkb.runs import STAGES, Run, new_run_id
+from brewkb.run.folder import STAGES, Run, new_run_id
+from brewkb.run.pipeline import Pipeline
 from brewkb.stages.concepts import Concept
 
 __all__ = ["rollout", "reflect", "concepts", "integrate", "list_runs", "RunSummary"]

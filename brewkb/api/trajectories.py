@@ -7,10 +7,10 @@ from pathlib import Path
 
 from brewkb.envs.base import SPLITS
 from brewkb.errors import TrajectoryError
-from brewkb.importers import Skipped, import_file
 from brewkb.kb import KB
 from brewkb.recipes import slugify
-from brewkb.runs import Run
+from brewkb.run.folder import Run
+from brewkb.trajectories.importers import Skipped, import_file
 
 __all__ = ["ImportResult", "import_trajectories", "ROLLOUTS"]
 

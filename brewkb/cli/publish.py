@@ -74,7 +74,7 @@ def export_skills_cmd(out_dir: Path, rev: str | None, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help='Print {"run", "files": [paths]}.')
 def report_cmd(run: str, as_json: bool) -> None:
     """Write RUN's report: runs/RUN/report.md, report.html and plots."""
-    from brewkb.report import write_report
+    from brewkb.run.report import write_report
 
     written = write_report(run)
     if as_json:

@@ -40,7 +40,7 @@ def refine_cmd(strategy: str | None, iterations: int | None, width: int | None, 
     A run stopped by --max-episodes, --max-llm-calls or --max-cost exits 75
     and keeps what finished; --resume RUN with a higher limit continues it."""
     from brewkb.api.refine import refine
-    from brewkb.budget import Limits
+    from brewkb.run.budget import Limits
 
     if run and resume:
         raise click.UsageError("give --run for a new run or --resume for an existing one, not both")

@@ -50,6 +50,6 @@ def search_cmd(query: str, k: int, rev: str | None, as_json: bool) -> None:
 @click.option("--rev", default=None, help="Serve the recipes of this revision (default: the working tree).")
 def mcp_cmd(rev: str | None) -> None:
     """Serve the KB over the Model Context Protocol on stdio (needs brewkb[mcp])."""
-    from brewkb.mcp_server import serve
+    from brewkb.retrieval.mcp_server import serve
 
     serve(Path("."), rev=rev)

@@ -10,7 +10,7 @@ import click
 
 from brewkb.cli.output import echo, echo_json
 from brewkb.cli.progress import close, renderer
-from brewkb.runs import STAGES
+from brewkb.run.folder import STAGES
 
 FORCE = click.option("--force", "force", type=click.Choice(STAGES), default=None,
                      help="Redo this stage (and the stages after it).")

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from brewkb.cli.output import echo, echo_json, note
-from brewkb.importers import IMPORTERS
+from brewkb.trajectories.importers import IMPORTERS
 
 
 @click.command("import")

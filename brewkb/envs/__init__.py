@@ -1,4 +1,10 @@
-"""Environments, chosen by ``env.name`` through an explicit registry."""
+"""Environments, chosen by ``env.name`` through an explicit registry: tasks
+by split and their grader (the shop simulation, τ²-bench, SpreadsheetBench, a
+tasks file).
+
+It may import the LLM layer (the shop's scripted agent reads recipes with the
+offline rules), isolation and trajectories; never agents, stages or the search.
+"""
 
 from __future__ import annotations
 

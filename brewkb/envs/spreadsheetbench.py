@@ -19,7 +19,7 @@ first: with headless LibreOffice when ``soffice`` is installed, otherwise with
 the ``formulas`` package; the outcome says which.
 
 The environment's one tool, ``run_python(code)``, runs the agent's code in the
-bubblewrap sandbox of ``brewkb.sandbox`` on a private copy of the task's first
+bubblewrap sandbox of ``brewkb.isolation.sandbox`` on a private copy of the task's first
 input workbook, with only ``INPUT_PATH`` and ``OUTPUT_PATH`` in its environment.
 The grader runs the last submitted code on every test case in the same way and
 copies the output out without following links; the dataset is never visible to
@@ -38,8 +38,8 @@ import shutil
 import stat
 import subprocess
 import tempfile
-import warnings
 import threading
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,8 +48,8 @@ from typing import Any
 from brewkb.config import EnvConfig
 from brewkb.envs.base import SPLITS, Task
 from brewkb.errors import ConfigError
-from brewkb.sandbox import Limits, check_mode, run_python
-from brewkb.trajectories import Outcome, Trajectory, tool_calls
+from brewkb.isolation.sandbox import Limits, check_mode, run_python
+from brewkb.trajectories.schema import Outcome, Trajectory, tool_calls
 
 __all__ = ["SpreadsheetBench", "load_dataset", "parse_positions", "normalise", "grade_case", "Case"]
 

@@ -16,8 +16,8 @@ from typing import Any
 
 from brewkb.envs.base import SPLITS, Task
 from brewkb.errors import ConfigError
-from brewkb.subproc import run_capped
-from brewkb.trajectories import Outcome, Trajectory
+from brewkb.isolation.subproc import run_capped
+from brewkb.trajectories.schema import Outcome, Trajectory
 
 __all__ = ["TasksFileEnvironment"]
 

@@ -32,7 +32,7 @@ from typing import Any
 from brewkb.config import EnvConfig
 from brewkb.envs.base import Task
 from brewkb.errors import ConfigError
-from brewkb.trajectories import Outcome, Trajectory
+from brewkb.trajectories.schema import Outcome, Trajectory
 
 __all__ = ["Tau2Environment", "DOMAINS", "INSTALL_HINT", "NOT_EXECUTED_PREFIX"]
 

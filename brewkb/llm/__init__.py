@@ -1,7 +1,9 @@
 """The LLM layer: an OpenAI-compatible client with cache, ledger and limits,
 the LLM-played roles, and the offline backend that plays them by rules.
 
-Nothing here imports ``openai`` until a client makes its first call.
+Nothing here imports ``openai`` until a client makes its first call. It may
+import config, recipes and trajectories; the endpoint is reached only through
+``client``.
 """
 
 from __future__ import annotations

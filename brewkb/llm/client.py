@@ -22,18 +22,21 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from brewkb.config import LLMConfig, RoleConfig
 from brewkb.errors import LLMError
 from brewkb.llm.cache import ResponseCache
 from brewkb.llm.ledger import Ledger, LedgerEntry
 from brewkb.llm.schema import validate
-from brewkb.llm.structured import extract_json, is_format_rejection, next_mode, response_format, with_schema_prompt
-from brewkb.llm.types import ChatRequest, ChatResult, canonical_json
-
-if TYPE_CHECKING:
-    from brewkb.budget import Budget
+from brewkb.llm.structured import (
+    extract_json,
+    is_format_rejection,
+    next_mode,
+    response_format,
+    with_schema_prompt,
+)
+from brewkb.llm.types import CallBudget, ChatRequest, ChatResult, canonical_json
 
 __all__ = ["LLMClient", "JSONReply", "FormatRejected", "OPENAI_API"]
 
@@ -87,7 +90,7 @@ class LLMClient:
         self._sync_clients: dict[str, Any] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._modes: dict[tuple[str, str], str] = {}
-        self.budget: Budget | None = None
+        self.budget: CallBudget | None = None
 
     # ------------------------------------------------------------- endpoints
     def role(self, name: str) -> RoleConfig:

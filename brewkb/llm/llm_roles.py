@@ -17,9 +17,16 @@ import numpy as np
 
 from brewkb.errors import LLMError
 from brewkb.llm.client import LLMClient
-from brewkb.llm.roles import DIAGNOSTIC, PRESCRIPTIVE, Insight, RelabelledTask, Rubric, RubricScores
+from brewkb.llm.roles import (
+    DIAGNOSTIC,
+    PRESCRIPTIVE,
+    Insight,
+    RelabelledTask,
+    Rubric,
+    RubricScores,
+)
 from brewkb.recipes import Recipe, build_body, render_recipe, slugify
-from brewkb.trajectories import Trajectory, render_compact
+from brewkb.trajectories.schema import Trajectory, render_compact
 
 __all__ = ["LLMBackend", "prompt", "SCHEMAS"]
 

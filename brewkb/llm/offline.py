@@ -29,7 +29,7 @@ Reflector
   made with the wrong details. An insight's ``task`` is the user's turn that
   asks for the concept's action (synonyms folded), else the first turn (the
   request as the user put it), so recipe examples quote requests, not task
-  scripts. Trajectories arrive scrubbed (``stages/scrub.py``).
+  scripts. Trajectories arrive scrubbed (``trajectories/scrub.py``).
 
 Integrator
   Assembles a recipe from the insights and the current document. A seeded
@@ -66,9 +66,16 @@ from typing import Any
 import numpy as np
 
 from brewkb.llm.embed import hashed_ngram_embeddings
-from brewkb.llm.roles import DIAGNOSTIC, PRESCRIPTIVE, Insight, RelabelledTask, Rubric, RubricScores
+from brewkb.llm.roles import (
+    DIAGNOSTIC,
+    PRESCRIPTIVE,
+    Insight,
+    RelabelledTask,
+    Rubric,
+    RubricScores,
+)
 from brewkb.recipes import Recipe, build_body, slugify
-from brewkb.trajectories import ToolCall, Trajectory, content_id, tool_calls
+from brewkb.trajectories.schema import ToolCall, Trajectory, content_id, tool_calls
 
 __all__ = ["OfflineBackend", "READ_VERBS", "concept_of_tool", "step_text", "parse_step", "is_lookup", "is_talk",
            "is_handoff", "action_verb", "user_turns", "ACTION_VERBS", "verb_of", "names_action", "asks_for"]

@@ -16,7 +16,7 @@ import numpy as np
 
 from brewkb.errors import ConfigError
 from brewkb.recipes import Recipe
-from brewkb.trajectories import Trajectory
+from brewkb.trajectories.schema import Trajectory
 
 __all__ = ["Insight", "Rubric", "RubricScores", "RelabelledTask", "Backend", "BACKENDS", "load_backend"]
 

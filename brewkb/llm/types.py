@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 __all__ = ["ChatRequest", "ChatResult", "canonical_json"]
 
@@ -80,3 +80,13 @@ class ChatResult:
         return cls(content=data.get("content") or "", tool_calls=tuple(data.get("tool_calls") or ()),
                    tokens_in=int(data.get("tokens_in", 0)), tokens_out=int(data.get("tokens_out", 0)),
                    model=data.get("model", ""), finish_reason=data.get("finish_reason", ""), cached=cached)
+
+
+class CallBudget(Protocol):
+    """What the client charges before and after a call (``brewkb.run.budget.Budget``)."""
+
+    def take_call(self) -> None:
+        """Count one call about to be sent; raise ``BudgetExhausted`` when none is left."""
+
+    def add_cost(self, model: str, tokens_in: int, tokens_out: int) -> None:
+        """Count what a reply cost."""

@@ -16,7 +16,7 @@ from typing import Any
 
 from brewkb.llm.roles import Backend, Insight
 from brewkb.recipes import Recipe
-from brewkb.retrieval import Retriever, mrr
+from brewkb.retrieval.ranking import Retriever, mrr
 from brewkb.search.episodes import EpisodeCache
 from brewkb.search.evaluate import Evaluation
 from brewkb.search.expand import ExpandRequest

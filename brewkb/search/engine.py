@@ -23,11 +23,13 @@ Strategies:
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from brewkb.config import SearchConfig
 from brewkb.events import Event, EventSink, null_sink
 from brewkb.recipes import Recipe, parse_recipe, render_recipe
 from brewkb.search.evaluate import Evaluates
@@ -50,6 +52,14 @@ class SearchSpec:
     exploration: float = 2**0.5
     lambda_corr: float = 0.5
     lambda_ret: float = 0.5
+
+    @classmethod
+    def from_config(cls, config: SearchConfig, **overrides: Any) -> SearchSpec:
+        """The configured search, with the options a command line set (``None``: not set)."""
+        spec = cls(strategy=config.strategy, iterations=config.iterations, width=config.width, depth=config.depth,
+                   samples=config.samples, exploration=config.exploration, lambda_corr=config.lambda_corr,
+                   lambda_ret=config.lambda_ret)
+        return dataclasses.replace(spec, **{k: v for k, v in overrides.items() if v is not None})
 
     @property
     def rounds(self) -> int:

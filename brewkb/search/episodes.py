@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from brewkb.agents.base import episode_error, retrieves_per_turn
+from brewkb.agents.executors import Executor, Job
 from brewkb.envs.base import Environment
 from brewkb.errors import AllFailedError
-from brewkb.executors import Executor, Job
 from brewkb.fsutil import append_line
 from brewkb.recipes import Recipe, render_recipe
-from brewkb.trajectories import Trajectory
+from brewkb.trajectories.schema import Trajectory
 
 __all__ = ["EpisodeCache", "context_key", "episode_key", "retrieves_during_episode", "run_jobs"]
 

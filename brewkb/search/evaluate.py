@@ -14,12 +14,17 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from brewkb.agents.base import retrieves_per_turn
-from brewkb.context import RecipeContext
+from brewkb.agents.executors import Executor, Job
 from brewkb.envs.base import Environment, Task
-from brewkb.executors import Executor, Job
 from brewkb.recipes import Recipe
-from brewkb.retrieval import Retriever, mrr
-from brewkb.search.episodes import EpisodeCache, episode_key, retrieves_during_episode, run_jobs
+from brewkb.retrieval.context import RecipeContext
+from brewkb.retrieval.ranking import Retriever, mrr
+from brewkb.search.episodes import (
+    EpisodeCache,
+    episode_key,
+    retrieves_during_episode,
+    run_jobs,
+)
 from brewkb.search.tree import reward
 from brewkb.stages.rollouts import make_jobs
 

@@ -21,23 +21,28 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from brewkb.aio import gather_all
 from brewkb.agents.base import retrieves_per_turn
-from brewkb.context import RecipeContext
+from brewkb.agents.executors import Executor
+from brewkb.aio import gather_all
 from brewkb.envs.base import Environment, Task
-from brewkb.executors import Executor
 from brewkb.fsutil import append_line
 from brewkb.llm.embed import cosine_matrix
 from brewkb.llm.roles import Backend, Insight, Rubric
 from brewkb.recipes import Recipe
-from brewkb.retrieval import Retriever
-from brewkb.search.episodes import EpisodeCache, episode_key, retrieves_during_episode, run_jobs
+from brewkb.retrieval.context import RecipeContext
+from brewkb.retrieval.ranking import Retriever
+from brewkb.search.episodes import (
+    EpisodeCache,
+    episode_key,
+    retrieves_during_episode,
+    run_jobs,
+)
 from brewkb.stages import grading
 from brewkb.stages.integrate import integrate
-from brewkb.stages.rollouts import make_jobs
 from brewkb.stages.reflect import reflect
-from brewkb.stages.scrub import Scrubber
-from brewkb.trajectories import Trajectory
+from brewkb.stages.rollouts import make_jobs
+from brewkb.trajectories.schema import Trajectory
+from brewkb.trajectories.scrub import Scrubber
 
 __all__ = ["Expander", "ExpandRequest"]
 

@@ -14,9 +14,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from brewkb.errors import GitError, RefConflictError
-from brewkb.gitstore import FILE_MODE, Entry, GitStore, blob_id, format_message, parse_trailers
+from brewkb.git.refs import BrewRef
+from brewkb.git.store import (
+    FILE_MODE,
+    Entry,
+    GitStore,
+    blob_id,
+    format_message,
+    parse_trailers,
+)
 from brewkb.recipes import SOURCES_SHOWN, parse_recipe, render_for_file, render_recipe
-from brewkb.refs import BrewRef
 
 __all__ = ["SearchStore", "StoredNode", "StoredRun", "find_base"]
 

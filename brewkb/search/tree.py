@@ -10,7 +10,6 @@ back-propagation maintains and what a rebuild from git derives.
 from __future__ import annotations
 
 import difflib
-
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field

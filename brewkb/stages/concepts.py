@@ -31,11 +31,11 @@ from typing import Any
 
 import numpy as np
 
+from brewkb.git.refs import RESERVED_CONCEPTS
 from brewkb.llm.embed import cosine_matrix
 from brewkb.llm.offline import verb_of
 from brewkb.llm.roles import Insight
 from brewkb.recipes import slugify
-from brewkb.refs import RESERVED_CONCEPTS
 
 __all__ = ["Concept", "agglomerate", "build_concepts", "concept_slugs"]
 

@@ -9,7 +9,7 @@ from importlib import resources
 
 from brewkb.errors import LLMError
 from brewkb.llm.roles import Backend, Rubric, RubricScores
-from brewkb.trajectories import Trajectory
+from brewkb.trajectories.schema import Trajectory
 
 __all__ = ["parse_rubrics", "default_rubrics_text", "judge", "judged"]
 

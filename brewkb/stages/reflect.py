@@ -10,8 +10,8 @@ import re
 from dataclasses import replace
 
 from brewkb.llm.roles import Backend, Insight
-from brewkb.stages.scrub import Scrubber
-from brewkb.trajectories import Trajectory
+from brewkb.trajectories.schema import Trajectory
+from brewkb.trajectories.scrub import Scrubber
 
 __all__ = ["reflect", "clean_concept", "MAX_CONCEPT"]
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from brewkb.envs.base import Environment, Task
 from brewkb.llm.roles import Backend
-from brewkb.trajectories import Trajectory, tool_calls
+from brewkb.trajectories.schema import Trajectory, tool_calls
 
 __all__ = ["select", "actions_of", "relabelled_task"]
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from brewkb.context import ContextProvider, NoContext
+from brewkb.agents.executors import Job
 from brewkb.envs.base import Task
-from brewkb.executors import Job
-from brewkb.trajectories import Trajectory
+from brewkb.retrieval.context import ContextProvider, NoContext
+from brewkb.trajectories.schema import Trajectory
 
 __all__ = ["make_jobs", "summarise"]
 

@@ -27,7 +27,7 @@ from brewkb.envs.base import Environment, Task
 from brewkb.envs.shop.tools import STATE_CHANGING, TOOLS
 from brewkb.envs.shop.world import COLORS, SIZES
 from brewkb.llm.offline import parse_step
-from brewkb.trajectories import Outcome, Trajectory, content_id
+from brewkb.trajectories.schema import Outcome, Trajectory, content_id
 
 __all__ = ["ScriptedAgent", "parse_recipes", "entities"]
 

@@ -23,7 +23,7 @@ from brewkb.envs.shop.tasks import identity_sentence, make_tasks
 from brewkb.envs.shop.tools import STATE_CHANGING, TOOLS, ShopSession
 from brewkb.envs.shop.world import State, generate, state_hash
 from brewkb.errors import ConfigError
-from brewkb.trajectories import Outcome, Trajectory, tool_calls
+from brewkb.trajectories.schema import Outcome, Trajectory, tool_calls
 
 __all__ = ["ShopEnvironment", "DEFAULT_COUNTS"]
 

@@ -1,5 +1,5 @@
 """Recipe indexes: BM25 over recipes, with Tantivy's analyzer (the one module
-that imports tantivy) and the impact index of ``brewkb.postings``.
+that imports tantivy) and the impact index of ``brewkb.retrieval.postings``.
 
 Fields: ``text`` (the whole recipe: name words, concept, aliases, description,
 tags and body, as one BM25 document), ``summary`` (what the recipe says it is
@@ -34,16 +34,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import tantivy
 
 from brewkb.config import Boosts
 from brewkb.errors import IndexError_
-from brewkb.postings import Plan, Postings
 from brewkb.recipes import Recipe
+from brewkb.retrieval.postings import Plan, Postings
 
-__all__ = ["Hit", "RecipeIndex", "MultiIndex", "HybridView", "analyze", "SCHEMA_VERSION"]
+__all__ = ["Hit", "Searchable", "RecipeIndex", "MultiIndex", "HybridView", "analyze", "SCHEMA_VERSION"]
 
 SCHEMA_VERSION = "3"
 FILE = "postings.npz"
@@ -107,6 +108,19 @@ def _boost_map(boosts: Boosts) -> dict[str, float]:
 def indexed_fields(boosts: Boosts) -> str:
     """A short name of the fields ``boosts`` indexes (part of an on-disk index's key)."""
     return "-".join(_BOOST_OF[f] for f in _boost_map(boosts))
+
+
+class Searchable(Protocol):
+    """Anything that ranks recipes for a text: ``RecipeIndex``, or a
+    ``MultiIndex`` bound to one hybrid KB. ``rank`` is the 1-based place of
+    the recipe ``name`` for ``text`` (0 when it is not retrieved), found
+    without building ``Hit`` objects."""
+
+    def search(self, text: str, k: int = 3) -> list[Hit]: ...
+
+    def rank(self, name: str, text: str) -> int: ...
+
+    def __len__(self) -> int: ...
 
 
 class _Searchable:

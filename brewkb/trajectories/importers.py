@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from brewkb.errors import TrajectoryError
-from brewkb.trajectories import Outcome, Trajectory
+from brewkb.trajectories.schema import Outcome, Trajectory
 
 __all__ = ["Skipped", "IMPORTERS", "import_file", "sniff"]
 

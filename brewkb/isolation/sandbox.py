@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from brewkb.errors import ConfigError
-from brewkb.subproc import Completed, run_capped
+from brewkb.isolation.subproc import Completed, run_capped
 
 __all__ = ["INSTALL_HINT", "Limits", "MODES", "check_mode", "run_python"]
 

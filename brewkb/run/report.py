@@ -14,11 +14,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from brewkb.api.publish import RunView, change_table, eval_table, load_run
 from brewkb.errors import RunError
 from brewkb.fsutil import write_atomic
 from brewkb.kb import KB
 from brewkb.llm.ledger import read_ledger, summarise
+from brewkb.run.record import RunView, change_table, eval_table, load_run
 from brewkb.search.render import mermaid
 from brewkb.search.tree import Tree
 

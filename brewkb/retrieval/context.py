@@ -10,8 +10,8 @@ from typing import Protocol
 import numpy as np
 
 from brewkb.llm.embed import hashed_ngram_embeddings
-from brewkb.retrieval import Searchable, render_context, retrieve
-from brewkb.trajectories import KBUse, Trajectory, render_compact
+from brewkb.retrieval.ranking import Searchable, render_context, retrieve
+from brewkb.trajectories.schema import KBUse, Trajectory, render_compact
 
 __all__ = ["ContextProvider", "NoContext", "RecipeContext", "TrajectoryContext", "CONTEXTS"]
 

@@ -14,35 +14,29 @@ import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from brewkb.config import Boosts
 from brewkb.errors import IndexError_
-from brewkb.fusion import FusedIndex, Vectors, offline_embed
-from brewkb.index import SCHEMA_VERSION, Hit, MultiIndex, RecipeIndex, indexed_fields
 from brewkb.kb import KB
 from brewkb.recipes import Recipe, render_recipe
+from brewkb.retrieval.fusion import FusedIndex, Vectors, offline_embed
+from brewkb.retrieval.index import (
+    SCHEMA_VERSION,
+    Hit,
+    MultiIndex,
+    RecipeIndex,
+    Searchable,
+    indexed_fields,
+)
 
 __all__ = ["Searchable", "Retriever", "retriever_of", "open_index", "retrieve", "render_context", "mrr",
            "approx_tokens"]
 
 KEEP_INDEXES = 8
 log = logging.getLogger(__name__)
-
-
-class Searchable(Protocol):
-    """Anything that ranks recipes for a text: ``RecipeIndex``, or a
-    ``MultiIndex`` bound to one hybrid KB. ``rank`` is the 1-based place of
-    the recipe ``name`` for ``text`` (0 when it is not retrieved), found
-    without building ``Hit`` objects."""
-
-    def search(self, text: str, k: int = 3) -> list[Hit]: ...
-
-    def rank(self, name: str, text: str) -> int: ...
-
-    def __len__(self) -> int: ...
 
 
 @dataclass(frozen=True)

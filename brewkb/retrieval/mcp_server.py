@@ -15,7 +15,7 @@ from typing import Any
 from brewkb.errors import BrewError
 from brewkb.kb import KB
 from brewkb.recipes import render_recipe
-from brewkb.retrieval import open_index, retrieve
+from brewkb.retrieval.ranking import open_index, retrieve
 
 __all__ = ["make_server", "serve"]
 

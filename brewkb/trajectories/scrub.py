@@ -31,7 +31,7 @@ from typing import Any
 
 from brewkb.config import ScrubConfig
 from brewkb.errors import ConfigError
-from brewkb.trajectories import Trajectory
+from brewkb.trajectories.schema import Trajectory
 
 __all__ = ["DEFAULT_PATTERNS", "DEFAULT_KEYS", "Scrubber", "Finding", "scrubber_of"]
 

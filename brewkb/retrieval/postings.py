@@ -1,4 +1,4 @@
-"""BM25 over precomputed impacts: the scoring engine behind ``brewkb.index``.
+"""BM25 over precomputed impacts: the scoring engine behind ``brewkb.retrieval.index``.
 
 Every (key, document) pair, where a key is a field and a term (``"text:refund"``),
 holds its BM25 score, computed once when the index is built (k1 = 1.2,

@@ -20,8 +20,8 @@ from typing import Any
 
 from brewkb.errors import RunError
 from brewkb.fsutil import write_atomic
-from brewkb.refs import check_run_id
-from brewkb.trajectories import Trajectory, read_jsonl, write_jsonl
+from brewkb.git.refs import check_run_id
+from brewkb.trajectories.schema import Trajectory, read_jsonl, write_jsonl
 
 __all__ = ["Run", "new_run_id", "STAGES", "FILES", "LOCK"]
 

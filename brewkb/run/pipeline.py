@@ -29,28 +29,28 @@ from typing import Any
 
 from brewkb.agents import load_agent
 from brewkb.agents.base import episode_error, retrieves_per_turn
+from brewkb.agents.executors import Executor, make_executor
 from brewkb.aio import gather_all
-from brewkb.budget import Budget, BudgetedExecutor
 from brewkb.config import Config
-from brewkb.context import ContextProvider, NoContext, RecipeContext
 from brewkb.envs import load_environment
 from brewkb.envs.base import Environment, Task
 from brewkb.errors import AllFailedError, BrewError, LLMError, RunError
 from brewkb.events import Event, Events, EventSink, null_sink
-from brewkb.executors import Executor, make_executor
 from brewkb.fsutil import append_line, write_atomic
 from brewkb.kb import KB
 from brewkb.llm import open_backend
 from brewkb.llm.ledger import Ledger
 from brewkb.llm.roles import Backend, Insight
 from brewkb.recipes import Recipe, parse_recipe, render_recipe
-from brewkb.retrieval import open_index, retriever_of
-from brewkb.runs import FILES, STAGES, Run
+from brewkb.retrieval.context import ContextProvider, NoContext, RecipeContext
+from brewkb.retrieval.ranking import open_index, retriever_of
+from brewkb.run.budget import Budget, BudgetedExecutor
+from brewkb.run.folder import FILES, STAGES, Run
 from brewkb.stages import concepts as concepts_stage
 from brewkb.stages import grading, integrate, reflect, relabel, rollouts
 from brewkb.stages.concepts import Concept
-from brewkb.stages.scrub import scrubber_of
-from brewkb.trajectories import Trajectory
+from brewkb.trajectories.schema import Trajectory
+from brewkb.trajectories.scrub import scrubber_of
 
 __all__ = ["Pipeline", "STAGES"]
 

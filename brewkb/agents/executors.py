@@ -21,11 +21,11 @@ from brewkb.agents.base import arun_episode, run_episode
 from brewkb.config import ExecutorConfig
 from brewkb.envs.base import Environment, Task
 from brewkb.errors import ConfigError
-from brewkb.subproc import stop_all
-from brewkb.trajectories import KBUse, Trajectory
+from brewkb.isolation.subproc import stop_all
+from brewkb.trajectories.schema import KBUse, Trajectory
 
 if TYPE_CHECKING:
-    from brewkb.context import ContextProvider
+    from brewkb.retrieval.context import ContextProvider
 
 __all__ = ["Job", "Executor", "LocalExecutor", "RayExecutor", "make_executor"]
 

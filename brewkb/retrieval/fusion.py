@@ -15,16 +15,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from functools import cached_property
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from brewkb.index import Hit
 from brewkb.llm.embed import hashed_ngram_embeddings
 from brewkb.recipes import Recipe
-
-if TYPE_CHECKING:
-    from brewkb.retrieval import Searchable
+from brewkb.retrieval.index import Hit, Searchable
 
 __all__ = ["Vectors", "FusedIndex", "offline_embed", "RRF_K", "DEPTH"]
 

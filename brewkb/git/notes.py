@@ -1,0 +1,91 @@
+"""Notes: one JSON note per node commit under ``refs/notes/brew``, written
+in batches (many nodes, one notes commit) and once per commit."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from brewkb.errors import GitError, RefConflictError
+from brewkb.git.objects import FILE_MODE, Entry, Objects
+from brewkb.git.refdb import RefDB
+from brewkb.git.refs import NOTES_REF
+
+__all__ = ["Notes"]
+
+_HEX40 = re.compile(r"^[0-9a-f]{40}$")
+
+
+def _note_paths(commit: str) -> tuple[str, ...]:
+    """Where git may keep the note of ``commit``: flat or with 1 or 2 fan-out levels."""
+    return (commit, f"{commit[:2]}/{commit[2:]}", f"{commit[:2]}/{commit[2:4]}/{commit[4:]}")
+
+
+
+class Notes(RefDB, Objects):
+    """The notes of one repository (a part of ``GitStore``)."""
+
+    def _note_entries(self, tree: str, prefix: str = "") -> Iterator[tuple[str, str]]:
+        for entry in self.read_tree(tree):
+            name = prefix + entry.name
+            if entry.is_tree and len(name) < 40:
+                yield from self._note_entries(entry.sha, name)
+            elif not entry.is_tree and _HEX40.match(name):
+                yield name, entry.sha
+
+    def note_blobs(self, ref: str = NOTES_REF) -> dict[str, str]:
+        """Annotated commit → note blob id, for every note under ``ref``."""
+        head = self.read_ref(ref)
+        return dict(self._note_entries(self.commit_tree(head))) if head else {}
+
+    def read_notes(self, ref: str = NOTES_REF) -> dict[str, Any]:
+        """Every note under ``ref`` as parsed JSON, keyed by the annotated commit."""
+        return {c: self.load_note(c, b) for c, b in self.note_blobs(ref).items()}
+
+    def read_note(self, commit: str, ref: str = NOTES_REF) -> Any | None:
+        head = self.read_ref(ref)
+        if not head:
+            return None
+        tree = self.commit_tree(head)
+        for path in _note_paths(commit):
+            entry = self.lookup(tree, path)
+            if entry is not None:
+                return self.load_note(commit, entry.sha)
+        return None
+
+    def _has_note(self, root: str, commit: str) -> bool:
+        return any(self.lookup(root, p) is not None for p in _note_paths(commit))
+
+    def load_note(self, commit: str, blob: str) -> Any:
+        try:
+            return json.loads(self.read_blob(blob))
+        except json.JSONDecodeError:
+            raise GitError(f"the note on {commit} is not JSON; fix it with `git notes --ref=brew edit {commit}`") from None
+
+    def add_notes(self, notes: Mapping[str, Any], message: str, *, timestamp: int,
+                  ref: str = NOTES_REF, attempts: int = 20) -> str | None:
+        """Write JSON notes for many commits as one notes commit. A note is
+        written once: annotating a commit that has a note raises ``GitError``.
+        Retries when another process moved the notes ref meanwhile."""
+        if not notes:
+            return None
+        blobs = {c: self.write_blob(json.dumps(n, indent=2, sort_keys=True).encode() + b"\n")
+                 for c, n in notes.items()}
+        for _ in range(attempts):
+            head = self.read_ref(ref)
+            root = self.commit_tree(head) if head else None
+            taken = {c for c in blobs if root and self._has_note(root, c)}
+            if taken:
+                raise GitError(f"{len(taken)} commit(s) already have a note, e.g. {min(taken)}; "
+                               "notes are written once")
+            changes = {f"{c[:2]}/{c[2:]}": Entry(FILE_MODE, "", b) for c, b in blobs.items()}
+            tree = self.update_tree(root, changes)
+            commit = self.write_commit(tree, [head] if head else [], message, timestamp=timestamp)
+            try:
+                self.update_ref(ref, commit, expected=head)
+                return commit
+            except RefConflictError:
+                continue
+        raise RefConflictError(f"{ref} kept moving under {attempts} attempts; retry later")

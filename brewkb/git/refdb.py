@@ -1,0 +1,140 @@
+"""Refs: read them, move them with git's lock-file protocol and a
+compare-and-swap on the old value, list, delete and push them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from brewkb.errors import GitError, RefConflictError
+
+__all__ = ["RefDB", "ANY"]
+
+
+class _Any:
+    def __repr__(self) -> str:
+        return "ANY"
+
+
+ANY: Any = _Any()
+"""``expected`` value of ``update_ref`` that skips the compare-and-swap."""
+
+
+
+class RefDB:
+    """The refs of one repository (a part of ``GitStore``)."""
+
+    common_dir: Path
+    _cwd: Path
+    """Where git commands run: the working tree, or the git folder of a bare repository."""
+
+    def _packed_refs(self) -> dict[str, str]:
+        path = self.common_dir / "packed-refs"
+        found: dict[str, str] = {}
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            return found
+        for line in text.splitlines():
+            if line and line[0] not in "#^":
+                sha, _, name = line.partition(" ")
+                found[name] = sha
+        return found
+
+    def read_ref(self, name: str) -> str | None:
+        """The commit a ref points at, or ``None``. Follows one level of symref."""
+        try:
+            value = (self.common_dir / name).read_text().strip()
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            return self._packed_refs().get(name)
+        if value.startswith("ref: "):
+            return self.read_ref(value[5:])
+        return value
+
+    def update_ref(self, name: str, new: str, expected: str | None | _Any = ANY) -> None:
+        """Point ``name`` at ``new`` if it currently points at ``expected``
+        (``None``: the ref must not exist). Uses git's ``.lock`` protocol, so a
+        concurrent brewkb or git process either waits its turn or is refused."""
+        if not name.startswith("refs/") or ".." in name or name.endswith((".lock", "/")):
+            raise GitError(f"{name!r} is not a valid ref name")
+        path = self.common_dir / name
+        lock = path.with_name(path.name + ".lock")
+        clash = GitError(f"cannot create {name}: a ref with a conflicting name exists "
+                         "(git cannot have both `a/b` and `a/b/c`)")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except (NotADirectoryError, FileExistsError):
+            raise clash from None
+        if path.is_dir():
+            raise clash
+        try:
+            fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            raise RefConflictError(
+                f"{name} is locked by another process ({lock} exists); retry, or delete the "
+                "lock file if no git process is running"
+            ) from None
+        try:
+            current = self.read_ref(name)
+            if expected is not ANY and current != expected:
+                raise RefConflictError(
+                    f"{name} moved: expected {expected or 'no ref'}, found {current or 'no ref'}; "
+                    "another process updated it — reload and retry"
+                )
+            os.write(fd, (new + "\n").encode())
+            os.close(fd)
+            fd = -1
+            os.replace(lock, path)
+        except BaseException:
+            if fd >= 0:
+                os.close(fd)
+            lock.unlink(missing_ok=True)
+            raise
+
+    def _git(self, *args: str, stdin: str | None = None) -> str:
+        try:
+            return subprocess.run(
+                ["git", *args], cwd=self._cwd, input=stdin, capture_output=True,
+                text=True, check=True,
+            ).stdout
+        except subprocess.CalledProcessError as exc:
+            raise GitError(f"git {' '.join(args)} failed: {exc.stderr.strip()}") from None
+
+    def list_refs(self, prefix: str) -> dict[str, str]:
+        """Refs under ``prefix`` (e.g. ``refs/heads/brew/run1/``) and their commits."""
+        out = self._git("for-each-ref", "--format=%(objectname) %(refname)", prefix)
+        return {name: sha for sha, _, name in (line.partition(" ") for line in out.splitlines())}
+
+    def push(self, remote: str, refspecs: Sequence[str]) -> str:
+        """``git push REMOTE REFSPEC...`` (explicit refspecs only); returns git's report."""
+        if not refspecs:
+            raise GitError("nothing to push")
+        try:
+            done = subprocess.run(["git", "push", "--porcelain", remote, *refspecs], cwd=self._cwd,
+                                  capture_output=True, text=True, check=True)
+        except subprocess.CalledProcessError as exc:
+            raise GitError(f"git push {remote} failed: {exc.stderr.strip()}; check the remote's URL and your "
+                           "permission to push") from None
+        return done.stdout
+
+    def clear_locks(self, prefix: str) -> list[Path]:
+        """Delete the ``.lock`` files under the refs folder ``prefix`` (e.g.
+        ``refs/heads/brew/run1/``) and return them. Only for a caller that
+        knows no other process writes those refs (it holds the run's lock):
+        such a lock was left by a killed process."""
+        folder = self.common_dir / prefix
+        found = sorted(folder.rglob("*.lock")) if folder.is_dir() else []
+        for lock in found:
+            lock.unlink(missing_ok=True)
+        return found
+
+    def delete_refs(self, refs: Mapping[str, str]) -> int:
+        """Delete refs (name → the commit it must still point at) in one transaction."""
+        if not refs:
+            return 0
+        script = "".join(f"delete {name} {sha}\n" for name, sha in refs.items())
+        self._git("update-ref", "--stdin", stdin=script)
+        return len(refs)
