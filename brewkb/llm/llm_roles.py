@@ -18,12 +18,11 @@ import numpy as np
 from brewkb.errors import LLMError
 from brewkb.llm.client import LLMClient
 from brewkb.llm.roles import (
-    DIAGNOSTIC,
-    PRESCRIPTIVE,
     Insight,
     RelabelledTask,
     Rubric,
     RubricScores,
+    polarity_of,
 )
 from brewkb.recipes import Recipe, build_body, render_recipe, slugify
 from brewkb.trajectories.schema import Trajectory, render_compact
@@ -87,13 +86,13 @@ class LLMBackend:
     async def reflect(self, trajectory: Trajectory, max_concepts: int = 2) -> list[Insight]:
         value = await self._json("reflector", prompt("reflector"),
                                  render_compact(trajectory) + _rubric_block(trajectory), "reflection")
-        polarity = PRESCRIPTIVE if trajectory.success else DIAGNOSTIC
+        polarity = polarity_of(trajectory.success)
         return [
             Insight(concept=item["concept"].strip(), insight=item["insight"].strip(), polarity=polarity,
                     source=trajectory.id, task_id=trajectory.task_id, task=trajectory.task,
                     steps=tuple(s.strip("` ") for s in item["steps"] if s.strip()),
-                    kind="steps" if trajectory.success and item["steps"] else
-                    ("pitfall" if not trajectory.success else "note"))
+                    kind="steps" if trajectory.success is not False and item["steps"] else
+                    ("pitfall" if trajectory.success is False else "note"))
             for item in value["insights"][:max_concepts]
         ]
 

@@ -22,14 +22,21 @@ __all__ = ["Insight", "Rubric", "RubricScores", "RelabelledTask", "Backend", "BA
 
 PRESCRIPTIVE = "prescriptive"
 DIAGNOSTIC = "diagnostic"
+OBSERVED = "observed"
+
+
+def polarity_of(success: bool | None) -> str:
+    """Prescriptive for a pass, diagnostic for a failure, observed when the outcome is unknown."""
+    return OBSERVED if success is None else PRESCRIPTIVE if success else DIAGNOSTIC
 
 
 @dataclass(frozen=True)
 class Insight:
     """One lesson from one trajectory.
 
-    ``polarity`` is ``prescriptive`` (from a passing run: what to do) or
-    ``diagnostic`` (from a failing run or an error: what went wrong).
+    ``polarity`` is ``prescriptive`` (from a passing run: what to do),
+    ``diagnostic`` (from a failing run or an error: what went wrong) or
+    ``observed`` (what a run whose outcome is unknown did: neither).
     ``steps`` optionally holds an ordered procedure in the recipe step
     convention (``find_customer(email)``...); ``source`` is the trajectory id.
     """

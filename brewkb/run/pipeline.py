@@ -251,7 +251,7 @@ class Pipeline:
         done = self._partial(stage)
         todo = [(k, j) for k, j in zip(keys, jobs, strict=True) if k not in done]
         self.events(Event("stage_started", stage, done=len(done), total=len(jobs)))
-        wins = sum(Trajectory.from_json(v).success for v in done.values())
+        wins = sum(Trajectory.from_json(v).success is True for v in done.values())
         errors: list[str] = []
 
         def on_result(i: int, trajectory: Trajectory) -> None:
@@ -263,7 +263,7 @@ class Pipeline:
             else:
                 errors.append(error)
             done[key] = trajectory.to_json()
-            wins += trajectory.success
+            wins += trajectory.success is True
             self.events(Event("item_done", stage, done=len(done), total=len(jobs), successes=wins))
 
         await self.executor.run(self.agent, self.env, [j for _, j in todo], on_result)
@@ -353,7 +353,7 @@ class Pipeline:
         self._episodes_failed("relabel", errors, len(todo))
         out = [Trajectory.from_json(done[key]) for key in new]
         self._partial_path("relabel-tasks").unlink(missing_ok=True)
-        passed = sum(t.success for t in out)
+        passed = sum(t.success is True for t in out)
         self._finish("relabel", (t.to_line() for t in out), started, selected=len(chosen), relabelled=len(out),
                      unsupported=len(chosen) - len(new), passed=passed,
                      pass_rate=round(passed / len(out), 4) if out else None)
