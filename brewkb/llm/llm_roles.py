@@ -25,7 +25,7 @@ from brewkb.llm.roles import (
     polarity_of,
 )
 from brewkb.recipes import Recipe, build_body, render_recipe, slugify
-from brewkb.trajectories.schema import Trajectory, render_compact
+from brewkb.trajectories.schema import Outcome, Trajectory, render_compact
 
 __all__ = ["LLMBackend", "prompt", "SCHEMAS"]
 
@@ -50,6 +50,11 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "relabel": {
         "type": "object", "additionalProperties": False, "required": ["summary", "task"],
         "properties": {"summary": _STR, "task": {"type": "string", "minLength": 1}},
+    },
+    "outcome": {
+        "type": "object", "additionalProperties": False, "required": ["success", "score", "note"],
+        "properties": {"success": {"type": "boolean"}, "score": {"type": "number", "minimum": 0, "maximum": 1},
+                       "note": _STR},
     },
     "judge": {
         "type": "object", "additionalProperties": False, "required": ["scores"],
@@ -131,6 +136,10 @@ class LLMBackend:
             raise LLMError(f"judge: the reply scored none of the rubrics {sorted(wanted)}: {json.dumps(value)[:200]}")
         return RubricScores({i: (float(got[i]["score"]) if i in got else None) for i in sorted(wanted)},
                             {i: got[i]["note"] for i in got})
+
+    async def judge_outcome(self, trajectory: Trajectory) -> Outcome:
+        value = await self._json("judge", prompt("outcome"), render_compact(trajectory), "outcome")
+        return Outcome(bool(value["success"]), float(value["score"]), {"graded_by": "judge", "note": value["note"]})
 
     async def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:

@@ -65,6 +65,7 @@ from typing import Any
 
 import numpy as np
 
+from brewkb.errors import LLMError
 from brewkb.llm.embed import hashed_ngram_embeddings
 from brewkb.llm.roles import (
     DIAGNOSTIC,
@@ -75,7 +76,7 @@ from brewkb.llm.roles import (
     polarity_of,
 )
 from brewkb.recipes import Recipe, build_body, slugify
-from brewkb.trajectories.schema import ToolCall, Trajectory, content_id, tool_calls
+from brewkb.trajectories.schema import Outcome, ToolCall, Trajectory, content_id, tool_calls
 
 __all__ = ["OfflineBackend", "READ_VERBS", "concept_of_tool", "step_text", "parse_step", "is_lookup", "is_talk",
            "is_handoff", "action_verb", "user_turns", "ACTION_VERBS", "verb_of", "names_action", "asks_for"]
@@ -474,6 +475,10 @@ class OfflineBackend:
                 scores[rubric.id] = None
                 notes[rubric.id] = "the offline judge cannot score this rubric"
         return RubricScores(scores, notes)
+
+    async def judge_outcome(self, trajectory: Trajectory) -> Outcome:
+        # rules cannot tell from a transcript whether a request was done right
+        raise LLMError("the offline backend cannot judge whether a conversation succeeded")
 
     # -------------------------------------------------------------- embedder
     async def embed(self, texts: Sequence[str]) -> np.ndarray:

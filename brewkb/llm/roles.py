@@ -16,7 +16,7 @@ import numpy as np
 
 from brewkb.errors import ConfigError
 from brewkb.recipes import Recipe
-from brewkb.trajectories.schema import Trajectory
+from brewkb.trajectories.schema import Outcome, Trajectory
 
 __all__ = ["Insight", "Rubric", "RubricScores", "RelabelledTask", "Backend", "BACKENDS", "load_backend"]
 
@@ -103,6 +103,11 @@ class Backend(Protocol):
     async def relabel(self, trajectory: Trajectory) -> RelabelledTask | None: ...
 
     async def judge(self, trajectory: Trajectory, rubrics: Sequence[Rubric]) -> RubricScores: ...
+
+    async def judge_outcome(self, trajectory: Trajectory) -> Outcome:
+        """Whether a logged conversation whose outcome is unknown succeeded
+        (the judge role); a backend that cannot tell raises ``LLMError``."""
+        ...
 
     async def embed(self, texts: Sequence[str]) -> np.ndarray: ...
 

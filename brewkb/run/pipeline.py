@@ -307,6 +307,23 @@ class Pipeline:
                      rubrics=[r.id for r in rubrics])
         return results
 
+    async def outcomes(self) -> int:
+        """The judge grades the logged trajectories whose outcome is unknown
+        (with an LLM backend; the offline one cannot) and the run's rollouts get
+        its verdicts. Returns how many outcomes are still unknown."""
+        logged = self.run.read_trajectories(FILES["rollouts"])
+        unknown = {t.id: t for t in logged if t.success is None}
+        if self._skip("outcomes") or not unknown or self.config.llm.backend == "offline":
+            return len(unknown)
+        started = time.monotonic()
+        verdicts = await self._map("outcomes", sorted(unknown),
+                                   lambda key: grading.judge_outcome(self.backend, unknown[key]))
+        self.run.write_trajectories(FILES["rollouts"], [grading.with_outcome(t, verdicts.get(t.id)) for t in logged])
+        left = sum("failed" in v for v in verdicts.values())
+        self._finish("outcomes", (json.dumps({"key": k, "value": v}, sort_keys=True) for k, v in verdicts.items()),
+                     started, judged=len(verdicts) - left, unknown=left)
+        return left
+
     async def relabel(self) -> list[Trajectory]:
         """Relabel failing train trajectories (as many as pass), re-run the
         agent on the relabelled tasks and grade them."""
