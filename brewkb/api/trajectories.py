@@ -108,10 +108,10 @@ def _import(target: Run, path: Path, fmt: str, items: Iterator[Item], labels: La
                     if text.strip():
                         out.write(text if text.endswith("\n") else text + "\n")
         for item in items:
-            read += 1
-            if read % PROGRESS_EVERY == 0:
+            if read and read % PROGRESS_EVERY == 0:  # said once the records counted are done
                 events(Event("note", "import", done=read, successes=wins,
                              message=f"{read:,} records read, {added:,} new, {len(skipped):,} skipped"))
+            read += 1
             if isinstance(item, Skipped):
                 if not skip_bad:
                     raise TrajectoryError(f"{item.where}: {item.reason} (nothing was imported; use --skip-bad "

@@ -32,6 +32,11 @@ def import_cmd(source: Path, fmt: str, run: str | None, split: str, tasks: Path 
 
     result = import_trajectories(source, fmt, run=run, split=split, tasks=tasks, skip_bad=skip_bad,
                                  outcomes=outcomes, events=PlainRenderer())
+    if result.unmatched_labels:  # on stderr, with --json too: a label that labelled nothing is a mistake to see
+        shown = ", ".join(result.unmatched_labels[:5]) + (" ..." if len(result.unmatched_labels) > 5 else "")
+        count = len(result.unmatched_labels)
+        note(f"warning: {count} {'id' if count == 1 else 'ids'} of {outcomes} match no imported conversation: "
+             f"{shown}")
     if as_json:
         echo_json(result.to_json())
         return
@@ -42,9 +47,6 @@ def import_cmd(source: Path, fmt: str, run: str | None, split: str, tasks: Path 
     if outcomes is not None:
         echo(f"Labels from {outcomes.name}: attached to {result.labels_attached} conversations"
              + (f" ({result.relabelled} already in the run relabelled)" if result.relabelled else "") + ".")
-    if result.unmatched_labels:
-        shown = ", ".join(result.unmatched_labels[:5]) + (" ..." if len(result.unmatched_labels) > 5 else "")
-        note(f"warning: {len(result.unmatched_labels)} ids of {outcomes} match no imported conversation: {shown}")
     if result.unlabelled:
         note(f"{result.unlabelled} conversations have no known outcome: `brewkb distill` has the judge grade them "
              "when an endpoint is configured, or attach labels with --outcomes FILE")

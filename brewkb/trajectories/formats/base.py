@@ -21,7 +21,7 @@ import ijson
 from brewkb.errors import TrajectoryError
 from brewkb.trajectories.schema import UNKNOWN, Outcome, Trajectory
 
-__all__ = ["Skipped", "Item", "Reader", "MAX_DEPTH", "outcome_of", "outcome_json", "UNKNOWN_JSON", "build", "obj", "first_line", "first_user", "guarded", "parse_json",
+__all__ = ["Skipped", "Item", "Reader", "MAX_DEPTH", "RECORD_ERRORS", "outcome_of", "outcome_json", "UNKNOWN_JSON", "build", "obj", "first_line", "first_user", "guarded", "parse_json",
            "json_lines", "json_items", "open_text", "depth_ok"]
 
 MAX_DEPTH = 200

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from brewkb.errors import TrajectoryError
-from brewkb.trajectories.formats import otlp
+import brewkb.trajectories.formats.otlp as otlp
 from brewkb.trajectories.formats.base import UNKNOWN_JSON, Item, build, first_user, guarded, obj
 from brewkb.trajectories.formats.chat import Message, merge_calls, text_of, tool_call
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from brewkb.errors import TrajectoryError
-from brewkb.trajectories.formats.base import Skipped, json_items, json_lines, open_text
+from brewkb.trajectories.formats.base import RECORD_ERRORS, Skipped, json_items, json_lines, obj, open_text
 
 __all__ = ["Span", "LogEvent", "Trace", "read_trace", "any_value", "attributes", "groups", "looks_like"]
 
@@ -80,9 +80,9 @@ def any_value(value: Any) -> Any:
     if "doubleValue" in value:
         return value["doubleValue"]
     if "arrayValue" in value:
-        return [any_value(v) for v in _list((value["arrayValue"] or {}).get("values"))]
+        return [any_value(v) for v in _list(obj(value["arrayValue"]).get("values"))]
     if "kvlistValue" in value:
-        return attributes((value["kvlistValue"] or {}).get("values"))
+        return attributes(obj(value["kvlistValue"]).get("values"))
     if "bytesValue" in value:
         return value["bytesValue"]
     return None
@@ -139,31 +139,47 @@ def read_trace(path: Path, keep_span: KeepSpan, is_agent: IsAgent, keep_log: Cal
         for n, raw in enumerate(_records(request, "resourceSpans", ("scopeSpans", "instrumentationLibrarySpans"),
                                          "spans")):
             order += 1
-            if not isinstance(raw, dict) or not raw.get("spanId"):
-                trace.skipped.append(Skipped(f"{where}: span {n}", "not an OTLP span (no `spanId`)"))
-                continue
-            key = (_id(raw.get("traceId")), _id(raw.get("spanId")))
-            attrs = attributes(raw.get("attributes"))
-            trace.parents[key] = _id(raw.get("parentSpanId"))
-            if is_agent(attrs):
-                trace.agents[key] = attrs
-            name = str(raw.get("name") or "")
-            if keep_span(name, attrs):
-                events = [(e["name"], attributes(e.get("attributes"))) for e in _list(raw.get("events"))
-                          if isinstance(e, dict) and isinstance(e.get("name"), str)]
-                trace.spans.append(Span(key[0], key[1], trace.parents[key], name,
-                                        _int(raw.get("startTimeUnixNano")), order, attrs, events))
-        for raw in _records(request, "resourceLogs", ("scopeLogs", "instrumentationLibraryLogs"), "logRecords"):
+            try:
+                _add_span(trace, raw, order, keep_span, is_agent)
+            except (TrajectoryError, *RECORD_ERRORS) as exc:
+                trace.skipped.append(Skipped(f"{where}: span {n}", str(exc) if isinstance(exc, TrajectoryError)
+                                             else f"an OTLP span of an unexpected shape ({exc})"))
+        for n, raw in enumerate(_records(request, "resourceLogs", ("scopeLogs", "instrumentationLibraryLogs"),
+                                         "logRecords")):
             order += 1
-            if not isinstance(raw, dict):
-                continue
-            attrs = attributes(raw.get("attributes"))
-            name = raw.get("eventName") or attrs.get("event.name") or ""
-            if isinstance(name, str) and name and keep_log(name) and raw.get("spanId"):
-                key = (_id(raw.get("traceId")), _id(raw.get("spanId")))
-                trace.logs.setdefault(key, []).append(
-                    LogEvent(key[0], key[1], name, order, attrs, any_value(raw.get("body"))))
+            try:
+                _add_log(trace, raw, order, keep_log)
+            except RECORD_ERRORS as exc:
+                trace.skipped.append(Skipped(f"{where}: log record {n}",
+                                             f"an OTLP log record of an unexpected shape ({exc})"))
     return trace
+
+
+def _add_span(trace: Trace, raw: Any, order: int, keep_span: KeepSpan, is_agent: IsAgent) -> None:
+    if not isinstance(raw, dict) or not raw.get("spanId"):
+        raise TrajectoryError("not an OTLP span (no `spanId`)")
+    key = (_id(raw.get("traceId")), _id(raw.get("spanId")))
+    attrs = attributes(raw.get("attributes"))
+    trace.parents[key] = _id(raw.get("parentSpanId"))
+    if is_agent(attrs):
+        trace.agents[key] = attrs
+    name = str(raw.get("name") or "")
+    if keep_span(name, attrs):
+        events = [(e["name"], attributes(e.get("attributes"))) for e in _list(raw.get("events"))
+                  if isinstance(e, dict) and isinstance(e.get("name"), str)]
+        trace.spans.append(Span(key[0], key[1], trace.parents[key], name, _int(raw.get("startTimeUnixNano")),
+                                order, attrs, events))
+
+
+def _add_log(trace: Trace, raw: Any, order: int, keep_log: Callable[[str], bool]) -> None:
+    if not isinstance(raw, dict):
+        return
+    attrs = attributes(raw.get("attributes"))
+    name = raw.get("eventName") or attrs.get("event.name") or ""
+    if isinstance(name, str) and name and keep_log(name) and raw.get("spanId"):
+        key = (_id(raw.get("traceId")), _id(raw.get("spanId")))
+        trace.logs.setdefault(key, []).append(LogEvent(key[0], key[1], name, order, attrs,
+                                                       any_value(raw.get("body"))))
 
 
 def _records(request: dict[str, Any], top: str, scopes: Sequence[str], leaf: str) -> Iterator[Any]:
