@@ -23,10 +23,12 @@ from brewkb.cli.progress import close, renderer
 @click.option("--json", "as_json", is_flag=True, help="Events and the result as JSON lines.")
 def distill_cmd(run: str, strategy: str | None, iterations: int | None, width: int | None, depth: int | None,
                 no_cache: bool, show_plan: bool, as_json: bool) -> None:
-    """Learn recipes from RUN's logged (imported) trajectories: grades from the logs
-    (the judge grades unlabelled ones when an endpoint is configured), reflection on
-    scrubbed trajectories, concepts, integration, then a search whose reward is
-    retrieval only. Ends with a brew/RUN/pr branch."""
+    """Learn recipes from RUN's logged (imported) trajectories: grades from the logs,
+    reflection on scrubbed trajectories, concepts, integration, then a search whose
+    reward is retrieval only. Ends with a brew/RUN/pr branch.
+
+    With an endpoint configured, the judge first grades the conversations whose
+    outcome is unknown."""
     from brewkb.api.distill import distill
 
     if show_plan:

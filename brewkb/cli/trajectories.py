@@ -27,7 +27,9 @@ from brewkb.trajectories.formats import FORMATS
                    "unmatched_labels}.")
 def import_cmd(source: Path, fmt: str, run: str | None, split: str, tasks: Path | None, outcomes: Path | None,
                skip_bad: bool, as_json: bool) -> None:
-    """Import trajectories from SOURCE into a run (progress goes to stderr)."""
+    """Import trajectories from SOURCE into a run.
+
+    Records are read one at a time; progress goes to stderr."""
     from brewkb.api.trajectories import import_trajectories
 
     result = import_trajectories(source, fmt, run=run, split=split, tasks=tasks, skip_bad=skip_bad,
@@ -48,7 +50,8 @@ def import_cmd(source: Path, fmt: str, run: str | None, split: str, tasks: Path 
         echo(f"Labels from {outcomes.name}: attached to {result.labels_attached} conversations"
              + (f" ({result.relabelled} already in the run relabelled)" if result.relabelled else "") + ".")
     if result.unlabelled:
-        note(f"{result.unlabelled} conversations have no known outcome: `brewkb distill` has the judge grade them "
-             "when an endpoint is configured, or attach labels with --outcomes FILE")
+        have = "conversation has" if result.unlabelled == 1 else "conversations have"
+        note(f"{result.unlabelled} {have} no known outcome: `brewkb distill` has the judge grade them when an "
+             "endpoint is configured, or attach labels with --outcomes FILE")
     for error in result.errors[:10]:
         note(f"  skipped {error}")
