@@ -66,7 +66,7 @@ def measure(kb: Path, path: Path, run: str) -> tuple[float, float, dict[str, Any
         err.seek(0)
         if child.returncode != 0:
             raise SystemExit(f"brewkb import failed ({child.returncode}): {err.read().strip()}")
-        return usage.ru_maxrss / 1024, seconds, json.loads(out.read())
+        return usage.ru_maxrss * 1024 / 1e6, seconds, json.loads(out.read())  # ru_maxrss is in KiB
 
 
 def main() -> None:

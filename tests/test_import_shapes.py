@@ -156,6 +156,9 @@ def test_outcomes_attach_labels_and_relabel_without_duplicates(kb: Path, tmp_pat
     assert by_conv["conv-0"].outcome.detail["label"] == f"outcomes file {labels.name}"
     again = brewkb(kb, "import", str(log), "--format", "openai", "--run", "logs", "--outcomes", str(labels), "--json")
     assert json.loads(again.stdout)["imported"] == 0 and len(imported(kb, "logs")) == 18
+    plain = brewkb(kb, "import", str(log), "--format", "openai", "--run", "logs", "--json")  # the unlabelled log again
+    assert json.loads(plain.stdout)["imported"] == 0
+    assert [t.success for t in imported(kb, "logs")] == [t.success for t in logged]  # no label is lost
 
 
 def test_a_bad_outcomes_file_changes_nothing(kb: Path, tmp_path: Path) -> None:

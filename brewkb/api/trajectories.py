@@ -126,8 +126,8 @@ def _import(target: Run, path: Path, fmt: str, items: Iterator[Item], labels: La
             seen.add(key)
             if key in existing:
                 old_id, old_line = existing[key]
-                if old_id == trajectory.id:
-                    continue
+                if old_id == trajectory.id or (trajectory.success is None and old_line not in unknown_before):
+                    continue  # the same, or no label where the run has one: a label is never lost
                 replaced.add(old_line)
             out.write(trajectory.to_line() + "\n")
             added += 1

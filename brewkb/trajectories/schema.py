@@ -176,8 +176,7 @@ class Trajectory:
         for i, message in enumerate(messages):
             _check_message(message, f"messages[{i}]")
         outcome = data.get("outcome")
-        if not isinstance(outcome, dict) or not isinstance(outcome.get("success", False), bool | None) \
-                or "success" not in outcome:
+        if not isinstance(outcome, dict) or "success" not in outcome or not isinstance(outcome["success"], bool | None):
             raise TrajectoryError("`outcome.success` must be true, false or null (unknown)")
         success = outcome["success"]
         score = outcome.get("score", None if success is None else 1.0 if success else 0.0)
