@@ -44,20 +44,22 @@ Reader = Callable[[Path, str, Path | None], Iterator[Item]]
 
 
 def depth_ok(value: Any, limit: int = MAX_DEPTH) -> bool:
-    """True when ``value`` nests at most ``limit`` containers deep (walked without recursion)."""
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            children: Any = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
+    """True when ``value`` nests at most ``limit`` containers deep (walked level
+    by level, without recursion)."""
+    level = [value] if isinstance(value, dict | list) else []
+    depth = 0
+    while level:
+        depth += 1
         if depth > limit:
             return False
-        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+        below: list[Any] = []
+        for item in level:
+            below.extend([c for c in (item.values() if type(item) is dict else item) if type(c) in _CONTAINERS])
+        level = below
     return True
+
+
+_CONTAINERS = (dict, list)
 
 
 def parse_json(text: str | bytes) -> Any:
