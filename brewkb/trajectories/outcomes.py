@@ -10,9 +10,9 @@ A CSV file with a header, or JSONL of objects, one conversation per row:
 The id column is the first of ``conversation_id``, ``id``, ``trace_id`` or
 ``task_id`` that the file has; ``success`` is true/false (also 1/0, yes/no,
 pass/fail), ``score`` a number; a row needs one of them. A score alone counts
-as a success at 1 or more, as a reward does. A row labels the conversations
+as a success at 1 or more, as a reward does. A row labels each conversation
 whose ``meta.conversation_id``, ``meta.trace_id``, ``meta.simulation_id`` or
-``task_id`` is its id (the first of those that any conversation has).
+``task_id`` is its id, tried in that order.
 
 The whole file is read before anything is imported: a bad row is an error
 naming ``file:line``, and nothing changes.
