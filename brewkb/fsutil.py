@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 
 def _umask() -> int:
@@ -33,6 +36,25 @@ def write_atomic(path: Path, data: str | bytes) -> None:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        raise
+
+
+@contextlib.contextmanager
+def atomic_writer(path: Path) -> Iterator[IO[str]]:
+    """A text file written a piece at a time that replaces ``path`` only when
+    the block ends without an error (a file too big to hold in memory)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            yield f
+            f.flush()
+            os.fchmod(f.fileno(), _MODE)
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
         raise
 
 

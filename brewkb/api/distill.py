@@ -88,7 +88,9 @@ def pr_message(run: str, source: str, spec: SearchSpec, result: SearchResult, ch
         rows.append(f"| `{concept}` | {held_n or 'none (train requests)'} | {root} | {final.base_reward:.3f} | "
                     f"{final.reward:.3f} | {chosen} | {info['nodes']} |")
     merges = [f"- `{c.slug}`: {note}" for c in concepts for note in c.merged]
-    rewarded = sum(t.outcome.score is not None for t in logged)
+    rewarded = sum(t.success is not None and "graded_by" not in t.outcome.detail for t in logged)
+    judged_outcomes = sum(t.outcome.detail.get("graded_by") == "judge" for t in logged)
+    unlabelled = sum(t.success is None for t in logged)
     judged = sum(1 for v in grades.values() if isinstance(v, dict) and "failed" not in v)
     return (f"brew({run}): {len(result.trees)} recipes distilled from logged trajectories\n\n"
             f"Source: {len(logged)} trajectories imported from {source} logs; {len(held)} of their tasks held out "
@@ -97,7 +99,9 @@ def pr_message(run: str, source: str, spec: SearchSpec, result: SearchResult, ch
             f"- Retrieval only: reward = MRR of each recipe among the KB for the held-out logged requests of its "
             f"concept (λ_corr = {spec.lambda_corr}, λ_ret = {spec.lambda_ret}); {spec.strategy}, {spec.rounds} "
             "rounds.\n"
-            f"- Grades taken from the logs: {rewarded} of {len(logged)} trajectories carry a reward; "
+            f"- Grades taken from the logs: {rewarded} of {len(logged)} trajectories carry a reward or label; "
+            f"{judged_outcomes} unlabelled ones were graded by the judge; {unlabelled} are unlabelled (outcome "
+            "unknown: reflection used their tool calls and errors, as neither a success nor a failure); "
             f"{judged} were scored by the rubric judge ({backend}: "
             + ("only the rubrics it can count" if backend == "offline" else "an LLM") + ").\n\n" + "\n".join(rows) + "\n\n"
             "## What could not be measured\n\n"
@@ -160,9 +164,11 @@ async def _distill(kb: KB, folder: Run, strategy: str | None, iterations: int | 
     base = recorded["base"] if recorded else kb.store.head_commit()
     if not recorded:
         folder.set_manifest("search_spec", {"base": base, "spec": dataclasses.asdict(spec), "kind": "distill"})
-    held = _hold_out(folder)
     kb.config = dataclasses.replace(kb.config, stages=dataclasses.replace(kb.config.stages, relabel=False))
     async with Pipeline.open(kb, folder, no_cache=no_cache, events=events) as pipeline:
+        await pipeline.outcomes()  # the judge labels unknown outcomes first, held-out ones included
+        logged = folder.read_trajectories(FILES["rollouts"])
+        held = _hold_out(folder)
         grades = await pipeline.grades()
         await pipeline.relabel()
         train, _ = await pipeline.reflections()

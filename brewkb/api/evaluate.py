@@ -88,9 +88,10 @@ def _ci(per_task: np.ndarray, seed: int = 0, rounds: int = 2000) -> tuple[float,
 def _column(label: str, runs: Sequence[Trajectory], recipes: int | None) -> Column:
     by_task: dict[str, list[bool]] = {}
     for t in runs:
-        by_task.setdefault(t.task_id, []).append(t.success)
+        if t.success is not None:  # an unknown outcome is neither a success nor a failure
+            by_task.setdefault(t.task_id, []).append(t.success)
     per_task = np.array([np.mean(v) for v in by_task.values()], dtype=float)
-    wins = [t for t in runs if t.success]
+    wins = [t for t in runs if t.success is True]
     errors = [e for t in runs if (e := episode_error(t)) is not None]
     if runs and len(errors) == len(runs):
         raise AllFailedError(f"all {len(runs)} episodes of '{label}' failed to run: {errors[0]}; fix the agent or "
@@ -260,8 +261,8 @@ async def _effects(kb: KB, rev: str, names: Sequence[str], jobs: Sequence[Job], 
         pairs = plan[name]
         if not pairs:
             continue
-        with_rate = sum(results[i].success for i, _ in pairs) / len(pairs)
-        without_rate = sum(known[key].success for _, key in pairs) / len(pairs)
+        with_rate = sum(results[i].success is True for i, _ in pairs) / len(pairs)
+        without_rate = sum(known[key].success is True for _, key in pairs) / len(pairs)
         out.append(Effect(name, len(pairs), round(with_rate, 4), round(without_rate, 4),
                           len(pairs) - reused[name], reused[name]))
     return out

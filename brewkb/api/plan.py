@@ -19,7 +19,7 @@ from brewkb.run.plan import JSON_ROLES, PlanInputs, RunPlan, plan_refine, with_c
 from brewkb.search.engine import SearchSpec
 from brewkb.stages import relabel as relabel_stage
 
-__all__ = ["refine_plan", "open_budget", "limits_of", "LEDGER"]
+__all__ = ["refine_plan", "distill_plan", "open_budget", "limits_of", "LEDGER"]
 
 LEDGER = "ledger.jsonl"
 
@@ -127,3 +127,35 @@ def _prompt_tokens(folder: Run | None) -> dict[str, int]:
             totals.setdefault(e.role, []).append(e.tokens_in)
     return {r: round(sum(v) / len(v)) for r, v in totals.items()}
 
+
+def distill_plan(run: str, *, strategy: str | None = None, iterations: int | None = None, width: int | None = None,
+                 depth: int | None = None, start: Path = Path(".")) -> tuple[RunPlan, dict[str, int]]:
+    """The most ``distill RUN`` can call (or the rest of it), and the counts
+    it rests on (``trajectories``, ``unlabelled``). Calls nothing, writes nothing."""
+    from brewkb.run.plan import DistillInputs, plan_distill
+
+    with KB.open(start, require_config=True) as kb:
+        config = kb.config
+        folder = Run.at(kb.runs_dir, run)
+        recorded = folder.manifest().get("search_spec")
+        spec = SearchSpec(**recorded["spec"]) if recorded is not None else SearchSpec.from_config(
+            config.search, strategy=strategy, iterations=iterations, width=width, depth=depth)
+        logged = folder.read_trajectories(FILES["rollouts"])
+        unlabelled = sum(t.success is None for t in logged)
+        done = frozenset(s for s in (*STAGES, "outcomes", "search") if folder.stage_done(s))
+        path = folder.file(FILES["concepts"])
+        concepts = len(json.loads(path.read_text(encoding="utf-8"))["concepts"]) \
+            if "concepts" in done and path.exists() else None
+        result = plan_distill(DistillInputs(
+            trajectories=len(logged), unlabelled=unlabelled if config.llm.backend != "offline" else 0,
+            rounds=spec.rounds, per_expansion=spec.per_expansion, done=done, concepts=concepts,
+            concepts_per_trajectory=config.stages.concepts_per_trajectory,
+            min_concept_insights=config.stages.min_concept_insights,
+            integrate_retries=config.stages.integrate_retries, fallback_calls=_fallback_allowance(config)))
+        if config.llm.backend == "offline":
+            result = dataclasses.replace(result, calls={r: 0 for r in result.calls})
+        roles = config.llm.roles
+        models = {r: getattr(roles, r).model or config.llm.model for r in result.calls}
+        max_tokens = {r: getattr(roles, r).max_tokens for r in result.calls}
+        plan = with_cost(result, models, max_tokens, config.llm.prices, _prompt_tokens(folder))
+        return plan, {"trajectories": len(logged), "unlabelled": unlabelled}

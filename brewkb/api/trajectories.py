@@ -1,20 +1,35 @@
-"""``import``: bring existing trajectories into a run."""
+"""``import``: bring existing trajectories into a run.
+
+Records are read and written one at a time, so a file of any size imports in
+about the memory of its largest record: the new trajectories go to a
+temporary file beside ``rollouts.jsonl``, which replaces it (the trajectories
+already there first) only when the whole file was read. Without
+``--skip-bad`` the first bad record stops the import and nothing changes.
+"""
 
 from __future__ import annotations
 
+import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from brewkb.envs.base import SPLITS
 from brewkb.errors import TrajectoryError
+from brewkb.events import Event, EventSink, null_sink
+from brewkb.fsutil import atomic_writer
 from brewkb.kb import KB
 from brewkb.recipes import slugify
 from brewkb.run.folder import Run
-from brewkb.trajectories.importers import Skipped, import_file
+from brewkb.trajectories.formats import Item, Skipped, import_file
+from brewkb.trajectories.outcomes import Labels, read_outcomes
+from brewkb.trajectories.schema import Trajectory, content_id, read_jsonl
 
-__all__ = ["ImportResult", "import_trajectories", "ROLLOUTS"]
+__all__ = ["ImportResult", "import_trajectories", "ROLLOUTS", "PROGRESS_EVERY"]
 
 ROLLOUTS = "rollouts.jsonl"
+PROGRESS_EVERY = 1000
+"""Records between two progress notes."""
 
 
 @dataclass(frozen=True)
@@ -22,43 +37,123 @@ class ImportResult:
     run: str
     imported: int
     skipped: int
-    success_rate: float
+    success_rate: float | None
+    """Over the labelled trajectories imported; ``None`` when none is labelled."""
+    unlabelled: int = 0
+    labels_attached: int = 0
+    relabelled: int = 0
+    """Trajectories already in the run whose outcome the outcomes file changed."""
+    unmatched_labels: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, object]:
         return {"run": self.run, "imported": self.imported, "skipped": self.skipped,
-                "success_rate": round(self.success_rate, 6)}
+                "success_rate": None if self.success_rate is None else round(self.success_rate, 6),
+                "unlabelled": self.unlabelled, "labels_attached": self.labels_attached,
+                "relabelled": self.relabelled, "unmatched_labels": len(self.unmatched_labels)}
+
+
+def _key(t: Trajectory) -> str:
+    """The conversation apart from its outcome: a label attached later replaces it, never duplicates it."""
+    return content_id({"task_id": t.task_id, "task": t.task, "messages": list(t.messages),
+                       "relabelled_from": t.relabelled_from, "kb": t.kb.recipes})
 
 
 def import_trajectories(path: Path, fmt: str, *, run: str | None = None, split: str = "train",
-                        tasks: Path | None = None, skip_bad: bool = False, start: Path = Path(".")) -> ImportResult:
-    """Convert ``path`` and add its trajectories to the run's ``rollouts.jsonl``.
-    Without ``skip_bad`` a bad record stops the import and nothing is written;
-    trajectories already in the run are kept, and re-importing adds no duplicates."""
+                        tasks: Path | None = None, skip_bad: bool = False, outcomes: Path | None = None,
+                        events: EventSink = null_sink, start: Path = Path(".")) -> ImportResult:
+    """Convert ``path`` and add its trajectories to the run's ``rollouts.jsonl``,
+    with the labels of ``outcomes`` attached. Without ``skip_bad`` a bad record
+    stops the import and nothing is written; trajectories already in the run
+    are kept, and re-importing adds no duplicates."""
     if split == "test":
         raise TrajectoryError("test-split trajectories are held out from a run's stages, so they cannot be "
                               "imported into one; import them as --split train or eval, or keep them for "
                               "`brewkb eval --split test`")
     if split not in SPLITS:
         raise TrajectoryError(f"split {split!r} is not one of {', '.join(SPLITS)}")
-    new, skipped = [], []
-    for item in import_file(path, fmt, split, tasks):
-        if isinstance(item, Skipped):
-            if not skip_bad:
-                raise TrajectoryError(f"{item.where}: {item.reason} (nothing was imported; use --skip-bad "
-                                      "to skip bad records)")
-            skipped.append(f"{item.where}: {item.reason}")
-        else:
-            new.append(item)
+    labels = read_outcomes(outcomes) if outcomes is not None else None
+    items = import_file(path, fmt, split, tasks)
     with KB.open(start) as kb:
         run_id = run or f"import-{slugify(path.stem)}"
+        new_folder = not (kb.runs_dir / run_id).is_dir()
         target = Run.at(kb.runs_dir, run_id, create=True)
-        existing = target.read_trajectories(ROLLOUTS)
-        seen = {t.id for t in existing}
-        added = [t for t in new if t.id not in seen and not seen.add(t.id)]  # type: ignore[func-returns-value]
-        target.write_trajectories(ROLLOUTS, existing + added)
-        all_runs = existing + added
-        target.record_stage("rollouts", source=f"import:{fmt}", file=str(path), trajectories=len(all_runs),
-                            skipped=len(skipped))
-    rate = sum(t.success for t in new) / len(new) if new else 0.0
-    return ImportResult(run_id, len(added), len(skipped), rate, skipped)
+        try:
+            with target.lock("import"):
+                return _import(target, path, fmt, items, labels, skip_bad, events)
+        except BaseException:
+            if new_folder:  # a failed import into a new run leaves no empty run behind
+                shutil.rmtree(target.path, ignore_errors=True)
+            raise
+
+
+def _import(target: Run, path: Path, fmt: str, items: Iterator[Item], labels: Labels | None, skip_bad: bool,
+            events: EventSink) -> ImportResult:
+    rollouts = target.file(ROLLOUTS)
+    existing: dict[str, tuple[str, int]] = {}  # key -> (id, line)
+    unknown_before: set[int] = set()
+    if rollouts.exists():
+        for line, t in enumerate(read_jsonl(rollouts)):
+            existing[_key(t)] = (t.id, line)
+            if t.success is None:
+                unknown_before.add(line)
+    seen: set[str] = set()
+    replaced: set[int] = set()
+    skipped: list[str] = []
+    added = wins = unlabelled = attached = read = 0
+    with atomic_writer(rollouts) as out:
+        if rollouts.exists():
+            with rollouts.open(encoding="utf-8") as old:
+                for text in old:
+                    if text.strip():
+                        out.write(text if text.endswith("\n") else text + "\n")
+        for item in items:
+            if read and read % PROGRESS_EVERY == 0:  # said once the records counted are done
+                events(Event("note", "import", done=read, successes=wins,
+                             message=f"{read:,} records read, {added:,} new, {len(skipped):,} skipped"))
+            read += 1
+            if isinstance(item, Skipped):
+                if not skip_bad:
+                    raise TrajectoryError(f"{item.where}: {item.reason} (nothing was imported; use --skip-bad "
+                                          "to skip bad records)")
+                skipped.append(f"{item.where}: {item.reason}")
+                continue
+            trajectory = labels.label(item) if labels is not None else item
+            attached += trajectory is not item
+            key = _key(trajectory)
+            if key in seen:
+                continue
+            seen.add(key)
+            if key in existing:
+                old_id, old_line = existing[key]
+                if old_id == trajectory.id or (trajectory.success is None and old_line not in unknown_before):
+                    continue  # the same, or no label where the run has one: a label is never lost
+                replaced.add(old_line)
+            out.write(trajectory.to_line() + "\n")
+            added += 1
+            wins += trajectory.success is True
+            unlabelled += trajectory.success is None
+    if replaced:
+        _drop_lines(rollouts, replaced, keep_last=added)
+    labelled = added - unlabelled
+    target.record_stage("rollouts", source=f"import:{fmt}", file=str(path),
+                        trajectories=len(existing) - len(replaced) + added, skipped=len(skipped),
+                        unlabelled=len(unknown_before - replaced) + unlabelled)
+    return ImportResult(target.id, added, len(skipped), wins / labelled if labelled else None, unlabelled,
+                        attached, len(replaced), labels.unused() if labels else [], skipped)
+
+
+def _drop_lines(path: Path, lines: set[int], keep_last: int) -> None:
+    """Rewrite ``path`` without the given lines of its old part (the trajectories
+    a newly attached label replaces); the last ``keep_last`` lines are new."""
+    with path.open(encoding="utf-8") as handle:
+        total = sum(1 for line in handle if line.strip())
+    old = total - keep_last
+    with atomic_writer(path) as out, path.open(encoding="utf-8") as handle:
+        index = 0
+        for line in handle:
+            if not line.strip():
+                continue
+            if index >= old or index not in lines:
+                out.write(line)
+            index += 1

@@ -18,14 +18,22 @@ from brewkb.cli.progress import close, renderer
 @click.option("--width", type=click.IntRange(min=1), default=None, help="Children per node e.")
 @click.option("--depth", type=click.IntRange(min=1), default=None, help="Maximum depth k.")
 @click.option("--no-cache", is_flag=True, help="Call the LLM even for requests seen before.")
+@click.option("--plan", "show_plan", is_flag=True,
+              help="Print the most this distill can call (LLM calls per role, cost), calling nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Events and the result as JSON lines.")
 def distill_cmd(run: str, strategy: str | None, iterations: int | None, width: int | None, depth: int | None,
-                no_cache: bool, as_json: bool) -> None:
+                no_cache: bool, show_plan: bool, as_json: bool) -> None:
     """Learn recipes from RUN's logged (imported) trajectories: grades from the logs,
     reflection on scrubbed trajectories, concepts, integration, then a search whose
-    reward is retrieval only. Ends with a brew/RUN/pr branch."""
+    reward is retrieval only. Ends with a brew/RUN/pr branch.
+
+    With an endpoint configured, the judge first grades the conversations whose
+    outcome is unknown."""
     from brewkb.api.distill import distill
 
+    if show_plan:
+        _print_plan(run, strategy, iterations, width, depth, as_json)
+        return
     sink = renderer(as_json)
     try:
         result = distill(run, strategy=strategy, iterations=iterations, width=width, depth=depth,
@@ -45,3 +53,26 @@ def distill_cmd(run: str, strategy: str | None, iterations: int | None, width: i
         for note in notes:
             echo(f"  {concept}: {note}")
     echo(f"Review: git diff HEAD brew/{result.run}/pr   ·   brewkb pr {result.run} --body-only")
+
+
+def _print_plan(run: str, strategy: str | None, iterations: int | None, width: int | None, depth: int | None,
+                as_json: bool) -> None:
+    from brewkb.api.plan import distill_plan
+
+    p, counts = distill_plan(run, strategy=strategy, iterations=iterations, width=width, depth=depth)
+    if as_json:
+        echo(json.dumps({**p.to_json(), **counts}, sort_keys=True))
+        return
+    echo(f"At most, distill {run} ({counts['trajectories']} trajectories, {counts['unlabelled']} unlabelled; "
+         f"{p.rounds} search rounds) makes:")
+    echo(f"  {'LLM calls':16}{p.llm_calls:>9}")
+    for role, n in p.calls.items():
+        echo(f"    {role:14}{n:>9}")
+    known = "found so far" if p.concepts_known else "at most, before reflection finds them"
+    echo(f"  {'concepts':16}{p.concepts:>9}  ({known})")
+    if p.cost is None:
+        echo("  cost: no price in llm.prices for these models")
+    else:
+        echo(f"  cost ≈ ${p.cost:.4f} (outputs at max_tokens)")
+    echo("Nothing was called. The judge grades unlabelled outcomes only with an endpoint (llm.backend = "
+         "\"openai\"); embeddings for hybrid retrieval are not counted.")

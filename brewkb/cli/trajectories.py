@@ -7,29 +7,51 @@ from pathlib import Path
 import click
 
 from brewkb.cli.output import echo, echo_json, note
-from brewkb.trajectories.importers import IMPORTERS
+from brewkb.cli.progress import PlainRenderer
+from brewkb.trajectories.formats import FORMATS
 
 
 @click.command("import")
 @click.argument("source", type=click.Path(exists=True, path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(sorted(IMPORTERS)), required=True, help="Format of SOURCE.")
+@click.option("--format", "fmt", type=click.Choice(list(FORMATS)), required=True, help="Format of SOURCE.")
 @click.option("--run", default=None, help="Run to add them to (default: import-<file name>).")
 @click.option("--split", default="train", show_default=True, type=click.Choice(["train", "eval", "test"]),
               help="Split the trajectories belong to.")
 @click.option("--tasks", type=click.Path(exists=True, path_type=Path), default=None,
-              help="OSWorld: the tasks folder holding each example's instruction.")
+              help="Task context: OSWorld's tasks folder, or a tau2 domain's tasks.json.")
+@click.option("--outcomes", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="CSV or JSONL of conversation id and success or score: labels kept elsewhere.")
 @click.option("--skip-bad", is_flag=True, help="Skip records that cannot be converted (and count them).")
-@click.option("--json", "as_json", is_flag=True, help="Print {run, imported, skipped, success_rate}.")
-def import_cmd(source: Path, fmt: str, run: str | None, split: str, tasks: Path | None, skip_bad: bool,
-               as_json: bool) -> None:
-    """Import trajectories from SOURCE into a run."""
+@click.option("--json", "as_json", is_flag=True,
+              help="Print {run, imported, skipped, success_rate, unlabelled, labels_attached, relabelled, "
+                   "unmatched_labels}.")
+def import_cmd(source: Path, fmt: str, run: str | None, split: str, tasks: Path | None, outcomes: Path | None,
+               skip_bad: bool, as_json: bool) -> None:
+    """Import trajectories from SOURCE into a run.
+
+    Records are read one at a time; progress goes to stderr."""
     from brewkb.api.trajectories import import_trajectories
 
-    result = import_trajectories(source, fmt, run=run, split=split, tasks=tasks, skip_bad=skip_bad)
+    result = import_trajectories(source, fmt, run=run, split=split, tasks=tasks, skip_bad=skip_bad,
+                                 outcomes=outcomes, events=PlainRenderer())
+    if result.unmatched_labels:  # on stderr, with --json too: a label that labelled nothing is a mistake to see
+        shown = ", ".join(result.unmatched_labels[:5]) + (" ..." if len(result.unmatched_labels) > 5 else "")
+        count = len(result.unmatched_labels)
+        note(f"warning: {count} {'id' if count == 1 else 'ids'} of {outcomes} match no imported conversation: "
+             f"{shown}")
     if as_json:
         echo_json(result.to_json())
         return
-    echo(f"Imported {result.imported} trajectories into run {result.run} "
-         f"(success rate {result.success_rate:.1%}); skipped {result.skipped}.")
+    rate = "no outcome known" if result.success_rate is None else f"success rate {result.success_rate:.1%}"
+    unknown = f", {result.unlabelled} unlabelled" if result.unlabelled else ""
+    echo(f"Imported {result.imported} trajectories into run {result.run} ({rate}{unknown}); "
+         f"skipped {result.skipped}.")
+    if outcomes is not None:
+        echo(f"Labels from {outcomes.name}: attached to {result.labels_attached} conversations"
+             + (f" ({result.relabelled} already in the run relabelled)" if result.relabelled else "") + ".")
+    if result.unlabelled:
+        have = "conversation has" if result.unlabelled == 1 else "conversations have"
+        note(f"{result.unlabelled} {have} no known outcome: `brewkb distill` has the judge grade them when an "
+             "endpoint is configured, or attach labels with --outcomes FILE")
     for error in result.errors[:10]:
         note(f"  skipped {error}")

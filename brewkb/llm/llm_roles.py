@@ -18,15 +18,14 @@ import numpy as np
 from brewkb.errors import LLMError
 from brewkb.llm.client import LLMClient
 from brewkb.llm.roles import (
-    DIAGNOSTIC,
-    PRESCRIPTIVE,
     Insight,
     RelabelledTask,
     Rubric,
     RubricScores,
+    polarity_of,
 )
 from brewkb.recipes import Recipe, build_body, render_recipe, slugify
-from brewkb.trajectories.schema import Trajectory, render_compact
+from brewkb.trajectories.schema import Outcome, Trajectory, render_compact
 
 __all__ = ["LLMBackend", "prompt", "SCHEMAS"]
 
@@ -51,6 +50,11 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "relabel": {
         "type": "object", "additionalProperties": False, "required": ["summary", "task"],
         "properties": {"summary": _STR, "task": {"type": "string", "minLength": 1}},
+    },
+    "outcome": {
+        "type": "object", "additionalProperties": False, "required": ["success", "score", "note"],
+        "properties": {"success": {"type": "boolean"}, "score": {"type": "number", "minimum": 0, "maximum": 1},
+                       "note": _STR},
     },
     "judge": {
         "type": "object", "additionalProperties": False, "required": ["scores"],
@@ -87,13 +91,13 @@ class LLMBackend:
     async def reflect(self, trajectory: Trajectory, max_concepts: int = 2) -> list[Insight]:
         value = await self._json("reflector", prompt("reflector"),
                                  render_compact(trajectory) + _rubric_block(trajectory), "reflection")
-        polarity = PRESCRIPTIVE if trajectory.success else DIAGNOSTIC
+        polarity = polarity_of(trajectory.success)
         return [
             Insight(concept=item["concept"].strip(), insight=item["insight"].strip(), polarity=polarity,
                     source=trajectory.id, task_id=trajectory.task_id, task=trajectory.task,
                     steps=tuple(s.strip("` ") for s in item["steps"] if s.strip()),
-                    kind="steps" if trajectory.success and item["steps"] else
-                    ("pitfall" if not trajectory.success else "note"))
+                    kind="steps" if trajectory.success is not False and item["steps"] else
+                    ("pitfall" if trajectory.success is False else "note"))
             for item in value["insights"][:max_concepts]
         ]
 
@@ -132,6 +136,10 @@ class LLMBackend:
             raise LLMError(f"judge: the reply scored none of the rubrics {sorted(wanted)}: {json.dumps(value)[:200]}")
         return RubricScores({i: (float(got[i]["score"]) if i in got else None) for i in sorted(wanted)},
                             {i: got[i]["note"] for i in got})
+
+    async def judge_outcome(self, trajectory: Trajectory) -> Outcome:
+        value = await self._json("judge", prompt("outcome"), render_compact(trajectory), "outcome")
+        return Outcome(bool(value["success"]), float(value["score"]), {"graded_by": "judge", "note": value["note"]})
 
     async def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:

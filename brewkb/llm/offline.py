@@ -65,17 +65,18 @@ from typing import Any
 
 import numpy as np
 
+from brewkb.errors import LLMError
 from brewkb.llm.embed import hashed_ngram_embeddings
 from brewkb.llm.roles import (
     DIAGNOSTIC,
-    PRESCRIPTIVE,
     Insight,
     RelabelledTask,
     Rubric,
     RubricScores,
+    polarity_of,
 )
 from brewkb.recipes import Recipe, build_body, slugify
-from brewkb.trajectories.schema import ToolCall, Trajectory, content_id, tool_calls
+from brewkb.trajectories.schema import Outcome, ToolCall, Trajectory, content_id, tool_calls
 
 __all__ = ["OfflineBackend", "READ_VERBS", "concept_of_tool", "step_text", "parse_step", "is_lookup", "is_talk",
            "is_handoff", "action_verb", "user_turns", "ACTION_VERBS", "verb_of", "names_action", "asks_for"]
@@ -285,6 +286,9 @@ def merge_steps(sequences: Sequence[Sequence[str]]) -> list[str]:
     return merged[:MAX_STEPS]
 
 
+_A_RUN = {True: "A passing run", None: "A run whose outcome is unknown"}
+
+
 class OfflineBackend:
     """Deterministic rules for every role (see the module docstring)."""
 
@@ -344,9 +348,9 @@ class OfflineBackend:
                 if is_talk(c.name) and not c.error:
                     after.append(c)
             steps = tuple(dict.fromkeys(step_text(c) for c in upto + after[:1]))[-MAX_STEPS:]
-            if trajectory.success:
-                add(concept, "A passing run did: " + "; then ".join(f"`{s}`" for s in steps),
-                    PRESCRIPTIVE, "steps", steps)
+            if trajectory.success is not False:  # an unlabelled run's procedure, said as such
+                add(concept, f"{_A_RUN[trajectory.success]} did: " + "; then ".join(f"`{s}`" for s in steps),
+                    polarity_of(trajectory.success), "steps", steps)
             elif not any(c.error for c in calls):
                 add(concept, f"A run that called `{step_text(calls[index])}` without errors still failed: check that "
                              "every detail the task asks for (items, amounts, reasons, payment) is used, "
@@ -373,20 +377,21 @@ class OfflineBackend:
         looked = tuple(dict.fromkeys(step_text(c) for c in calls if is_lookup(c.name) and not c.error))[:MAX_STEPS]
         last = max((n for n, c in enumerate(calls) if not c.error and not is_talk(c.name)), default=-1)
         told = next((step_text(c) for c in calls[last + 1 :] if is_talk(c.name) and not c.error), None)
-        outcome = "passed" if trajectory.success else "failed"
+        outcome = {True: "passed", False: "failed", None: "has no known outcome"}[trajectory.success]
         steps = (*looked, *([step_text(handoff)] if handoff else []), *([told] if told else []))
-        if not trajectory.success:
+        if trajectory.success is False:
             add(concept, (f"A run that handed the request to a person with `{step_text(handoff)}` failed"
                           if handoff else "A run that changed nothing failed: the request needed an action, "
                                           "or a clear refusal that the policy supports"), DIAGNOSTIC, "pitfall")
         elif handoff is not None:
             add(concept, f"A run that {outcome} handed the request to a person with `{step_text(handoff)}` "
                          "instead of changing anything" + (f", after checking `{looked[-1]}`" if looked else ""),
-                PRESCRIPTIVE, "steps", steps)
+                polarity_of(trajectory.success), "steps", steps)
         else:
-            add(concept, "A passing run changed nothing: it checked "
+            add(concept, f"{_A_RUN[trajectory.success]} changed nothing: it checked "
                          + (", ".join(f"`{s}`" for s in looked) or "the request") + " and answered"
-                         + (f" with `{told}`" if told else ""), PRESCRIPTIVE, "steps" if steps else "note", steps)
+                         + (f" with `{told}`" if told else ""), polarity_of(trajectory.success),
+                "steps" if steps else "note", steps)
 
     # ------------------------------------------------------------ integrator
     async def integrate(self, concept: str, aliases: Sequence[str], insights: Sequence[Insight],
@@ -470,6 +475,10 @@ class OfflineBackend:
                 scores[rubric.id] = None
                 notes[rubric.id] = "the offline judge cannot score this rubric"
         return RubricScores(scores, notes)
+
+    async def judge_outcome(self, trajectory: Trajectory) -> Outcome:
+        # rules cannot tell from a transcript whether a request was done right
+        raise LLMError("the offline backend cannot judge whether a conversation succeeded")
 
     # -------------------------------------------------------------- embedder
     async def embed(self, texts: Sequence[str]) -> np.ndarray:

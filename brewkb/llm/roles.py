@@ -16,20 +16,27 @@ import numpy as np
 
 from brewkb.errors import ConfigError
 from brewkb.recipes import Recipe
-from brewkb.trajectories.schema import Trajectory
+from brewkb.trajectories.schema import Outcome, Trajectory
 
 __all__ = ["Insight", "Rubric", "RubricScores", "RelabelledTask", "Backend", "BACKENDS", "load_backend"]
 
 PRESCRIPTIVE = "prescriptive"
 DIAGNOSTIC = "diagnostic"
+OBSERVED = "observed"
+
+
+def polarity_of(success: bool | None) -> str:
+    """Prescriptive for a pass, diagnostic for a failure, observed when the outcome is unknown."""
+    return OBSERVED if success is None else PRESCRIPTIVE if success else DIAGNOSTIC
 
 
 @dataclass(frozen=True)
 class Insight:
     """One lesson from one trajectory.
 
-    ``polarity`` is ``prescriptive`` (from a passing run: what to do) or
-    ``diagnostic`` (from a failing run or an error: what went wrong).
+    ``polarity`` is ``prescriptive`` (from a passing run: what to do),
+    ``diagnostic`` (from a failing run or an error: what went wrong) or
+    ``observed`` (what a run whose outcome is unknown did: neither).
     ``steps`` optionally holds an ordered procedure in the recipe step
     convention (``find_customer(email)``...); ``source`` is the trajectory id.
     """
@@ -96,6 +103,11 @@ class Backend(Protocol):
     async def relabel(self, trajectory: Trajectory) -> RelabelledTask | None: ...
 
     async def judge(self, trajectory: Trajectory, rubrics: Sequence[Rubric]) -> RubricScores: ...
+
+    async def judge_outcome(self, trajectory: Trajectory) -> Outcome:
+        """Whether a logged conversation whose outcome is unknown succeeded
+        (the judge role); a backend that cannot tell raises ``LLMError``."""
+        ...
 
     async def embed(self, texts: Sequence[str]) -> np.ndarray: ...
 

@@ -47,7 +47,7 @@ class TrajectoryContext:
     similar to this one (character n-gram cosine), rendered compactly."""
 
     def __init__(self, trajectories: Sequence[Trajectory], k: int = 3, budget_tokens: int = 1500) -> None:
-        self.pool = [t for t in trajectories if t.success]
+        self.pool = [t for t in trajectories if t.success is True]
         self.k, self.budget = k, budget_tokens
 
     def context(self, task: str) -> tuple[str, KBUse]:

@@ -32,7 +32,7 @@ MANIFEST = "manifest.json"
 STAGES = ("rollouts", "rollouts-eval", "grades", "relabel", "reflections", "concepts", "integrate")
 FILES = {"rollouts": "rollouts.jsonl", "rollouts-eval": "rollouts-eval.jsonl", "grades": "grades.jsonl",
          "relabel": "relabelled.jsonl", "reflections": "reflections.jsonl", "concepts": "concepts.json",
-         "integrate": "integrated.jsonl"}
+         "integrate": "integrated.jsonl", "outcomes": "outcomes.jsonl"}
 
 
 def new_run_id(prefix: str = "run") -> str:

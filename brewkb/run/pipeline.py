@@ -251,7 +251,7 @@ class Pipeline:
         done = self._partial(stage)
         todo = [(k, j) for k, j in zip(keys, jobs, strict=True) if k not in done]
         self.events(Event("stage_started", stage, done=len(done), total=len(jobs)))
-        wins = sum(Trajectory.from_json(v).success for v in done.values())
+        wins = sum(Trajectory.from_json(v).success is True for v in done.values())
         errors: list[str] = []
 
         def on_result(i: int, trajectory: Trajectory) -> None:
@@ -263,7 +263,7 @@ class Pipeline:
             else:
                 errors.append(error)
             done[key] = trajectory.to_json()
-            wins += trajectory.success
+            wins += trajectory.success is True
             self.events(Event("item_done", stage, done=len(done), total=len(jobs), successes=wins))
 
         await self.executor.run(self.agent, self.env, [j for _, j in todo], on_result)
@@ -306,6 +306,23 @@ class Pipeline:
                      started, graded=len(results), failed=sum("failed" in v for v in results.values()),
                      rubrics=[r.id for r in rubrics])
         return results
+
+    async def outcomes(self) -> int:
+        """The judge grades the logged trajectories whose outcome is unknown
+        (with an LLM backend; the offline one cannot) and the run's rollouts get
+        its verdicts. Returns how many outcomes are still unknown."""
+        logged = self.run.read_trajectories(FILES["rollouts"])
+        unknown = {t.id: t for t in logged if t.success is None}
+        if self._skip("outcomes") or not unknown or self.config.llm.backend == "offline":
+            return len(unknown)
+        started = time.monotonic()
+        verdicts = await self._map("outcomes", sorted(unknown),
+                                   lambda key: grading.judge_outcome(self.backend, unknown[key]))
+        self.run.write_trajectories(FILES["rollouts"], [grading.with_outcome(t, verdicts.get(t.id)) for t in logged])
+        left = sum("failed" in v for v in verdicts.values())
+        self._finish("outcomes", (json.dumps({"key": k, "value": v}, sort_keys=True) for k, v in verdicts.items()),
+                     started, judged=len(verdicts) - left, unknown=left)
+        return left
 
     async def relabel(self) -> list[Trajectory]:
         """Relabel failing train trajectories (as many as pass), re-run the
@@ -353,7 +370,7 @@ class Pipeline:
         self._episodes_failed("relabel", errors, len(todo))
         out = [Trajectory.from_json(done[key]) for key in new]
         self._partial_path("relabel-tasks").unlink(missing_ok=True)
-        passed = sum(t.success for t in out)
+        passed = sum(t.success is True for t in out)
         self._finish("relabel", (t.to_line() for t in out), started, selected=len(chosen), relabelled=len(out),
                      unsupported=len(chosen) - len(new), passed=passed,
                      pass_rate=round(passed / len(out), 4) if out else None)

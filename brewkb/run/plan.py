@@ -19,7 +19,7 @@ from typing import Any
 
 from brewkb.config import Price
 
-__all__ = ["PlanInputs", "RunPlan", "plan_refine", "with_cost", "PROMPT_TOKENS_GUESS", "JSON_ROLES"]
+__all__ = ["PlanInputs", "RunPlan", "plan_refine", "DistillInputs", "plan_distill", "with_cost", "PROMPT_TOKENS_GUESS", "JSON_ROLES"]
 
 PROMPT_TOKENS_GUESS = 2000
 """Prompt tokens assumed per call for a cost estimate when the run has no ledger yet."""
@@ -150,3 +150,48 @@ def with_cost(plan: RunPlan, models: Mapping[str, str], max_tokens: Mapping[str,
         total += n * (basis[role] * price.input + max_tokens.get(role, 0) * price.output) / 1e6
     return RunPlan(plan.episodes, plan.calls, plan.concepts, plan.concepts_known, plan.rounds,
                    round(total, 4) if priced else None, basis)
+
+
+@dataclass(frozen=True)
+class DistillInputs:
+    trajectories: int
+    unlabelled: int
+    """Trajectories whose outcome is unknown; the judge grades each (with an endpoint)."""
+    rounds: int
+    per_expansion: int
+    done: frozenset[str] = frozenset()
+    concepts: int | None = None
+    """Concepts found so far (``None``: before the concepts stage)."""
+    concepts_per_trajectory: int = 2
+    min_concept_insights: int = 2
+    integrate_retries: int = 2
+    fallback_calls: int = 0
+
+
+def plan_distill(p: DistillInputs) -> RunPlan:
+    """The most a ``distill`` can call: the judge on unknown outcomes and on
+    every trajectory's rubrics, the reflector on every trajectory, one
+    embeddings call to cluster concepts, and the integrator for each concept's
+    root and each search round's candidates. No agent episode is run.
+    Embeddings that hybrid retrieval asks for while scoring are not counted."""
+    calls = {r: 0 for r in (*JSON_ROLES, "embeddings")}
+    todo = lambda stage: stage not in p.done  # noqa: E731
+    if todo("outcomes"):
+        calls["judge"] += 2 * p.unlabelled
+    if todo("grades"):
+        calls["judge"] += 2 * p.trajectories
+    if todo("reflections"):
+        calls["reflector"] += 2 * p.trajectories
+    if todo("concepts"):
+        calls["embeddings"] += 1
+    n = p.concepts if p.concepts is not None else \
+        p.trajectories * p.concepts_per_trajectory // max(1, p.min_concept_insights)
+    per_integration = 2 * (1 + p.integrate_retries)
+    if todo("integrate"):
+        calls["integrator"] += n * per_integration
+    if todo("search"):
+        calls["integrator"] += p.rounds * n * p.per_expansion * per_integration
+    for role in JSON_ROLES:
+        if calls[role]:
+            calls[role] += p.fallback_calls
+    return RunPlan(0, calls, n, p.concepts is not None, p.rounds)

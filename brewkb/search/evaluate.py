@@ -101,7 +101,7 @@ class Evaluator:
         for key in wanted:
             split, tasks, slots = plan[key]
             runs = [results[i] for i in slots]
-            r_corr = sum(t.success for t, _ in runs) / len(runs) if runs else 0.0
+            r_corr = sum(t.success is True for t, _ in runs) / len(runs) if runs else 0.0
             r_ret = mrr(candidates[key][1].name, [t.text for t in tasks], self.retriever.hybrid(multi, key))
             detail = tuple({"task_id": task.id, "success": t.success, "score": t.outcome.score, "trajectory": t.id,
                             "reused": reused} for task, (t, reused) in zip(tasks, runs, strict=True))

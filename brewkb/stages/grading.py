@@ -5,13 +5,14 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Sequence
+from typing import Any
 from importlib import resources
 
 from brewkb.errors import LLMError
 from brewkb.llm.roles import Backend, Rubric, RubricScores
-from brewkb.trajectories.schema import Trajectory
+from brewkb.trajectories.schema import Outcome, Trajectory
 
-__all__ = ["parse_rubrics", "default_rubrics_text", "judge", "judged"]
+__all__ = ["parse_rubrics", "default_rubrics_text", "judge", "judged", "judge_outcome", "with_outcome"]
 
 log = logging.getLogger(__name__)
 
@@ -47,3 +48,20 @@ async def judge(backend: Backend, trajectory: Trajectory, rubrics: Sequence[Rubr
     if bad:
         raise LLMError(f"judge: scores outside [0, 1]: {bad}")
     return scores
+
+
+async def judge_outcome(backend: Backend, trajectory: Trajectory) -> dict[str, Any]:
+    """The judge's verdict on a logged conversation whose outcome is unknown, as JSON."""
+    verdict = await backend.judge_outcome(trajectory)
+    if verdict.success is None or verdict.score is None or not 0.0 <= verdict.score <= 1.0:
+        raise LLMError(f"judge: an outcome needs success and a score in [0, 1], got {verdict}")
+    return {"success": verdict.success, "score": verdict.score, "detail": dict(verdict.detail)}
+
+
+def with_outcome(trajectory: Trajectory, value: Any) -> Trajectory:
+    """``trajectory`` with the judged outcome ``value`` (from ``judge_outcome``),
+    keeping its id: a grade does not make a different episode. A failed or
+    missing verdict leaves it unknown."""
+    if not isinstance(value, dict) or "success" not in value:
+        return trajectory
+    return trajectory.with_(outcome=Outcome(value["success"], value["score"], value.get("detail") or {}))

@@ -17,8 +17,8 @@ __all__ = ["select", "actions_of", "relabelled_task"]
 def select(trajectories: Sequence[Trajectory], seed: int = 0) -> list[Trajectory]:
     """Failing trajectories to relabel, as many as there are passing ones (so
     the material is balanced 50/50), chosen by a seeded shuffle."""
-    failing = sorted((t for t in trajectories if not t.success and not t.relabelled_from), key=lambda t: t.id)
-    passing = sum(1 for t in trajectories if t.success)
+    failing = sorted((t for t in trajectories if t.success is False and not t.relabelled_from), key=lambda t: t.id)
+    passing = sum(1 for t in trajectories if t.success is True)
     random.Random(seed).shuffle(failing)
     return failing[: max(passing, 1) if failing else 0]
 

@@ -27,8 +27,8 @@ def make_jobs(tasks: Sequence[Task], provider: ContextProvider, per_turn: bool =
 
 
 def summarise(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
-    n = len(trajectories)
-    wins = [t for t in trajectories if t.success]
-    return {"episodes": n, "successes": len(wins), "success_rate": round(len(wins) / n, 4) if n else 0.0,
+    n = sum(t.success is not None for t in trajectories)  # an unknown outcome is in no rate
+    wins = [t for t in trajectories if t.success is True]
+    return {"episodes": len(trajectories), "successes": len(wins), "success_rate": round(len(wins) / n, 4) if n else 0.0,
             "mean_steps_success": round(sum(t.steps for t in wins) / len(wins), 2) if wins else None,
             "failed_to_run": sum(1 for t in trajectories if "error" in t.meta)}

@@ -23,6 +23,7 @@ from brewkb.fsutil import append_line, write_atomic
 
 __all__ = [
     "Outcome",
+    "UNKNOWN",
     "KBUse",
     "ToolCall",
     "Trajectory",
@@ -46,11 +47,22 @@ def content_id(value: Any, length: int = 16) -> str:
 
 @dataclass(frozen=True)
 class Outcome:
-    """What the grader said: ``success``, a ``score`` in [0, 1], and its detail."""
+    """What the grader said: ``success``, a ``score`` in [0, 1], and its detail.
 
-    success: bool
-    score: float
+    A logged conversation may carry no verdict at all: ``success`` (and
+    ``score``) are then ``None``, and readers must not count it as a success
+    or a failure. ``UNKNOWN`` is that outcome."""
+
+    success: bool | None
+    score: float | None
     detail: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def known(self) -> bool:
+        return self.success is not None
+
+
+UNKNOWN = Outcome(None, None)
 
 
 @dataclass(frozen=True)
@@ -121,8 +133,13 @@ class Trajectory:
             }))
 
     @property
-    def success(self) -> bool:
+    def success(self) -> bool | None:
+        """``None`` when the outcome is unknown (see ``Outcome``)."""
         return self.outcome.success
+
+    @property
+    def labelled(self) -> bool:
+        return self.outcome.success is not None
 
     def with_(self, **changes: Any) -> Trajectory:
         """A copy with changes; the id is kept (grades and rubric notes do not
@@ -159,19 +176,30 @@ class Trajectory:
         for i, message in enumerate(messages):
             _check_message(message, f"messages[{i}]")
         outcome = data.get("outcome")
-        if not isinstance(outcome, dict) or not isinstance(outcome.get("success"), bool):
-            raise TrajectoryError("`outcome.success` must be true or false")
-        score = outcome.get("score", 1.0 if outcome["success"] else 0.0)
-        if not isinstance(score, int | float) or isinstance(score, bool):
+        if not isinstance(outcome, dict) or "success" not in outcome or not isinstance(outcome["success"], bool | None):
+            raise TrajectoryError("`outcome.success` must be true, false or null (unknown)")
+        success = outcome["success"]
+        score = outcome.get("score", None if success is None else 1.0 if success else 0.0)
+        if success is None and score is not None:
+            raise TrajectoryError("`outcome.score` must be null when `outcome.success` is null (unknown)")
+        if success is not None and (not isinstance(score, int | float) or isinstance(score, bool)):
             raise TrajectoryError(f"`outcome.score` must be a number, got {score!r}")
         kb = data.get("kb") or {}
         for key in ("task_id", "task"):
             if not isinstance(data.get(key), str | int):
                 raise TrajectoryError(f"`{key}` must be a string")
+        for key, kind in (("kb", dict), ("rubric", dict), ("usage", dict), ("meta", dict)):
+            if not isinstance(data.get(key) or {}, kind):
+                raise TrajectoryError(f"`{key}` must be an object")
+        if not isinstance(outcome.get("detail") or {}, dict):
+            raise TrajectoryError("`outcome.detail` must be an object")
+        if not isinstance(data.get("steps", -1), int) or not isinstance(kb.get("recipes") or [], list):
+            raise TrajectoryError("`steps` must be an integer and `kb.recipes` a list")
         return cls(
             id=str(data.get("id") or ""), task_id=str(data["task_id"]), task=str(data["task"]),
             split=str(data.get("split") or "train"), messages=tuple(messages),
-            outcome=Outcome(outcome["success"], float(score), dict(outcome.get("detail") or {})),
+            outcome=Outcome(success, None if score is None else float(score),
+                            dict(outcome.get("detail") or {})),
             rubric=dict(data.get("rubric") or {}),
             kb=KBUse(kb.get("revision"), tuple(kb.get("recipes") or ())),
             steps=int(data.get("steps", -1)), usage=dict(data.get("usage") or {}),
@@ -185,7 +213,10 @@ def _check_message(message: Any, where: str) -> None:
     role = message.get("role")
     if role not in ROLES:
         raise TrajectoryError(f"{where}: unknown role {role!r}; expected one of {sorted(ROLES)}")
-    for j, call in enumerate(message.get("tool_calls") or []):
+    calls = message.get("tool_calls") or []
+    if not isinstance(calls, list):
+        raise TrajectoryError(f"{where}.tool_calls must be a list")
+    for j, call in enumerate(calls):
         function = call.get("function") if isinstance(call, dict) else None
         if not isinstance(function, dict) or not isinstance(function.get("name"), str):
             raise TrajectoryError(f"{where}.tool_calls[{j}]: needs `function.name`")
@@ -232,8 +263,11 @@ def tool_calls(messages: Iterable[Mapping[str, Any]]) -> list[ToolCall]:
 def render_compact(trajectory: Trajectory, max_chars: int = 6000) -> str:
     """A readable transcript for prompts: one line per message, long contents
     cut, the grade first."""
-    verdict = "PASSED" if trajectory.success else "FAILED"
-    lines = [f"Task: {trajectory.task}", f"Outcome: {verdict} (score {trajectory.outcome.score:g})"]
+    if trajectory.success is None:
+        verdict = "Outcome: UNKNOWN (the log carries no verdict)"
+    else:
+        verdict = f"Outcome: {'PASSED' if trajectory.success else 'FAILED'} (score {trajectory.outcome.score:g})"
+    lines = [f"Task: {trajectory.task}", verdict]
     for message in trajectory.messages:
         role = message.get("role")
         if role == "system":

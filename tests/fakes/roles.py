@@ -8,6 +8,7 @@ for ``FakeOpenAI`` (``{"content": ...}`` or ``{"tool_calls": [...]}``):
     recipe       a recipe for the ``Concept:`` of the prompt, steps from its insights
     relabel      the episode's own task, as the behaviour it shows
     judge        a score for every rubric id listed in the prompt
+    outcome      failure when the episode mentions an error or an apology, else success
     (tools)      a tool-calling agent: looks things up, acts once, then answers
     (other)      a short text answer
 
@@ -106,8 +107,14 @@ def _judge(body: Body) -> dict[str, Any]:
                        for i in ids]}
 
 
+def _outcome(body: Body) -> dict[str, Any]:
+    failed = re.search(r"\b(error|sorry|cannot)\b", _first_user(body), re.I) is not None
+    return {"success": not failed, "score": 0.0 if failed else 1.0,
+            "note": "a tool call failed" if failed else "the request was done"}
+
+
 STRUCTURED: dict[str, Callable[[Body], dict[str, Any]]] = {
-    "reflection": _reflection, "recipe": _recipe, "relabel": _relabel, "judge": _judge,
+    "reflection": _reflection, "recipe": _recipe, "relabel": _relabel, "judge": _judge, "outcome": _outcome,
 }
 
 

@@ -1,0 +1,190 @@
+"""What every format's reader shares: the items it yields, outcomes from
+rewards, and reading records one at a time whatever their shape or depth.
+
+A reader yields ``Trajectory`` values, or ``Skipped`` for a record it cannot
+read (with where it is: ``file:line`` or ``file[index]``). It raises
+``TrajectoryError`` only for a file it cannot read at all, never for one
+record's content: every record, however malformed or deeply nested, becomes
+an item.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import ijson
+
+from brewkb.errors import TrajectoryError
+from brewkb.trajectories.schema import UNKNOWN, Outcome, Trajectory
+
+__all__ = ["Skipped", "Item", "Reader", "MAX_DEPTH", "RECORD_ERRORS", "outcome_of", "outcome_json", "UNKNOWN_JSON", "build", "obj", "first_line", "first_user", "guarded", "parse_json",
+           "json_lines", "json_items", "open_text", "depth_ok"]
+
+MAX_DEPTH = 200
+"""Nesting deeper than this is refused: no chat message needs it, and deeper
+values would exhaust the recursion of every later step that walks them."""
+
+RECORD_ERRORS = (TypeError, ValueError, AttributeError, KeyError, IndexError, RecursionError)
+"""What reading a record of an unexpected shape may raise; it becomes a ``Skipped``."""
+
+
+@dataclass(frozen=True)
+class Skipped:
+    where: str
+    reason: str
+
+
+Item = Trajectory | Skipped
+Reader = Callable[[Path, str, Path | None], Iterator[Item]]
+"""``(path, split, tasks)`` → items; ``tasks`` is optional context (a tasks file or folder)."""
+
+
+def depth_ok(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """True when ``value`` nests at most ``limit`` containers deep (walked level
+    by level, without recursion)."""
+    level = [value] if isinstance(value, dict | list) else []
+    depth = 0
+    while level:
+        depth += 1
+        if depth > limit:
+            return False
+        below: list[Any] = []
+        for item in level:
+            below.extend([c for c in (item.values() if type(item) is dict else item) if type(c) in _CONTAINERS])
+        level = below
+    return True
+
+
+_CONTAINERS = (dict, list)
+
+
+def parse_json(text: str | bytes) -> Any:
+    """One JSON value; malformed or too deeply nested text raises ``TrajectoryError``."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TrajectoryError(f"not JSON ({exc.msg} at column {exc.colno})") from None
+    except RecursionError:
+        raise TrajectoryError(f"nested more than {MAX_DEPTH} levels deep") from None
+    if not depth_ok(value):
+        raise TrajectoryError(f"nested more than {MAX_DEPTH} levels deep")
+    return value
+
+
+def open_text(path: Path) -> IO[str]:
+    try:
+        return path.open(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise TrajectoryError(f"{path}: cannot read ({exc.strerror})") from None
+
+
+def json_lines(path: Path) -> Iterator[tuple[int, Any | TrajectoryError]]:
+    """``(line number, value)`` for each non-blank line of a JSONL file; a line
+    that is not a JSON value gives its ``TrajectoryError`` instead."""
+    with open_text(path) as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                yield number, parse_json(line)
+            except TrajectoryError as exc:
+                yield number, exc
+
+
+def json_items(path: Path, prefix: str) -> Iterator[tuple[int, Any | TrajectoryError]]:
+    """``(index, value)`` of each item under ``prefix`` (``item`` for a top-level
+    array, ``simulations.item``...), parsed one at a time. Text that stops
+    being JSON ends the stream with one ``TrajectoryError`` at the index it
+    reached: nothing after it can be read."""
+    try:
+        handle = path.open("rb")
+    except OSError as exc:
+        raise TrajectoryError(f"{path}: cannot read ({exc.strerror})") from None
+    index = 0
+    with handle:
+        values = ijson.items(handle, prefix, use_float=True)
+        while True:
+            try:
+                value = next(values)
+            except StopIteration:
+                return
+            except (ijson.JSONError, UnicodeDecodeError) as exc:
+                detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                yield index, TrajectoryError(f"not JSON from here on ({detail}); the rest of the file cannot be read")
+                return
+            yield index, value if depth_ok(value) else TrajectoryError(f"nested more than {MAX_DEPTH} levels deep")
+            index += 1
+
+
+def obj(value: Any) -> dict[str, Any]:
+    """``value`` when it is a JSON object, else an empty one."""
+    return value if isinstance(value, dict) else {}
+
+
+def first_line(head: str) -> Any:
+    """The JSON value on the first line of ``head``, or ``None``."""
+    try:
+        return parse_json(head.lstrip().split("\n", 1)[0])
+    except TrajectoryError:
+        return None
+
+
+def first_user(messages: Any) -> str:
+    if not isinstance(messages, list):
+        return ""
+    for m in messages:
+        if isinstance(m, dict) and m.get("role") == "user":
+            content = m.get("content")
+            return content if isinstance(content, str) else json.dumps(content) if content else ""
+    return ""
+
+
+def outcome_of(reward: Any, success: Any = None) -> Outcome:
+    """The outcome a log states: ``success`` when it is a boolean, else a
+    numeric ``reward`` (1 or more is a success), else unknown. A reward that is
+    there but is not a number is an error, not an unknown outcome."""
+    if isinstance(success, bool):
+        return Outcome(success, float(reward) if _number(reward) else float(success))
+    if success is not None:
+        raise TrajectoryError(f"`success` must be true or false, got {success!r}")
+    if reward is None:
+        return UNKNOWN
+    if not _number(reward):
+        raise TrajectoryError(f"`reward` must be a number, got {reward!r}")
+    return Outcome(reward >= 1.0, float(reward))
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value == value
+
+
+UNKNOWN_JSON: dict[str, Any] = {"success": None, "score": None}
+"""The outcome of a conversation whose log carries no verdict."""
+
+
+def outcome_json(outcome: Outcome) -> dict[str, Any]:
+    return {"success": outcome.success, "score": outcome.score}
+
+
+def build(where: str, **fields: Any) -> Item:
+    """A ``Trajectory`` from its JSON fields, or ``Skipped`` naming what is wrong."""
+    try:
+        return Trajectory.from_json(fields)
+    except TrajectoryError as exc:
+        return Skipped(where, str(exc))
+
+
+def guarded(where: str, convert: Callable[[], Item | None]) -> Item | None:
+    """``convert()``, with a record whose shape it did not expect turned into a
+    ``Skipped`` rather than a crash of the whole import."""
+    try:
+        return convert()
+    except TrajectoryError as exc:
+        return Skipped(where, str(exc))
+    except RECORD_ERRORS as exc:
+        return Skipped(where, f"a record of a shape this format does not have ({type(exc).__name__}: "
+                              f"{str(exc)[:200]})")

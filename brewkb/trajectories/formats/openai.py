@@ -1,0 +1,55 @@
+"""``openai``: JSONL, one conversation per line:
+``{messages, success | reward?, task?, task_id?, id | conversation_id?}``.
+A line with neither ``success`` nor ``reward`` is an unlabelled conversation."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from brewkb.errors import TrajectoryError
+from brewkb.trajectories.formats.base import (
+    Item,
+    Skipped,
+    build,
+    first_line,
+    first_user,
+    guarded,
+    json_lines,
+    outcome_json,
+    outcome_of,
+)
+
+__all__ = ["read", "looks_like"]
+
+
+def read(path: Path, split: str, tasks: Path | None = None) -> Iterator[Item]:
+    for number, record in json_lines(path):
+        where = f"{path}:{number}"
+        if isinstance(record, TrajectoryError):
+            yield Skipped(where, str(record))
+            continue
+        item = guarded(where, lambda: _convert(where, number, record, split))
+        if item is not None:
+            yield item
+
+
+def _convert(where: str, number: int, record: Any, split: str) -> Item:
+    if not isinstance(record, dict):
+        raise TrajectoryError("a line must be a JSON object")
+    outcome = outcome_of(record.get("reward"), record.get("success"))
+    messages = record.get("messages")
+    task = record.get("task") or first_user(messages)
+    conversation = record.get("conversation_id", record.get("id"))
+    meta: dict[str, Any] = {"source": "openai", "line": number}
+    if isinstance(conversation, str | int) and not isinstance(conversation, bool):
+        meta["conversation_id"] = str(conversation)
+    return build(where, task_id=str(record.get("task_id") or f"line-{number}"), task=task, split=split,
+                 messages=messages, outcome=outcome_json(outcome), meta=meta)
+
+
+def looks_like(head: str) -> bool:
+    """The first line is a JSON object with ``messages``."""
+    line = first_line(head)
+    return isinstance(line, dict) and "messages" in line

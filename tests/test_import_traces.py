@@ -1,0 +1,128 @@
+"""Traces made by the official instrumentation libraries (tests/traces.py)
+import through the CLI as conversations, and distil into a PR."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from brewkb.trajectories.schema import Trajectory, read_jsonl, tool_calls
+from tests.conftest import git
+from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.roles import embed, role_player
+from tests.traces import CONVERSATIONS
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def brewkb(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "brewkb", *args], cwd=cwd, capture_output=True, text=True,
+                          env=env, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("traces")
+    made = {}
+    for mode, extra in (("genai", []), ("genai-events", []), ("legacy-events", []), ("openinference", []),
+                        ("genai-document", ["--document"])):
+        out = folder / f"{mode}.jsonl"
+        done = subprocess.run([sys.executable, "-m", "tests.traces", mode.replace("-document", ""), str(out), *extra],
+                              cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        made[mode] = out
+    return made
+
+
+@pytest.fixture
+def kb(tmp_path: Path) -> Path:
+    root = tmp_path / "kb"
+    root.mkdir()
+    assert brewkb(root, "init").returncode == 0
+    return root
+
+
+def assert_conversations(trajectories: list[Trajectory], source: str) -> None:
+    """Each logged conversation once, whole and in order: the user's request,
+    the lookup and its result, the action and its result, the answer."""
+    assert sorted(t.task for t in trajectories) == sorted(c[0] for c in CONVERSATIONS)
+    by_task = {t.task: t for t in trajectories}
+    for request, action, order, fails in CONVERSATIONS:
+        t = by_task[request]
+        assert [m["role"] for m in t.messages] == ["system", "user", "assistant", "tool", "assistant", "tool",
+                                                   "assistant"]
+        assert t.messages[1]["content"] == request
+        calls = tool_calls(t.messages)
+        assert [(c.name, c.args()) for c in calls] == [
+            ("find_order", {"order_id": order}), (action, {"order_id": order, "reason": "customer request"})]
+        assert json.loads(calls[0].result or "")["status"] == "pending"
+        assert calls[1].error == fails
+        assert all(m["tool_call_id"] == "call_0" for m in t.messages if m["role"] == "tool")  # ids kept
+        assert t.messages[-1]["content"].startswith("Done:")
+        assert t.success is None and t.outcome.score is None  # traces carry no verdict
+        assert t.meta["source"] == source and t.usage["calls"] == 3 and t.usage["tokens_in"] > 0
+        assert len(t.meta["trace_id"]) == 32
+
+
+@pytest.mark.parametrize("mode", ["genai", "genai-events", "legacy-events", "genai-document"])
+def test_genai_traces_of_the_official_instrumentation_import_as_conversations(
+        traces: dict[str, Path], kb: Path, mode: str) -> None:
+    done = brewkb(kb, "import", str(traces[mode]), "--format", "otel", "--run", "traced", "--json")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert (summary["imported"], summary["skipped"], summary["unlabelled"], summary["success_rate"]) == (
+        10, 0, 10, None)
+    assert_conversations(list(read_jsonl(kb / "runs" / "traced" / "rollouts.jsonl")), "otel")
+
+
+def test_openinference_traces_import_as_conversations(traces: dict[str, Path], kb: Path) -> None:
+    wrong = brewkb(kb, "import", str(traces["openinference"]), "--format", "otel")
+    assert wrong.returncode == 1 and "looks like `openinference`; use --format openinference" in wrong.stderr
+    done = brewkb(kb, "import", str(traces["openinference"]), "--format", "openinference", "--run", "oi")
+    assert done.returncode == 0, done.stderr
+    assert "Imported 10 trajectories into run oi (no outcome known, 10 unlabelled)" in done.stdout
+    assert "10 conversations have no known outcome" in done.stderr
+    assert_conversations(list(read_jsonl(kb / "runs" / "oi" / "rollouts.jsonl")), "openinference")
+
+
+def test_traces_distil_into_a_pr_and_the_pr_counts_the_unlabelled(traces: dict[str, Path], kb: Path) -> None:
+    assert brewkb(kb, "import", str(traces["genai"]), "--format", "otel", "--run", "traced").returncode == 0
+    done = brewkb(kb, "distill", "traced", "--iterations", "1")
+    assert done.returncode == 0, done.stderr
+    changed = git(kb, "diff", "--name-only", "HEAD", "brew/traced/pr").split()
+    assert {"recipes/cancel-order.md", "recipes/return-order.md"} <= set(changed)
+    body = git(kb, "log", "-1", "--format=%B", "brew/traced/pr")
+    assert "0 of 10 trajectories carry a reward or label; 0 unlabelled ones were graded by the judge; " \
+           "10 are unlabelled" in body
+    cancel = git(kb, "show", "brew/traced/pr:recipes/cancel-order.md")
+    assert "find_order" in cancel and "cancel_order" in cancel
+
+
+def test_an_endpoint_judges_unknown_outcomes_and_plan_counts_them(traces: dict[str, Path], kb: Path) -> None:
+    config = kb / "brewkb.toml"
+    config.write_text(config.read_text().replace('backend = "offline"', 'backend = "openai"', 1))
+    git(kb, "commit", "-qam", "use an endpoint")
+    assert brewkb(kb, "import", str(traces["openinference"]), "--format", "openinference", "--run", "oi"
+                  ).returncode == 0
+    with FakeOpenAI(default=role_player, embed=embed) as fake:
+        env = {**os.environ, "OPENAI_BASE_URL": fake.base_url, "OPENAI_API_KEY": "sk-test"}
+        plan = brewkb(kb, "distill", "oi", "--plan", "--json", env=env)
+        assert plan.returncode == 0, plan.stderr
+        assert fake.count == 0  # a plan calls nothing
+        planned = json.loads(plan.stdout)
+        assert planned["unlabelled"] == 10 and planned["calls"]["judge"] >= 2 * 10 + 2 * 10
+        done = brewkb(kb, "distill", "oi", "--iterations", "1", env=env)
+        assert done.returncode == 0, done.stderr
+        asked = [b for _, b in fake.requests if (b.get("response_format") or {}).get("json_schema", {}).get(
+            "name") == "outcome"]
+    assert len(asked) == 10
+    logged = list(read_jsonl(kb / "runs" / "oi" / "rollouts.jsonl"))
+    assert sorted((t.task, t.success) for t in logged) == sorted((c[0], not c[3]) for c in CONVERSATIONS)
+    assert all(t.outcome.detail["graded_by"] == "judge" for t in logged)
+    body = git(kb, "log", "-1", "--format=%B", "brew/oi/pr")
+    assert "10 unlabelled ones were graded by the judge; 0 are unlabelled" in body
