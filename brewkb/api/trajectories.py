@@ -23,7 +23,10 @@ class ImportResult:
     imported: int
     skipped: int
     success_rate: float
+    """Of the trajectories this import added (0.0 when it added none)."""
     errors: list[str] = field(default_factory=list)
+    already: int = 0
+    """Trajectories of the file the run already held (an import repeated adds none)."""
 
     def to_json(self) -> dict[str, object]:
         return {"run": self.run, "imported": self.imported, "skipped": self.skipped,
@@ -50,6 +53,11 @@ def import_trajectories(path: Path, fmt: str, *, run: str | None = None, split: 
             skipped.append(f"{item.where}: {item.reason}")
         else:
             new.append(item)
+    if not new:  # refused before a run folder exists: an empty run would only show up in `brewkb runs`
+        why = (f"all {len(skipped)} records were skipped; the first: {skipped[0]}" if skipped else
+               "it holds no records")
+        raise TrajectoryError(f"nothing to import from {path}: {why}; check that it is a --format {fmt} file "
+                              "(docs/trajectories.md shows each format)")
     with KB.open(start) as kb:
         run_id = run or f"import-{slugify(path.stem)}"
         target = Run.at(kb.runs_dir, run_id, create=True)
@@ -60,5 +68,5 @@ def import_trajectories(path: Path, fmt: str, *, run: str | None = None, split: 
         all_runs = existing + added
         target.record_stage("rollouts", source=f"import:{fmt}", file=str(path), trajectories=len(all_runs),
                             skipped=len(skipped))
-    rate = sum(t.success for t in new) / len(new) if new else 0.0
-    return ImportResult(run_id, len(added), len(skipped), rate, skipped)
+    rate = sum(t.success for t in added) / len(added) if added else 0.0
+    return ImportResult(run_id, len(added), len(skipped), rate, skipped, len(new) - len(added))

@@ -29,7 +29,12 @@ def import_cmd(source: Path, fmt: str, run: str | None, split: str, tasks: Path 
     if as_json:
         echo_json(result.to_json())
         return
-    echo(f"Imported {result.imported} trajectories into run {result.run} "
-         f"(success rate {result.success_rate:.1%}); skipped {result.skipped}.")
+    if result.imported:
+        already = f"; {result.already} were already there" if result.already else ""
+        echo(f"Imported {result.imported} trajectories into run {result.run} "
+             f"(success rate {result.success_rate:.1%}){already}; skipped {result.skipped}.")
+    else:
+        echo(f"Imported no new trajectories into run {result.run}: all {result.already} were already there; "
+             f"skipped {result.skipped}.")
     for error in result.errors[:10]:
         note(f"  skipped {error}")

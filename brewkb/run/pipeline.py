@@ -9,8 +9,11 @@ whole. ``force`` redoes a stage and every stage after it.
 Failures are loud and recoverable: an item that failed (an LLM call that
 failed or kept answering invalid JSON, an episode the agent or endpoint could
 not run) is not persisted, so the same command run again retries exactly the
-failed items; a stage whose items all failed is not recorded as done and
-raises ``AllFailedError`` with the count and the first error.
+failed items. A stage whose items all failed is not recorded as done and
+raises ``AllFailedError`` with the count and the first error; one some of
+whose items failed raises ``PartlyFailedError`` the same way, unless
+``stages.accept_failed`` lets the run go on without them (the manifest counts
+them, and the pull request lists them).
 
 The stages are coroutines run on the command's one event loop (the API
 function owns it, see docs/pipeline.md); ``aclose`` releases the executor and
@@ -34,7 +37,7 @@ from brewkb.aio import gather_all
 from brewkb.config import Config
 from brewkb.envs import load_environment
 from brewkb.envs.base import Environment, Task
-from brewkb.errors import AllFailedError, BrewError, LLMError, RunError
+from brewkb.errors import AllFailedError, BrewError, EndpointDown, LLMError, PartlyFailedError, RunError
 from brewkb.events import Event, Events, EventSink, null_sink
 from brewkb.fsutil import append_line, write_atomic
 from brewkb.kb import KB
@@ -90,8 +93,10 @@ class Pipeline:
     async def __aenter__(self) -> Pipeline:
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
+    async def __aexit__(self, kind: object, exc: object, tb: object) -> None:
         await self.aclose()
+        if isinstance(exc, EndpointDown):  # the stop says how this command goes on once the endpoint runs
+            raise exc.with_retry(self.retry) from None
 
     async def aclose(self) -> None:
         """Release the executor's workers and the LLM client (once, on the command's loop)."""
@@ -189,7 +194,8 @@ class Pipeline:
         return False
 
     def _episodes_failed(self, stage: str, errors: Sequence[str], total: int) -> None:
-        """Say how many of the ``total`` episodes run failed to run; raise when all did."""
+        """Say how many of the ``total`` episodes run failed to run; raise when all did,
+        or when some did and ``stages.accept_failed`` is off."""
         if errors and len(errors) == total:
             append_line(self.run.file("failures.jsonl"), json.dumps({"stage": stage, "key": "episodes",
                                                                      "count": total, "error": errors[0]}))
@@ -197,6 +203,16 @@ class Pipeline:
         if errors:
             self.events(Event("note", stage, message=f"{len(errors)} of {total} episodes failed to run (agent "
                                                      f"or endpoint errors); the first: {errors[0]}"))
+            if not self.config.stages.accept_failed:
+                append_line(self.run.file("failures.jsonl"), json.dumps({"stage": stage, "key": "episodes",
+                                                                         "count": len(errors), "error": errors[0]}))
+                raise self._partly(stage, len(errors), total, "episodes failed to run", errors[0])
+
+    def _partly(self, stage: str, failed: int, total: int, what: str, first: str) -> PartlyFailedError:
+        return PartlyFailedError(f"{failed} of {total} {what} in stage {stage} (the first: {first}); the other "
+                                 f"{total - failed} are kept. {self.retry[:1].upper()}{self.retry[1:]}; or set "
+                                 "stages.accept_failed = true in brewkb.toml to go on without them (the pull "
+                                 "request will list them)")
 
     async def _map(self, stage: str, keys: Sequence[str], work: Callable[[str], Awaitable[Any]]) -> dict[str, Any]:
         """Run ``work`` on every key not already done; persist each good result.
@@ -221,10 +237,13 @@ class Pipeline:
             self.events(Event("item_done", stage, done=len(done), total=len(keys)))
 
         await gather_all(one(k) for k in todo)
-        if errors and len(errors) == len(todo):
+        accept = self.config.stages.accept_failed  # goes on unless no item of the stage ever succeeded
+        if errors and len(errors) == len(todo) and (len(todo) == len(keys) or not accept):
             left = " left" if len(todo) < len(keys) else ""
             raise AllFailedError(f"all {len(todo)} {NOUNS.get(stage, 'items')}{left} failed: {errors[0]}; "
                                  f"{self.retry}")
+        if errors and not accept:
+            raise self._partly(stage, len(errors), len(todo), f"{NOUNS.get(stage, 'items')} failed", errors[0])
         if errors:
             self.events(Event("note", stage, message=f"{len(errors)} of {len(keys)} {NOUNS.get(stage, 'items')} "
                                                      f"failed; the first: {errors[0]}"))
