@@ -360,3 +360,17 @@ def test_plan_of_the_demo_configuration_bounds_and_expects_what_its_run_spends(
     rest = json.loads(brewkb(made, "refine", "--resume", "staged", "--plan", "--json").stdout)
     assert rest["concepts_known"] is True and rest["expected_episodes"] == rest["episodes"]
     assert spent <= so_far + rest["episodes"] <= 3 * spent
+
+
+def test_the_readme_test_command_runs_in_parallel_and_names_the_slowest_tests() -> None:
+    readme = (REPO_ROOT / "README.md").read_text()
+    setup = readme.split("<!-- setup:begin -->")[1].split("<!-- setup:end -->")[0]
+    test_command = [line for line in setup.splitlines() if line.startswith("python3 ")][1]
+    pytest_args = test_command.split("-m pytest", 1)[1].split()
+    assert "-n" in pytest_args and any(a.startswith("--durations=") for a in pytest_args)
+    import tomllib
+
+    extra = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["test"]
+    assert any(dep.startswith("pytest-xdist") for dep in extra)
+    ci = (REPO_ROOT / ".ci" / "run").read_text()
+    assert "missing+=(chromium)" in ci  # the report's browser test runs for real on CI
