@@ -209,6 +209,9 @@ class StagesConfig:
     integrate_retries: int = field(default=2, metadata=_min(0))
     """New samples asked for when an integrated recipe does not parse or lint."""
     seed: int = 0
+    accept_failed: bool = False
+    """Go on past a stage some of whose items failed (the PR says which); by
+    default the command stops there, and running it again retries only them."""
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,12 @@ Every message says what went wrong and what to do next. The CLI prints a
     │   └── MergeConflictError two branches changed the same file
     ├── IndexError_        the retrieval index cannot be built or read
     ├── LLMError           an endpoint call failed after its retries, or a reply was unusable
+    ├── EndpointDown       an endpoint refused its connections: the command stops (finished work is kept)
     ├── TrajectoryError    a trajectory or an import file is malformed
     ├── AgentError         an agent adapter is misconfigured
     ├── RunError           a run folder is missing or inconsistent
-    │   └── AllFailedError every item of a stage (or every episode of a batch) failed
+    │   ├── AllFailedError every item of a stage (or every episode of a batch) failed
+    │   └── PartlyFailedError  some items of a stage failed (stages.accept_failed goes on without them)
     └── BudgetExhausted    a run reached --max-episodes/--max-llm-calls/--max-cost (exit 75, not a failure)
 """
 
@@ -62,6 +64,22 @@ class LLMError(BrewError):
     pass
 
 
+class EndpointDown(BrewError):
+    """An endpoint could not be reached several calls in a row. Not an
+    ``LLMError``: no stage records it as one failed item, the command stops.
+    ``retry`` says how to go on once the endpoint runs."""
+
+    RETRY = "then run the same command again: what finished is kept"
+
+    def __init__(self, message: str, retry: str = RETRY) -> None:
+        super().__init__(f"{message}; {retry}")
+        self.what, self.retry = message, retry
+
+    def with_retry(self, retry: str) -> EndpointDown:
+        """The same stop, telling the command that resumes this run."""
+        return EndpointDown(self.what, retry)
+
+
 
 class TrajectoryError(BrewError):
     pass
@@ -78,6 +96,11 @@ class RunError(BrewError):
 class AllFailedError(RunError):
     """Every item of a stage, or every episode of a batch, failed: nothing of
     it is recorded as done, and running again retries the items."""
+
+
+class PartlyFailedError(RunError):
+    """Some items of a stage failed: the others are saved, the stage is not
+    recorded as done, and running again retries only the failed ones."""
 class BudgetExhausted(BrewError):
     """A run reached a limit; ``option`` names it (``--max-llm-calls``). What
     finished is saved; ``refine --resume`` with a higher limit continues."""

@@ -41,12 +41,14 @@ class KB:
     store: GitStore
 
     @classmethod
-    def open(cls, start: Path | str = ".", *, require_config: bool = False) -> KB:
+    def open(cls, start: Path | str = ".", *, require_config: bool = False, require_kb: bool = False) -> KB:
         """The KB that ``start`` is in. In a bare repository the config is read
         from ``HEAD:brewkb.toml`` and only revisions can be read.
         ``require_config``: refuse a work tree without a ``brewkb.toml`` (for
         commands that run an agent or the LLM roles, which would otherwise
-        quietly use the defaults: the shop simulation)."""
+        quietly use the defaults: the shop simulation). ``require_kb``: refuse
+        a work tree with neither a ``brewkb.toml`` nor a ``recipes/`` folder
+        (for commands that only read a KB, which would answer with nothing)."""
         store = GitStore(start)
         if store.work_tree is None:
             config = Config()
@@ -59,7 +61,10 @@ class KB:
                 config = parse_config(store.read_blob(entry.sha).decode(), f"HEAD:{CONFIG_FILE}")
             return cls(root=store.git_dir, config=config, store=store)
         root = find_root(Path(start), store.work_tree.resolve())
-        if require_config and not (root / CONFIG_FILE).is_file():
+        # Without a config, a repository is a KB only if it holds a recipes folder (recipes kept by hand with
+        # the defaults); any other repository would get an empty answer and a cache folder it never asked for.
+        if not (root / CONFIG_FILE).is_file() and (
+                require_config or require_kb and not (root / Config().kb.recipes_dir).is_dir()):
             store.close()
             raise ConfigError(f"{Path(start).resolve()} is not in a brewkb KB (no {CONFIG_FILE} there or above, up to {root}); "
                               "run `brewkb init` there first")
@@ -103,6 +108,15 @@ class KB:
             return []
         return sorted(p for p in self.recipes_dir.glob("*.md") if p.is_file())
 
+    def nested_recipe_files(self) -> list[Path]:
+        """Markdown files in sub-folders of the recipes folder (relative to
+        it): no reader takes them, so they are named in warnings."""
+        if not self.recipes_dir.is_dir():
+            return []
+        return sorted(p.relative_to(self.recipes_dir) for p in self.recipes_dir.rglob("*.md")
+                      if p.parent != self.recipes_dir and p.is_file()
+                      and not any(part.startswith(".") for part in p.relative_to(self.recipes_dir).parts))
+
     def recipe_file_names(self, rev: str | None = None) -> list[str]:
         """The names of the recipe files (``x.md``) of the working tree or a
         revision, read or not (badly named ones included)."""
@@ -127,6 +141,9 @@ class KB:
                     continue
                 if _well_named(recipe, path.stem, str(path)):
                     found.append(recipe)
+            for nested in self.nested_recipe_files():
+                log.warning("ignoring %s: recipes in sub-folders are not read; move it to %s/%s (see `brewkb lint`)",
+                            self.recipes_dir / nested, self.config.kb.recipes_dir.strip("/"), nested.name)
             return found
         commit = self.store.resolve(rev)
         for name, data in sorted(self.store.read_folder(commit, self.recipes_prefix()).items()):

@@ -62,3 +62,23 @@ def make_repo(tmp_path: Path) -> MakeRepo:
         return root
 
     return make
+
+
+@pytest.fixture(scope="session")
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """``brewkb demo --json`` run once through the CLI, for every test that
+    reads what the demo made (mark them ``xdist_group("demo")`` so parallel
+    workers share one run)."""
+    import os
+    import sys
+
+    home = tmp_path_factory.mktemp("demo-home")
+    env = {**os.environ, "HOME": str(home), "GIT_CONFIG_NOSYSTEM": "1", "BREWKB_LOG_DIR": str(home / "logs"),
+           "GIT_AUTHOR_NAME": "Test", "GIT_AUTHOR_EMAIL": "test@example.com", "GIT_COMMITTER_NAME": "Test",
+           "GIT_COMMITTER_EMAIL": "test@example.com"}
+    env.pop("OPENAI_API_KEY", None)
+    env.pop("OPENAI_BASE_URL", None)
+    folder = tmp_path_factory.mktemp("demo") / "d"
+    done = subprocess.run([sys.executable, "-m", "brewkb", "demo", "--dir", str(folder), "--json"],
+                          capture_output=True, text=True, timeout=1200, env=env)
+    return folder, done

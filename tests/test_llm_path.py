@@ -154,6 +154,7 @@ def test_sigkill_mid_refine_then_resume(make_repo: MakeRepo) -> None:
     assert len(git(root, "for-each-ref", "refs/heads/brew/r/").splitlines()) > nodes_before
 
 
+@pytest.mark.xdist_group("ray")  # one local Ray cluster at a time, whatever the parallel workers
 def test_ray_executor_with_the_tool_agent(make_repo: MakeRepo, endpoint: FakeOpenAI) -> None:
     pytest.importorskip("ray")
     root = shop_kb(make_repo, extra='[executor]\nname = "ray"\nworkers = 2\n')
@@ -172,7 +173,11 @@ def cached_contents(root: Path) -> list[str]:
 def test_invalid_json_replies_are_repaired_counted_and_never_cached(make_repo: MakeRepo) -> None:
     root = shop_kb(make_repo)
     with FakeOpenAI(default=InvalidFirst(6), embed=embed) as fake:
-        out = brewkb(root, fake, "refine", "--run", "r")
+        stopped = brewkb(root, fake, "refine", "--run", "r")
+        # the items whose repair was invalid too stop the run after their stage; resuming retries only them
+        assert stopped.returncode == 1 and " grades failed in stage grades (the first: judge: " in stopped.stderr
+        assert "continue with `brewkb refine --resume r`" in stopped.stderr
+        out = brewkb(root, fake, "refine", "--resume", "r")
     assert_clean_run(root, out, "r")
     errors = [e.error for e in read_ledger(root / "runs" / "r" / "ledger.jsonl") if e.error]
     assert len(errors) == 6 and all(e.startswith("invalid reply: it is not JSON") for e in errors)
@@ -244,10 +249,25 @@ def test_episodes_that_fail_to_run_are_counted_and_named(make_repo: MakeRepo) ->
     (root / "brewkb.toml").write_text(config)
     with FakeOpenAI(default=Outage(calls=3), embed=embed) as fake:
         out = brewkb(root, fake, "rollout", "--run", "r", "--split", "train")
-    assert out.returncode == 0, out.stderr
-    assert "rollouts: 3 of 10 episodes failed to run (agent or endpoint errors); the first: agent: " in out.stderr
-    assert "rollouts: 10 episodes (3 failed to run), success rate" in out.stdout
+        assert out.returncode == 1 and not TRACEBACK.search(out.stderr)
+        assert "rollouts: 3 of 10 episodes failed to run (agent or endpoint errors); the first: agent: " in out.stderr
+        assert out.stderr.splitlines()[-1].startswith("brewkb: error: 3 of 10 episodes failed to run in stage "
+                                                      "rollouts (the first: agent: ")
+        assert "rollouts" not in stages_done(root, "r")
+        listed = brewkb(root, fake, "runs").stdout
+        assert "3 failed items; retry them: brewkb rollout --run r" in listed
+        retried = brewkb(root, fake, "rollout", "--run", "r", "--split", "train")
+        assert retried.returncode == 0 and "rollouts: 10 items (7 already done)" in retried.stderr
+    # going on without them is a choice the config makes, and the run records it
+    config = (root / "brewkb.toml").read_text() + "\n[stages]\naccept_failed = true\n"
+    (root / "brewkb.toml").write_text(config)
+    with FakeOpenAI(default=Outage(calls=3), embed=embed) as fake:
+        again = brewkb(root, fake, "rollout", "--run", "r", "--split", "train", "--force", "rollouts")
+        listed = brewkb(root, fake, "runs").stdout
+    assert again.returncode == 0, again.stderr
+    assert "rollouts: 10 episodes (3 failed to run), success rate" in again.stdout
     assert stages_done(root, "r")["rollouts"]["failed_to_run"] == 3
+    assert "3 failed items (3 left out: stages.accept_failed)" in listed
 
 
 def test_relabelled_and_expansion_episodes_are_judged_before_reflection(make_repo: MakeRepo,

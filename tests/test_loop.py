@@ -39,7 +39,8 @@ def refined(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def test_demo_runs_offline_and_reports(tmp_path: Path) -> None:
+@pytest.mark.xdist_group("demo")
+def test_demo_runs_offline_and_reports(tmp_path: Path, demo_run: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
     with pytest.raises(BrewError, match="not empty"):
@@ -52,9 +53,9 @@ def test_demo_runs_offline_and_reports(tmp_path: Path) -> None:
     with pytest.raises(BrewError, match="inside the git repository"):
         demo(directory=repo / "demo")
     assert not (repo / "demo").exists()
-    out = subprocess.run([sys.executable, "-m", "brewkb", "demo", "--dir", str(outside / "d"), "--json"],
-                         capture_output=True, text=True, timeout=600)
+    made, out = demo_run  # `brewkb demo --dir D --json`, run once for the tests that read it
     assert out.returncode == 0, out.stderr
+    outside = made.parent
     result = json.loads(out.stdout)
     assert [c["label"].split(" (")[0] for c in result["columns"]] == ["new KB", "base KB", "no KB"]
     assert "brewkb tree demo" in result["next"] and result["recipes"] > 0

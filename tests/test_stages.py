@@ -177,7 +177,8 @@ def _llm_reply(body: dict[str, Any]) -> dict[str, Any]:
 
 def test_stages_with_the_llm_backend_against_the_fake_server(make_repo: MakeRepo) -> None:
     with FakeOpenAI(default=_llm_reply) as fake:
-        extra = f'[llm]\nbackend = "openai"\nbase_url = "{fake.base_url}"\n[stages]\nmin_concept_insights = 1\n'
+        extra = (f'[llm]\nbackend = "openai"\nbase_url = "{fake.base_url}"\n'
+                 '[stages]\nmin_concept_insights = 1\naccept_failed = true\n')
         root = kb(make_repo, extra)
         rollout(run="r", start=root)
         summary = reflect("r", start=root)
@@ -225,6 +226,7 @@ def ray_cluster() -> Iterator[None]:
     ray.shutdown()
 
 
+@pytest.mark.xdist_group("ray")  # one local Ray cluster at a time, whatever the parallel workers
 def test_rollouts_on_a_local_ray_cluster(make_repo: MakeRepo, ray_cluster: None) -> None:
     local = kb(make_repo, name="local")
     distributed = kb(make_repo, '[executor]\nname = "ray"\n', name="ray")

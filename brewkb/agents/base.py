@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from brewkb.envs.base import Environment, Task
-from brewkb.errors import BrewError, BudgetExhausted
+from brewkb.errors import BrewError, BudgetExhausted, EndpointDown
 from brewkb.trajectories.schema import KBUse, Outcome, Trajectory
 
 if TYPE_CHECKING:
@@ -107,6 +107,8 @@ def run_episode(agent: Agent, task: Task, context: str, env: Environment, kb: KB
                       if retriever is not None else agent.run(task, context, env))
     except BudgetExhausted as exc:
         return cut_by_budget(task, exc)
+    except EndpointDown:  # the command stops; no episode is saved as failed for it
+        raise
     except Exception as exc:
         log.debug("agent %s crashed on %s", agent.name, task.id, exc_info=True)
         trajectory = failed(task, f"agent crashed: {type(exc).__name__}: {exc}",
@@ -124,6 +126,8 @@ async def arun_episode(agent: AsyncAgent, task: Task, context: str, env: Environ
                             if retriever is not None else agent.arun(task, context, env))
     except BudgetExhausted as exc:
         return cut_by_budget(task, exc)
+    except EndpointDown:  # the command stops; no episode is saved as failed for it
+        raise
     except BrewError as exc:  # e.g. the agent's endpoint failed: its message says what to do
         trajectory = failed(task, str(exc))
     except Exception as exc:

@@ -52,8 +52,17 @@ class Executor(Protocol):
 
 
 async def _in_completion_order(work: Sequence[Awaitable[tuple[int, Trajectory]]], on_result: OnResult) -> None:
-    for next_done in asyncio.as_completed(work):
-        on_result(*(await next_done))
+    tasks = [asyncio.ensure_future(w) for w in work]
+    try:
+        for next_done in asyncio.as_completed(tasks):
+            on_result(*(await next_done))
+    except Exception:
+        # an episode that stops the command (a dead endpoint): the others end
+        # here, not later on a loop that is closing, and each finished one was reported
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
 
 
 class LocalExecutor:

@@ -17,6 +17,7 @@ from brewkb.kb import KB
 from brewkb.llm.offline import user_turns
 from brewkb.retrieval.ranking import retriever_of
 from brewkb.run.folder import FILES, Run
+from brewkb.run.record import left_out
 from brewkb.run.pipeline import Pipeline
 from brewkb.search.distill import LogExpander, RetrievalEvaluator
 from brewkb.search.engine import SearchResult, SearchSpec, note_of, search
@@ -74,7 +75,7 @@ def _queries(trajectories: list[Trajectory], scrub: Any) -> dict[str, str]:
 
 def pr_message(run: str, source: str, spec: SearchSpec, result: SearchResult, choices: dict[str, FinalChoice],
                concepts: list[Concept], held: set[str], logged: list[Trajectory], grades: dict[str, Any],
-               backend: str) -> str:
+               backend: str, missing: str = "") -> str:
     """The PR body: what was measured, and what could not be."""
     rows = ["| recipe | held-out requests | root MRR | base MRR (final) | chosen MRR (final) | chosen | nodes tried |",
             "|---|---:|---:|---:|---:|---|---:|"]
@@ -109,6 +110,7 @@ def pr_message(run: str, source: str, spec: SearchSpec, result: SearchResult, ch
             "recipe's effect on success is known. Evaluate on a live environment before relying on it.\n"
             "- Hindsight relabelling: it needs an environment to re-run relabelled tasks; skipped.\n"
             + ("\n## Concepts merged\n\n" + "\n".join(merges) + "\n" if merges else "")
+            + (f"\n{missing}\n" if missing else "")
             + f"\nAudit trail: `git log --notes=brew --first-parent brew/{run}/kb`, `brewkb tree {run}`.\n\n"
             f"Brew-Run: {run}\n")
 
@@ -197,7 +199,8 @@ async def _distill(kb: KB, folder: Run, strategy: str | None, iterations: int | 
                                  min_gain=kb.config.search.min_gain,
                                  lambdas=(spec.lambda_corr, spec.lambda_ret), iteration=spec.rounds + 1)
     pr = store.write_pr(pr_message(run, source, spec, result, choices, concepts, held, logged, grades,
-                                      kb.config.llm.backend), spec.rounds)
+                                   kb.config.llm.backend, left_out(folder.manifest().get("stages", {}))),
+                        spec.rounds)
     nodes = sum(len(t.nodes) for t in result.trees.values())
     folder.record_stage("search", nodes=nodes, kb=result.kb_commit, pr=pr, reward="retrieval only")
     return DistillResult(run, result.kb_commit, pr, {c: {**note_of(result, c), "final": choices[c].to_json()}

@@ -102,24 +102,34 @@ def _first_commit(root: Path, created: list[str]) -> str | None:
         return store.commit_paths(paths, "Start a brewkb knowledge base") if paths else None
 
 
-def lint(paths: list[Path], *, start: Path = Path("."), fix: bool = False) -> list[Problem]:
-    """Lint recipe files or folders; without paths, the KB's recipes folder.
-    ``fix`` removes UTF-8 byte-order marks first (the only change lint makes)."""
+def lint(paths: list[Path], *, start: Path = Path("."), fix: bool = False,
+         fixed: list[Path] | None = None) -> list[Problem]:
+    """Lint recipe files or folders; without paths, the KB's recipes folder
+    (where a recipe in a sub-folder, which no command reads, is a warning).
+    ``fix`` removes UTF-8 byte-order marks first (the only change lint makes);
+    the files it changed are appended to ``fixed`` when it is given."""
     scrubber = None
+    nested: list[Problem] = []
     if not paths:
         with KB.open(start) as kb:
             paths = [Path(os.path.relpath(kb.recipes_dir))]
             if not kb.recipes_dir.is_dir():
                 raise BrewError(f"{kb.recipes_dir} does not exist; run `brewkb init` or pass paths")
             scrubber = scrubber_of(kb.config.scrub)
+            folder = kb.config.kb.recipes_dir.strip("/")
+            nested = [Problem(str(paths[0] / path), 1, "warning",
+                              f"in a sub-folder of {folder}/: brewkb reads only the files directly in {folder}/",
+                              f"move it to {folder}/{path.name}") for path in kb.nested_recipe_files()]
     elif (Path(start) / CONFIG_FILE).is_file():
         scrubber = scrubber_of(load_config(Path(start)).scrub)
     if fix:
-        fix_bom(paths)
-    return lint_paths(paths, scrubber)
+        changed = fix_bom(paths)
+        if fixed is not None:
+            fixed.extend(changed)
+    return sorted(lint_paths(paths, scrubber) + nested, key=lambda p: (p.path, p.line, p.message))
 
 
 def show(name: str, *, rev: str | None = None, start: Path = Path(".")) -> Recipe:
     """One recipe by name from the working tree or a revision."""
-    with KB.open(start) as kb:
+    with KB.open(start, require_kb=True) as kb:
         return kb.recipe(name, rev)

@@ -57,6 +57,10 @@ def export_skills(kb: KB, out: Path, rev: str | None = None) -> Exported:
     if not recipes:
         raise BrewError(f"no recipes {'at ' + rev if rev else 'in the working tree'} to export")
     revision = kb.store.resolve(rev) if rev else None
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file where a folder of the path should be, or no permission
+        raise BrewError(f"cannot create {out}: {exc.strerror}; pass a folder you can write to") from None
     rewards: dict[str, float] = {}
     if revision is not None:
         run = parse_trailers(kb.store.read_commit(revision)["message"][0]).get("Brew-Run")

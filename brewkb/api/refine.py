@@ -26,7 +26,7 @@ from brewkb.retrieval.ranking import retriever_of
 from brewkb.run.budget import Limits
 from brewkb.run.folder import Run, new_run_id
 from brewkb.run.pipeline import Pipeline
-from brewkb.run.record import EVAL_FILE, effects_table, eval_table, final_rows
+from brewkb.run.record import EVAL_FILE, effects_table, eval_table, final_rows, left_out
 from brewkb.search.engine import SearchResult, SearchSpec, note_of, rebuild, search
 from brewkb.search.episodes import EpisodeCache
 from brewkb.search.evaluate import Evaluator
@@ -201,7 +201,13 @@ async def _held_out(kb: KB, pipeline: Pipeline, kb_commit: str | None, base: str
 
 
 def _evidence(kb: KB, folder: Run, evaluation: dict[str, Any] | None) -> str:
-    """The held-out tables and what produced them, for the ``pr`` commit message."""
+    """The held-out tables and what produced them, for the ``pr`` commit message
+    (after what the run left out, when it went on without failed items)."""
+    missing = left_out(folder.manifest().get("stages", {}))
+    return (missing + "\n\n" if missing else "") + _held_out_record(kb, folder, evaluation)
+
+
+def _held_out_record(kb: KB, folder: Run, evaluation: dict[str, Any] | None) -> str:
     if evaluation is None:
         return "Held-out evaluation skipped (--no-eval); run `brewkb eval --split test` for it.\n"
     config = kb.config

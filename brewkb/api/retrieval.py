@@ -33,14 +33,14 @@ class IndexInfo:
 
 def build_index(*, rev: str | None = None, start: Path = Path(".")) -> IndexInfo:
     """Build (or find up to date) the index of the working tree or ``rev``."""
-    with KB.open(start) as kb:
+    with KB.open(start, require_kb=True) as kb:
         index = open_index(kb, rev)
         return IndexInfo(recipes=len(index), rev=rev)
 
 
 def search(query: str, *, k: int = 3, rev: str | None = None, start: Path = Path(".")) -> list[SearchResult]:
     """The ``k`` best recipes for ``query``; the working tree unless ``rev``."""
-    with KB.open(start) as kb:
+    with KB.open(start, require_kb=True) as kb:
         hits = retrieve(open_index(kb, rev), query, k)
         paths = recipe_paths(kb, rev, [h.name for h in hits])
         return [SearchResult(h.name, h.score, h.concept, paths.get(h.name), h.snippet) for h in hits]

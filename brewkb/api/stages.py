@@ -115,6 +115,10 @@ class RunSummary:
     wanted: tuple[str, ...] = STAGES
     resume: str = ""
     """The command that continues a refine or distill run (empty for other runs)."""
+    retry: str = ""
+    """The command that runs the next stage again, retrying its failed items (empty when none is pending)."""
+    left_out: int = 0
+    """Failed items of finished stages, which ``stages.accept_failed`` let the run go on without."""
 
     @property
     def status(self) -> str:
@@ -135,27 +139,36 @@ def summarise_run(run: Run) -> RunSummary:
     raise_ = "".join(f" --max-{k.replace('_', '-')} N" for k in limited)  # kept with the run: raise them to go on
     resume = "" if spec is None else f"brewkb distill {run.id}" if spec.get("kind") == "distill" else \
         f"brewkb refine --resume {run.id}{raise_}" + (" (N above the run's limit)" if limited else "")
-    return RunSummary(run.id, list(done), next((s for s in wanted if s not in done), None),
-                      _failures(run, done), wanted, resume)
+    following = next((s for s in wanted if s not in done), None)
+    left_out, pending = _failures(run, done)
+    retry = resume or _STAGE_COMMANDS.get(following or "", "").format(run=run.id) if pending else ""
+    return RunSummary(run.id, list(done), following, left_out + pending, wanted, resume, retry, left_out)
 
 
-def _failures(run: Run, done: dict[str, Any]) -> int:
-    """Items that failed and were not done since: a finished stage counts
-    what its manifest entry says failed; a stage still to finish, what its
-    failures log holds (an item that later succeeded is not counted)."""
+_STAGE_COMMANDS = {"rollouts": "brewkb rollout --run {run}", "rollouts-eval": "brewkb rollout --run {run}",
+                   "grades": "brewkb reflect {run}", "relabel": "brewkb reflect {run}",
+                   "reflections": "brewkb reflect {run}", "integrate": "brewkb integrate {run}"}
+
+
+def _failures(run: Run, done: dict[str, Any]) -> tuple[int, int]:
+    """Items that failed and were not done since: what finished stages' manifest
+    entries say failed (left out, ``stages.accept_failed``), and what the
+    failures log holds for stages still to finish, each item once (an item
+    that later succeeded is not counted)."""
     count = sum(int(info.get("failed", 0)) + int(info.get("failed_to_run", 0))
                 for info in done.values() if isinstance(info, dict))
     log = run.file("failures.jsonl")
+    pending: dict[tuple[str, str], int] = {}
     if log.exists():
         for line in log.read_text().splitlines():
             entry = json.loads(line)
-            if entry.get("stage") not in done:
-                count += int(entry.get("count", 1))
-    return count
+            if entry.get("stage") not in done:  # a later attempt at the same item replaces the earlier
+                pending[(str(entry.get("stage")), str(entry.get("key")))] = int(entry.get("count", 1))
+    return count, sum(pending.values())
 
 
 def list_runs(*, start: Path = Path(".")) -> list[RunSummary]:
-    with KB.open(start) as kb:
+    with KB.open(start, require_kb=True) as kb:
         if not kb.runs_dir.is_dir():
             return []
         return [summarise_run(Run(folder.name, folder))

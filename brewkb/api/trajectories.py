@@ -45,9 +45,11 @@ class ImportResult:
     """Trajectories already in the run whose outcome the outcomes file changed."""
     unmatched_labels: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    already: int = 0
+    """Trajectories of the file the run already held (an import repeated adds none)."""
 
     def to_json(self) -> dict[str, object]:
-        return {"run": self.run, "imported": self.imported, "skipped": self.skipped,
+        return {"run": self.run, "imported": self.imported, "skipped": self.skipped, "already": self.already,
                 "success_rate": None if self.success_rate is None else round(self.success_rate, 6),
                 "unlabelled": self.unlabelled, "labels_attached": self.labels_attached,
                 "relabelled": self.relabelled, "unmatched_labels": len(self.unmatched_labels)}
@@ -100,7 +102,7 @@ def _import(target: Run, path: Path, fmt: str, items: Iterator[Item], labels: La
     seen: set[str] = set()
     replaced: set[int] = set()
     skipped: list[str] = []
-    added = wins = unlabelled = attached = read = 0
+    added = wins = unlabelled = attached = already = read = 0
     with atomic_writer(rollouts) as out:
         if rollouts.exists():
             with rollouts.open(encoding="utf-8") as old:
@@ -127,12 +129,18 @@ def _import(target: Run, path: Path, fmt: str, items: Iterator[Item], labels: La
             if key in existing:
                 old_id, old_line = existing[key]
                 if old_id == trajectory.id or (trajectory.success is None and old_line not in unknown_before):
+                    already += 1
                     continue  # the same, or no label where the run has one: a label is never lost
                 replaced.add(old_line)
             out.write(trajectory.to_line() + "\n")
             added += 1
             wins += trajectory.success is True
             unlabelled += trajectory.success is None
+    if not (added or already):  # refused: the run folder a failed import made goes with it
+        why = (f"all {len(skipped)} records were skipped; the first: {skipped[0]}" if skipped else
+               "it holds no records")
+        raise TrajectoryError(f"nothing to import from {path}: {why}; check that it is a --format {fmt} file "
+                              "(docs/trajectories.md shows each format)")
     if replaced:
         _drop_lines(rollouts, replaced, keep_last=added)
     labelled = added - unlabelled
@@ -140,7 +148,7 @@ def _import(target: Run, path: Path, fmt: str, items: Iterator[Item], labels: La
                         trajectories=len(existing) - len(replaced) + added, skipped=len(skipped),
                         unlabelled=len(unknown_before - replaced) + unlabelled)
     return ImportResult(target.id, added, len(skipped), wins / labelled if labelled else None, unlabelled,
-                        attached, len(replaced), labels.unused() if labels else [], skipped)
+                        attached, len(replaced), labels.unused() if labels else [], skipped, already)
 
 
 def _drop_lines(path: Path, lines: set[int], keep_last: int) -> None:

@@ -30,12 +30,16 @@ def doctor_cmd(long_prompt: int, as_json: bool) -> None:
         widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(heads)]
         for row in [heads, *rows]:
             echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
-        notes = [f"{r.role}: {c.status} {name}: {c.detail}" for r in result.roles for name, c in r.checks.items()
-                 if c.status not in (OK, SKIP) and c.detail]
+        # roles that share an endpoint share its findings: each is said once, naming every role it concerns
+        notes: dict[str, list[str]] = {}
+        for r in result.roles:
+            for name, c in r.checks.items():
+                if c.status not in (OK, SKIP) and c.detail:
+                    notes.setdefault(f"{c.status} {name}: {c.detail}", []).append(r.role)
         if notes:
             echo()
-            for line in dict.fromkeys(notes):
-                echo(line)
+            for line, roles in notes.items():
+                echo(f"{', '.join(dict.fromkeys(roles))}: {line}")
     if not result.ok:
         failed = [r.role for r in result.roles if not r.ok]
         raise LLMError(f"{len(failed)} role(s) cannot work as configured ({', '.join(failed)}); "

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from brewkb import api
-from brewkb.cli.output import echo, echo_json
+from brewkb.cli.output import echo, echo_json, note
 from brewkb.recipes import render_recipe
 
 
@@ -40,7 +40,10 @@ def init_cmd(directory: Path, force: bool, no_commit: bool, as_json: bool) -> No
 @click.option("--json", "as_json", is_flag=True, help="Print problems as a JSON list.")
 def lint_cmd(paths: tuple[Path, ...], fix: bool, as_json: bool) -> None:
     """Check recipe files (default: the KB's recipes folder). Exit 1 on errors."""
-    problems = api.lint(list(paths), fix=fix)
+    fixed: list[Path] = []
+    problems = api.lint(list(paths), fix=fix, fixed=fixed)
+    for path in fixed:  # on stderr, so --json stays one document
+        note(f"fixed {path}: removed its UTF-8 byte-order mark")
     if as_json:
         echo_json([p.to_json() for p in problems])
     else:

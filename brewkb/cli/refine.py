@@ -77,8 +77,11 @@ def _print_plan(run: str | None, resume: str | None, base: str | None, strategy:
     if as_json:
         echo_json(p.to_json())
         return
-    echo(f"At most, {'the rest of run ' + resume if resume else 'this run'} ({p.rounds} search rounds) makes:")
-    echo(f"  {'agent episodes':16}{p.episodes:>9}")
+    echo(f"{'The rest of run ' + resume if resume else 'This run'} ({p.rounds} search rounds) makes at most "
+         f"(expected):")
+    echo(f"  {'agent episodes':16}{p.episodes:>9}  ({p.expected_episodes})")
+    for part, counts in p.parts.items():
+        echo(f"    {part:20}{counts.at_most:>9}  ({counts.expected}): {counts.settings}")
     echo(f"  {'LLM calls':16}{p.llm_calls:>9}")
     for role, n in p.calls.items():
         echo(f"    {role:14}{n:>9}")
@@ -89,7 +92,9 @@ def _print_plan(run: str | None, resume: str | None, base: str | None, strategy:
     else:
         basis = ", ".join(f"{r} {t}" for r, t in p.cost_basis.items())
         echo(f"  cost ≈ ${p.cost:.4f} (outputs at max_tokens; prompt tokens per call assumed: {basis})")
-    echo("Nothing was called. Cache hits and reused episodes make the real numbers smaller.")
+    echo("Nothing was called. Cache hits and reused episodes make the real numbers smaller; "
+         + ("the concepts are known, so the expected figure is the bound." if p.concepts_known else
+            "once reflection has found the concepts, `brewkb refine --resume RUN --plan` bounds the rest closely."))
 
 
 @click.command("tree")
@@ -103,10 +108,14 @@ def tree_cmd(run: str, concept: str | None, as_json: bool) -> None:
 
     trees, best = load_trees(run)
     if concept is not None:
-        if concept not in trees:
+        from brewkb.recipes import slugify
+
+        # the title a report or a recipe shows ("Cancel order") names the same tree as its slug
+        slug = concept if concept in trees else slugify(concept)
+        if slug not in trees:
             raise click.BadParameter(f"no concept {concept!r} in run {run}; concepts: {', '.join(sorted(trees))}",
                                      param_hint="--concept")
-        trees = {concept: trees[concept]}
+        trees = {slug: trees[slug]}
     if as_json:
         echo_json({c: tree_json(t, best[c]) for c, t in sorted(trees.items())})
         return

@@ -85,7 +85,8 @@ def concepts_cmd(run: str, no_cache: bool, force: str | None, as_json: bool) -> 
     """Cluster RUN's concept names into meta-concepts."""
     from brewkb.api.stages import concepts
 
-    found = _with_events(as_json, concepts, run, no_cache=no_cache, force=force)
+    # --json prints one document on stdout: progress stays on stderr
+    found = _with_events(False, concepts, run, no_cache=no_cache, force=force)
     if as_json:
         echo(json.dumps([c.to_json() for c in found], sort_keys=True))
         return
@@ -108,7 +109,8 @@ def integrate_cmd(run: str, write: bool, no_cache: bool, force: str | None, as_j
     """Write one recipe per concept of RUN (into runs/RUN/recipes/)."""
     from brewkb.api.stages import integrate
 
-    recipes, changed = _with_events(as_json, integrate, run, write=write, no_cache=no_cache, force=force)
+    # --json prints one document on stdout: progress stays on stderr
+    recipes, changed = _with_events(False, integrate, run, write=write, no_cache=no_cache, force=force)
     if as_json:
         echo(json.dumps({"recipes": [r.name for r in recipes], "written": changed}))
         return
@@ -126,10 +128,12 @@ def runs_cmd(as_json: bool) -> None:
     runs = list_runs()
     if as_json:
         echo_json([{"run": r.id, "stages": r.stages, "wanted": list(r.wanted), "next": r.next_stage,
-                    "status": r.status, "failures": r.failures} for r in runs])
+                    "status": r.status, "failures": r.failures, "retry": r.retry} for r in runs])
         return
     if not runs:
         echo("No runs yet.")
     for r in runs:
         done = sum(s in r.stages for s in r.wanted)
-        echo(f"{r.id:28} {done}/{len(r.wanted)} stages ({r.status}), {r.failures} failed items")
+        retry = f"; retry them: {r.retry}" if r.retry else ""
+        left_out = f" ({r.left_out} left out: stages.accept_failed)" if r.left_out else ""
+        echo(f"{r.id:28} {done}/{len(r.wanted)} stages ({r.status}), {r.failures} failed items{left_out}{retry}")

@@ -44,8 +44,12 @@ def import_cmd(source: Path, fmt: str, run: str | None, split: str, tasks: Path 
         return
     rate = "no outcome known" if result.success_rate is None else f"success rate {result.success_rate:.1%}"
     unknown = f", {result.unlabelled} unlabelled" if result.unlabelled else ""
-    echo(f"Imported {result.imported} trajectories into run {result.run} ({rate}{unknown}); "
-         f"skipped {result.skipped}.")
+    if result.imported == 0 and result.already:
+        echo(f"Imported no new trajectories into run {result.run}: all {result.already} were already there; "
+             f"skipped {result.skipped}.")
+    else:
+        echo(f"Imported {result.imported} trajectories into run {result.run} ({rate}{unknown}); "
+             f"skipped {result.skipped}.")
     if outcomes is not None:
         echo(f"Labels from {outcomes.name}: attached to {result.labels_attached} conversations"
              + (f" ({result.relabelled} already in the run relabelled)" if result.relabelled else "") + ".")

@@ -26,6 +26,7 @@ from typing import Any
 
 from brewkb.config import LLMConfig, RoleConfig
 from brewkb.errors import LLMError
+from brewkb.llm.breaker import Breaker
 from brewkb.llm.cache import ResponseCache
 from brewkb.llm.ledger import Ledger, LedgerEntry
 from brewkb.llm.schema import validate
@@ -91,6 +92,7 @@ class LLMClient:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._modes: dict[tuple[str, str], str] = {}
         self.budget: CallBudget | None = None
+        self.breaker = Breaker()  # an endpoint that keeps refusing connections stops the command
 
     # ------------------------------------------------------------- endpoints
     def role(self, name: str) -> RoleConfig:
@@ -216,6 +218,7 @@ class LLMClient:
                     self.ledger.record(LedgerEntry(request.role, request.model, result.tokens_in,
                                                    result.tokens_out, cached=True, mode=_mode(request)))
                     return result, None
+        self.breaker.check(self.endpoint(request.role))
         start = time.perf_counter()
         try:
             async with self._limit():
@@ -269,12 +272,14 @@ class LLMClient:
             raise LLMError(f"{request.role}: {where} answered HTTP {exc.status_code}: "
                            f"{_short(str(detail or exc.message))}") from None
         except openai.APIConnectionError as exc:
+            self.breaker.failed(self.endpoint(request.role), request.role, _short(str(exc), 80))
             raise LLMError(f"{request.role}: cannot reach {where} ({_short(str(exc))}); "
                            "check llm.base_url / OPENAI_BASE_URL") from None
         except openai.OpenAIError as exc:
             raise LLMError(f"{request.role}: {_short(str(exc))}") from None
         except ValueError as exc:  # a body that is not JSON, cut or garbled
             raise LLMError(f"{request.role}: {where} sent an unreadable reply ({_short(str(exc))})") from None
+        self.breaker.answered(self.endpoint(request.role))
         return _parse_completion(response, request, where)
 
     async def complete_json(self, request: ChatRequest) -> JSONReply:
@@ -392,6 +397,7 @@ class LLMClient:
         the caller appends to the yielded list."""
         import openai
 
+        self.breaker.check(self.endpoint(role))
         start = time.perf_counter()
         reply: list[Any] = []
         try:
@@ -400,7 +406,10 @@ class LLMClient:
             try:
                 yield reply
             except openai.OpenAIError as exc:
+                if isinstance(exc, openai.APIConnectionError) and not isinstance(exc, openai.APITimeoutError):
+                    self.breaker.failed(self.endpoint(role), role, _short(str(exc), 80))
                 raise LLMError(f"{role}: embeddings failed at {self.endpoint(role)}: {_short(str(exc))}") from None
+            self.breaker.answered(self.endpoint(role))
             data = reply[0].data
             if len(data) != len(missing) or any(not d.embedding for d in data):
                 raise LLMError(f"{role}: asked {self.endpoint(role)} for {len(missing)} embeddings, got "

@@ -9,8 +9,11 @@ whole. ``force`` redoes a stage and every stage after it.
 Failures are loud and recoverable: an item that failed (an LLM call that
 failed or kept answering invalid JSON, an episode the agent or endpoint could
 not run) is not persisted, so the same command run again retries exactly the
-failed items; a stage whose items all failed is not recorded as done and
-raises ``AllFailedError`` with the count and the first error.
+failed items. A stage whose items all failed is not recorded as done and
+raises ``AllFailedError`` with the count and the first error; one some of
+whose items failed raises ``PartlyFailedError`` the same way, unless
+``stages.accept_failed`` lets the run go on without them (the manifest counts
+them, and the pull request lists them).
 
 The stages are coroutines run on the command's one event loop (the API
 function owns it, see docs/pipeline.md); ``aclose`` releases the executor and
@@ -19,10 +22,8 @@ the LLM client on that loop when the command ends.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,13 +31,12 @@ from typing import Any
 from brewkb.agents import load_agent
 from brewkb.agents.base import episode_error, retrieves_per_turn
 from brewkb.agents.executors import Executor, make_executor
-from brewkb.aio import gather_all
 from brewkb.config import Config
 from brewkb.envs import load_environment
 from brewkb.envs.base import Environment, Task
-from brewkb.errors import AllFailedError, BrewError, LLMError, RunError
+from brewkb.errors import BrewError, EndpointDown, LLMError, RunError
 from brewkb.events import Event, Events, EventSink, null_sink
-from brewkb.fsutil import append_line, write_atomic
+from brewkb.fsutil import write_atomic
 from brewkb.kb import KB
 from brewkb.llm import open_backend
 from brewkb.llm.ledger import Ledger
@@ -46,6 +46,7 @@ from brewkb.retrieval.context import ContextProvider, NoContext, RecipeContext
 from brewkb.retrieval.ranking import open_index, retriever_of
 from brewkb.run.budget import Budget, BudgetedExecutor
 from brewkb.run.folder import FILES, STAGES, Run
+from brewkb.run.items import RETRY, StageItems
 from brewkb.stages import concepts as concepts_stage
 from brewkb.stages import grading, integrate, reflect, relabel, rollouts
 from brewkb.stages.concepts import Concept
@@ -54,14 +55,8 @@ from brewkb.trajectories.scrub import scrubber_of
 
 __all__ = ["Pipeline", "STAGES"]
 
-NOUNS = {"grades": "grades", "relabel-tasks": "relabelled tasks", "reflections": "reflections",
-         "integrate": "recipes"}
-RETRY = "fix the cause and run the same command again: finished items are kept and only the failed ones run"
-
-
-
 @dataclass
-class Pipeline:
+class Pipeline(StageItems):
     kb: KB
     run: Run
     config: Config
@@ -90,8 +85,10 @@ class Pipeline:
     async def __aenter__(self) -> Pipeline:
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
+    async def __aexit__(self, kind: object, exc: object, tb: object) -> None:
         await self.aclose()
+        if isinstance(exc, EndpointDown):  # the stop says how this command goes on once the endpoint runs
+            raise exc.with_retry(self.retry) from None
 
     async def aclose(self) -> None:
         """Release the executor's workers and the LLM client (once, on the command's loop)."""
@@ -150,85 +147,6 @@ class Pipeline:
             for path in (self.run.file(FILES[name]), self._partial_path(name)):
                 path.unlink(missing_ok=True)
         write_atomic(self.run.file("manifest.json"), json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-
-    def _partial_path(self, stage: str) -> Path:
-        return self.run.file(f"{stage}.partial.jsonl")
-
-    def _partial(self, stage: str) -> dict[str, Any]:
-        done: dict[str, Any] = {}
-        path = self._partial_path(stage)
-        if path.exists():
-            for line in path.read_text(encoding="utf-8").splitlines():
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a line cut by a kill; its item runs again
-                if isinstance(record["value"], dict) and "failed" in record["value"]:
-                    continue  # a failure kept by an earlier brewkb: retried
-                done[record["key"]] = record["value"]
-        return done
-
-    def _record(self, stage: str, key: str, value: Any) -> None:
-        append_line(self._partial_path(stage), json.dumps({"key": key, "value": value}, ensure_ascii=False))
-
-    def _failure(self, stage: str, key: str, error: str) -> None:
-        append_line(self.run.file("failures.jsonl"), json.dumps({"stage": stage, "key": key, "error": error}))
-        self.events(Event("item_failed", stage, message=f"{key}: {error}"))
-
-    def _finish(self, stage: str, lines: Iterable[str], started: float, **info: Any) -> None:
-        write_atomic(self.run.file(FILES[stage]), "".join(line + "\n" for line in lines))
-        self._partial_path(stage).unlink(missing_ok=True)
-        seconds = round(time.monotonic() - started, 3)
-        self.run.record_stage(stage, seconds=seconds, **info)
-        self.events(Event("stage_finished", stage, message=f"in {seconds:.1f} s", data=info))
-
-    def _skip(self, stage: str) -> bool:
-        if self.run.stage_done(stage) and self.run.file(FILES[stage]).exists():
-            self.events(Event("stage_skipped", stage, message="already done"))
-            return True
-        return False
-
-    def _episodes_failed(self, stage: str, errors: Sequence[str], total: int) -> None:
-        """Say how many of the ``total`` episodes run failed to run; raise when all did."""
-        if errors and len(errors) == total:
-            append_line(self.run.file("failures.jsonl"), json.dumps({"stage": stage, "key": "episodes",
-                                                                     "count": total, "error": errors[0]}))
-            raise AllFailedError(f"all {total} episodes failed to run: {errors[0]}; {self.retry}")
-        if errors:
-            self.events(Event("note", stage, message=f"{len(errors)} of {total} episodes failed to run (agent "
-                                                     f"or endpoint errors); the first: {errors[0]}"))
-
-    async def _map(self, stage: str, keys: Sequence[str], work: Callable[[str], Awaitable[Any]]) -> dict[str, Any]:
-        """Run ``work`` on every key not already done; persist each good result.
-        Failed items stay unpersisted, so running again retries them."""
-        done = self._partial(stage)
-        todo = [k for k in keys if k not in done]
-        self.events(Event("stage_started", stage, done=len(keys) - len(todo), total=len(keys)))
-        limit = asyncio.Semaphore(max(1, self.config.llm.concurrency))
-        errors: list[str] = []
-
-        async def one(key: str) -> None:
-            async with limit:
-                try:
-                    value = await work(key)
-                except LLMError as exc:
-                    self._failure(stage, key, str(exc))
-                    errors.append(str(exc))
-                    value = {"failed": str(exc)}
-                else:
-                    self._record(stage, key, value)
-            done[key] = value
-            self.events(Event("item_done", stage, done=len(done), total=len(keys)))
-
-        await gather_all(one(k) for k in todo)
-        if errors and len(errors) == len(todo):
-            left = " left" if len(todo) < len(keys) else ""
-            raise AllFailedError(f"all {len(todo)} {NOUNS.get(stage, 'items')}{left} failed: {errors[0]}; "
-                                 f"{self.retry}")
-        if errors:
-            self.events(Event("note", stage, message=f"{len(errors)} of {len(keys)} {NOUNS.get(stage, 'items')} "
-                                                     f"failed; the first: {errors[0]}"))
-        return {k: done[k] for k in keys}
 
     # -------------------------------------------------------------- stages
     async def rollouts(self, split: str = "train", *, context: str = "kb", rev: str | None = None,

@@ -1,4 +1,5 @@
-"""The most a ``refine`` can spend, worked out before anything is called.
+"""The most a ``refine`` can spend, worked out before anything is called,
+and what it is expected to spend.
 
 Bounds come from counts only: train and eval tasks, the concepts found so far
 (or the most the reflections could give), the strategy's rounds and
@@ -9,17 +10,30 @@ repair call, so it counts twice; with ``structured_output = "auto"`` each JSON
 role may also see up to two rejected calls per call in flight while the
 endpoint's mode is found. Episodes that are reused instead of run and cache
 hits only make the real numbers smaller.
+
+Search episodes are bounded by the tasks each candidate is evaluated on:
+a concept's eval tasks, or its train tasks when it has none. Each trajectory
+names at most ``concepts_per_trajectory`` concepts, so over all concepts
+those tasks number at most that many times the eval and train tasks; the
+relabel stage takes at most half the train tasks (as many failing runs as
+passing ones). Until reflection has found the concepts, the *expected*
+figure takes the middle of 1 and ``concepts_per_trajectory`` concepts per
+eval trajectory, none evaluated on train tasks, and a quarter of the train
+tasks relabelled; with the concepts known it is the bound. Neither counts
+reuse, which only lowers what a run spends.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from brewkb.config import Price
 
-__all__ = ["PlanInputs", "RunPlan", "plan_refine", "DistillInputs", "plan_distill", "with_cost", "PROMPT_TOKENS_GUESS", "JSON_ROLES"]
+__all__ = ["PlanInputs", "Part", "RunPlan", "plan_refine", "DistillInputs", "plan_distill", "with_cost",
+           "PROMPT_TOKENS_GUESS", "JSON_ROLES"]
 
 PROMPT_TOKENS_GUESS = 2000
 """Prompt tokens assumed per call for a cost estimate when the run has no ledger yet."""
@@ -63,6 +77,15 @@ class PlanInputs:
 
 
 @dataclass(frozen=True)
+class Part:
+    """Episodes of one part of a run: at most, expected, and the settings that set them."""
+
+    at_most: int
+    expected: int
+    settings: str
+
+
+@dataclass(frozen=True)
 class RunPlan:
     episodes: int
     calls: dict[str, int]
@@ -73,66 +96,115 @@ class RunPlan:
     """Estimated US dollars (``None`` when no role's model has a price)."""
     cost_basis: dict[str, int] = field(default_factory=dict)
     """Prompt tokens per call assumed for each role's cost."""
+    expected_episodes: int = 0
+    """What the run is expected to spend (an estimate, not a bound; see the module)."""
+    parts: dict[str, Part] = field(default_factory=dict)
+    """Episodes by part of the run, each with the settings that drive it."""
 
     @property
     def llm_calls(self) -> int:
         return sum(self.calls.values())
 
     def to_json(self) -> dict[str, Any]:
-        return {"episodes": self.episodes, "llm_calls": self.llm_calls, "calls": dict(self.calls),
+        return {"episodes": self.episodes, "expected_episodes": self.expected_episodes,
+                "parts": {k: dataclasses.asdict(v) for k, v in self.parts.items()},
+                "llm_calls": self.llm_calls, "calls": dict(self.calls),
                 "concepts": self.concepts, "concepts_known": self.concepts_known, "rounds": self.rounds,
                 "cost": self.cost, "cost_basis": dict(self.cost_basis)}
 
 
+def _relabelled(p: PlanInputs) -> int:
+    """The most trajectories the relabel stage takes: as many failing ones as
+    passing ones (at least one), so at most half the train tasks."""
+    if not p.relabel:
+        return 0
+    return p.relabel_selected if p.relabel_selected is not None else max(1, p.train_tasks // 2) \
+        if p.train_tasks else 0
+
+
+def _episode_parts(p: PlanInputs, relabelled: int, expected_relabelled: int, n: int, evaluated: int,
+                   expected_evaluated: int, expansion_tasks: int, known: bool) -> dict[str, Part]:
+    """Episodes by part: ``evaluated`` is the tasks every candidate of one round
+    is evaluated on, summed over the concepts (at most, and expected)."""
+    todo = lambda stage: stage not in p.done  # noqa: E731
+    parts: dict[str, Part] = {}
+    if todo("rollouts") or todo("rollouts-eval"):
+        both = p.train_tasks * todo("rollouts") + p.eval_tasks * todo("rollouts-eval")
+        parts["rollouts"] = Part(both, both, f"{p.train_tasks} train and {p.eval_tasks} eval tasks (the environment)")
+    if relabelled and todo("relabel"):
+        parts["relabel"] = Part(relabelled, expected_relabelled, "stages.relabel: at most half the train tasks")
+    if not n:
+        return parts
+    rounds = range(max(1, p.gathers), p.rounds + 1)
+    per_concept = ("their eval tasks, at most " if not known else "their eval tasks: ") + \
+        (f"{evaluated} over all concepts" if known else
+         f"{evaluated} = stages.concepts_per_trajectory {p.concepts_per_trajectory} × "
+         f"({p.eval_tasks} eval + {p.train_tasks} train tasks)")
+    if p.gathers == 0:  # round 0 evaluates the roots
+        parts["search round 0"] = Part(evaluated, expected_evaluated, f"each concept's root on {per_concept}")
+    if rounds:
+        parts["search rounds"] = Part(
+            len(rounds) * (expansion_tasks + p.per_expansion * evaluated),
+            len(rounds) * (expansion_tasks + p.per_expansion * expected_evaluated),
+            f"{len(rounds)} rounds (the strategy's rounds, e.g. search.iterations) × ({expansion_tasks} train tasks "
+            f"expanded + {p.per_expansion} candidates per concept (search.samples, or width for greedy) on "
+            f"{per_concept})")
+    if todo("search"):
+        parts["final evaluation"] = Part((p.final_candidates + 1) * evaluated,
+                                         (p.final_candidates + 1) * expected_evaluated,
+                                         f"search.final_candidates {p.final_candidates} and the base version of "
+                                         "each concept, on the same tasks")
+        if p.test_tasks:  # new KB, base KB and no KB, then a task's retrieved recipes left out one at a time
+            held = (3 + min(n, p.k)) * p.test_tasks
+            parts["held-out test"] = Part(held, held, f"{p.test_tasks} test tasks × (3 KBs + retrieval.k {p.k} "
+                                                      "recipes left out one at a time); --no-eval skips it")
+    return parts
+
+
 def plan_refine(p: PlanInputs) -> RunPlan:
     calls = {r: 0 for r in ("agent", "user", *JSON_ROLES, "embeddings")}
-    episodes = 0
     todo = lambda stage: stage not in p.done  # noqa: E731
-    if todo("rollouts"):
-        episodes += p.train_tasks
-    if todo("rollouts-eval"):
-        episodes += p.eval_tasks
     if todo("grades"):
         calls["judge"] += 2 * p.train_tasks
-    relabelled = (p.train_tasks if p.relabel_selected is None else p.relabel_selected) if p.relabel else 0
+    relabelled = _relabelled(p)
     if todo("relabel"):
         calls["relabeller"] += 2 * relabelled
-        episodes += relabelled
     if todo("reflections"):  # relabelled trajectories are judged there
         calls["reflector"] += 2 * (p.train_tasks + relabelled + p.eval_tasks)
         calls["judge"] += 2 * relabelled
     if todo("concepts"):
         calls["embeddings"] += 1
     if p.concepts is not None:
-        sizes = [(t, e if e else t) for t, e in p.concepts]
+        n = len(p.concepts)
+        evaluated = expected_evaluated = sum(e if e else t for t, e in p.concepts)
         expansion_tasks = p.expansion_tasks if p.expansion_tasks is not None else p.train_tasks
+        expected_relabelled = relabelled
     else:
-        most = (p.train_tasks + relabelled) * p.concepts_per_trajectory // max(1, p.min_concept_insights)
-        sizes = [(p.train_tasks, max(p.eval_tasks, p.train_tasks))] * most
+        n = (p.train_tasks + relabelled) * p.concepts_per_trajectory // max(1, p.min_concept_insights)
+        evaluated = min(n * max(p.eval_tasks, p.train_tasks),
+                        p.concepts_per_trajectory * (p.eval_tasks + p.train_tasks))
+        expected_evaluated = min(evaluated, round(p.eval_tasks * (1 + p.concepts_per_trajectory) / 2))
         expansion_tasks = p.train_tasks
-    n = len(sizes)
+        expected_relabelled = (relabelled + 1) // 2 if p.relabel_selected is None else relabelled
     per_integration = 2 * (1 + p.integrate_retries)
     if todo("integrate"):
         calls["integrator"] += n * per_integration
     if n:
-        if p.gathers == 0:  # round 0 evaluates the roots
-            episodes += sum(e for _, e in sizes)
         for _ in range(max(1, p.gathers), p.rounds + 1):
-            episodes += expansion_tasks + p.per_expansion * sum(e for _, e in sizes)
             calls["reflector"] += 2 * expansion_tasks
             calls["judge"] += 2 * expansion_tasks
             calls["embeddings"] += expansion_tasks * p.concepts_per_trajectory
             calls["integrator"] += n * p.per_expansion * per_integration
-    if n and todo("search"):  # the final evaluation: each concept's candidates and its base version
-        episodes += (p.final_candidates + 1) * sum(e for _, e in sizes)
-    if p.test_tasks and todo("search"):  # new KB, base KB and no KB, then a task's retrieved recipes left out one at a time
-        episodes += (3 + min(n, p.k)) * p.test_tasks
+    parts = _episode_parts(p, relabelled, expected_relabelled, n, evaluated, expected_evaluated, expansion_tasks,
+                           p.concepts is not None)
+    episodes = sum(part.at_most for part in parts.values())
     calls["agent"] = episodes * p.agent_steps
     calls["user"] = episodes * p.user_steps
     for role in JSON_ROLES:
         if calls[role]:
             calls[role] += p.fallback_calls
-    return RunPlan(episodes, calls, n, p.concepts is not None, p.rounds)
+    return RunPlan(episodes, calls, n, p.concepts is not None, p.rounds,
+                   expected_episodes=sum(part.expected for part in parts.values()), parts=parts)
 
 
 def with_cost(plan: RunPlan, models: Mapping[str, str], max_tokens: Mapping[str, int],
@@ -148,8 +220,7 @@ def with_cost(plan: RunPlan, models: Mapping[str, str], max_tokens: Mapping[str,
         priced = True
         basis[role] = prompt_tokens.get(role, PROMPT_TOKENS_GUESS)
         total += n * (basis[role] * price.input + max_tokens.get(role, 0) * price.output) / 1e6
-    return RunPlan(plan.episodes, plan.calls, plan.concepts, plan.concepts_known, plan.rounds,
-                   round(total, 4) if priced else None, basis)
+    return dataclasses.replace(plan, cost=round(total, 4) if priced else None, cost_basis=basis)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import difflib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +22,31 @@ from brewkb.search.render import mermaid
 from brewkb.search.store import SearchStore, find_base
 from brewkb.search.tree import Tree
 
-__all__ = ["EVAL_FILE", "FINAL_HEADER", "final_rows", "RecipeChange", "RunView", "load_run", "eval_table",
-           "effects_table", "change_table", "pr_body"]
+__all__ = ["EVAL_FILE", "FINAL_HEADER", "LEFT_OUT", "left_out", "final_rows", "RecipeChange", "RunView", "load_run", "eval_table",
+           "effects_table", "change_table", "pr_body", "final_label"]
 
 EVAL_FILE = "eval.json"
 """The held-out evaluation of a run, in its folder."""
 
 FINAL_HEADER = "| recipe | base reward | final reward | document | nodes tried | note |"
+
+LEFT_OUT = "Left out:"
+"""How the paragraph of a PR's record starts that names the failed items a run went on without."""
+
+_FAILED = {"rollouts": "train episodes", "rollouts-eval": "eval episodes", "grades": "grades",
+           "reflections": "reflections", "integrate": "recipes"}
+
+
+def left_out(stages: dict[str, Any]) -> str:
+    """The PR's paragraph on items that failed and that the run went on without
+    (``stages.accept_failed``), from the manifest's stage entries; empty when none."""
+    counts = [f"{n} {_FAILED[stage]}" for stage, info in stages.items() if stage in _FAILED
+              and isinstance(info, dict) and (n := int(info.get("failed", 0)) + int(info.get("failed_to_run", 0)))]
+    if not counts:
+        return ""
+    return (f"{LEFT_OUT} {', '.join(counts)} failed (an LLM call or an episode that could not be done) and the run "
+            "went on without them (stages.accept_failed); failures.jsonl in the run folder names each. What this "
+            "PR measured did not see them.")
 
 
 def final_rows(choices: dict[str, FinalChoice], nodes: dict[str, int]) -> list[str]:
@@ -67,11 +85,17 @@ class RunView:
     trees: dict[str, Tree]
     best: dict[str, int]
     changes: list[RecipeChange]
-    per_iteration: list[dict[str, float]]  # concept → reward of the node chosen at each gather
+    per_iteration: list[dict[str, float]]
+    """Concept → reward of the document chosen at each gather; after the final
+    gather, the final rewards (what the PR holds, every concept)."""
     eval: dict[str, Any] | None
     record: str = ""
     """The ``pr`` commit's message without subject and trailers: what was
     measured, as the run wrote it (in git, so a fresh clone has it too)."""
+    choices: dict[str, FinalChoice] = field(default_factory=dict)
+    """The final evaluation's choice per concept (empty for a run without one)."""
+    left_out: str = ""
+    """The record's paragraph on failed items the run went on without (``left_out``), or empty."""
 
 
 def load_run(kb: KB, run: str) -> RunView:
@@ -110,11 +134,15 @@ def load_run(kb: KB, run: str) -> RunView:
     per_iteration = []
     kb_commit = stored.kb_commit
     chain = []
+    final = search.final_commit() if choices else None
     while kb_commit and kb_commit != base:
         commit = store.read_commit(kb_commit)
-        chain.append(parse_trailers(commit["message"][0]).get("Brew-Best", ""))
+        chain.append((kb_commit, parse_trailers(commit["message"][0]).get("Brew-Best", "")))
         kb_commit = commit["parent"][0]
-    for best_line in reversed(chain):
+    for sha, best_line in reversed(chain):
+        if sha == final:  # measured again under the final KB: the rewards the change table shows
+            per_iteration.append({c: ch.reward for c, ch in choices.items()})
+            continue
         chosen = dict(item.split("=n") for item in best_line.split(", ") if "=n" in item)
         per_iteration.append({c: rewards.get((c, int(n)), 0.0) for c, n in chosen.items()})
     eval_file = kb.runs_dir / run / EVAL_FILE
@@ -123,7 +151,9 @@ def load_run(kb: KB, run: str) -> RunView:
     if paragraphs and parse_trailers(paragraphs[-1]):
         paragraphs = paragraphs[:-1]
     paragraphs = [p for p in paragraphs if not p.startswith(FINAL_HEADER)]  # the change table says it already
-    return RunView(run, base, pr, state.trees, best, changes, per_iteration, evaluation, "\n\n".join(paragraphs))
+    missing = next((p for p in paragraphs if p.startswith(LEFT_OUT)), "")
+    return RunView(run, base, pr, state.trees, best, changes, per_iteration, evaluation,
+                   "\n\n".join(p for p in paragraphs if p != missing), choices, missing)
 
 
 def eval_table(evaluation: dict[str, Any]) -> list[str]:
@@ -169,6 +199,8 @@ def pr_body(view: RunView) -> str:
     """Markdown for a pull request: changes, rewards, eval, and the tree of the biggest change."""
     lines = [f"## brewkb run `{view.run}`", "",
              f"Recipes learned and refined by brewkb from graded agent trajectories (base `{view.base[:12]}`).", ""]
+    if view.left_out:
+        lines += [f"⚠ {view.left_out}", ""]
     lines += change_table(view) + ["", "Rewards are the final evaluation: each tree's best candidates and the base "
                                    "version (the recipe already in the KB, or the one written before the search) "
                                    "re-evaluated under the final KB; a recipe changes only if a candidate beats it.",
@@ -183,7 +215,20 @@ def pr_body(view: RunView) -> str:
     if gains:
         biggest = max(sorted(gains), key=lambda n: gains[n])
         lines += [f"Search tree of `{biggest}` (reward gain {gains[biggest]:+.3f}; ★ marks the chosen path):", "",
-                  "```mermaid", *mermaid(view.trees[biggest], view.best[biggest]), "```", ""]
+                  "```mermaid", *mermaid(view.trees[biggest], view.best[biggest], final_label(view, biggest)),
+                  "```", ""]
     lines += ["Audit trail: the node branches `brew/" + view.run + "/<recipe>/n<id>`, rewards in "
               f"`git log --notes=brew`, history in `git log --first-parent brew/{view.run}/kb`."]
     return "\n".join(lines) + "\n"
+
+
+def final_label(view: RunView, concept: str) -> str:
+    """What the chosen node of a drawn tree adds to its own (search) reward:
+    the final reward the change table shows, and whose document the PR holds."""
+    choice = view.choices.get(concept)
+    if choice is None:
+        return ""
+    if choice.kept and choice.base == "kb":
+        return f"final R {choice.reward:.3f}: the PR keeps the base commit's recipe"
+    return f"final R {choice.reward:.3f} (the PR's)"
+

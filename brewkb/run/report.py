@@ -18,7 +18,7 @@ from brewkb.errors import RunError
 from brewkb.fsutil import write_atomic
 from brewkb.kb import KB
 from brewkb.llm.ledger import read_ledger, summarise
-from brewkb.run.record import RunView, change_table, eval_table, load_run
+from brewkb.run.record import RunView, change_table, eval_table, final_label, load_run
 from brewkb.search.render import mermaid
 from brewkb.search.tree import Tree
 
@@ -45,7 +45,8 @@ def plot_rewards(view: RunView, path: Path) -> bool:
                 marker=".", label=concept)
     kb_mean = [sum(it.values()) / len(it) if it else float("nan") for it in view.per_iteration]
     ax.plot(iterations, kb_mean, color="black", linewidth=2.5, marker="o", label="whole KB (mean)")
-    ax.set_xlabel("iteration (0 = the integrated roots)")
+    ax.set_xticks(iterations, _iteration_labels(view))
+    ax.set_xlabel("iteration (0 = the integrated roots; final = measured again under the final KB)")
     ax.set_ylabel("reward of the chosen document")
     ax.set_title(f"run {view.run}: reward per iteration")
     ax.set_ylim(-0.02, 1.02)
@@ -56,6 +57,23 @@ def plot_rewards(view: RunView, path: Path) -> bool:
     fig.savefig(path, format="svg", metadata={"Date": None})
     plt.close(fig)
     return True
+
+
+def _iteration_labels(view: RunView) -> list[str]:
+    """x-axis labels: the gathers by number, the last one ``final`` when the run made a final evaluation."""
+    labels = [str(i) for i in range(len(view.per_iteration))]
+    if view.choices and labels:
+        labels[-1] = "final"
+    return labels
+
+
+def _iteration_rows(view: RunView) -> list[str]:
+    """The plot's whole-KB line as a table, readable without matplotlib."""
+    rows = ["| iteration | whole KB (mean reward of the chosen documents) | concepts |", "|---|---:|---:|"]
+    for label, rewards in zip(_iteration_labels(view), view.per_iteration, strict=True):
+        mean = f"{sum(rewards.values()) / len(rewards):.3f}" if rewards else "–"
+        rows.append(f"| {label} | {mean} | {len(rewards)} |")
+    return rows
 
 
 def _ledger_rows(kb: KB, run: str) -> list[str]:
@@ -125,22 +143,27 @@ def _markdown(kb: KB, view: RunView, config: str, manifest: dict[str, Any], plot
     out += ["## Recipe text", ""] + _recipe_texts(kb, view)
     out += ["## Reward per iteration", ""]
     out += (["![reward per iteration](plots/rewards.svg)"] if plotted else [NO_PLOTS.format(run=view.run)]) + [""]
+    out += _iteration_rows(view) + [""]
     out += ["## Stages", ""] + _stage_rows(manifest) + [""]
     out += ["## LLM ledger", ""] + _ledger_rows(kb, view.run) + [""]
-    out += ["## Search trees", "", "★ marks the path to the chosen node.", ""]
+    out += ["## Search trees", "", "R is a node's own reward when the search evaluated it; ★ marks the path to the "
+            "chosen node, whose final reward (the one the Recipes table shows) is measured again under the final KB.",
+            ""]
     for concept in sorted(view.trees):
-        out += [f"### `{concept}`", "", "```mermaid", *mermaid(view.trees[concept], view.best[concept]), "```", ""]
+        out += [f"### `{concept}`", "", "```mermaid",
+                *mermaid(view.trees[concept], view.best[concept], final_label(view, concept)), "```", ""]
     out += ["## Configuration", "", "```toml", config.rstrip() or "# (defaults)", "```", ""]
     return "\n".join(out)
 
 
-def _html_tree(tree: Tree, best: int) -> str:
+def _html_tree(tree: Tree, best: int, final: str = "") -> str:
     on_path = set(tree.path(best))
 
     def item(node_id: int) -> str:
         n = tree.nodes[node_id]
         reward = "–" if n.reward is None else f"{n.reward:.3f}"
         label = f"n{n.id} · R {reward} · mean {n.mean:.3f} · {n.visits} visits" + (" ★" if node_id in on_path else "")
+        label += f" · {final}" if final and node_id == best else ""
         children = "".join(item(c) for c in n.children)
         return f"<li>{html.escape(label)}{'<ul>' + children + '</ul>' if children else ''}</li>"
 
@@ -169,15 +192,15 @@ def _html(markdown: str, view: RunView, svg: str | None) -> str:
                 in_code = "mermaid"
                 concept = section.strip("` ")
                 if concept in view.trees:
-                    body.append(_html_tree(view.trees[concept], view.best[concept]))
+                    body.append(_html_tree(view.trees[concept], view.best[concept], final_label(view, concept)))
                 continue
             in_code = "code" if not in_code else ""
             body.append("<pre>" if in_code else "</pre>")
             continue
         if in_code == "mermaid":
             continue
-        if in_code:
-            body.append(html.escape(line))
+        if in_code:  # a <pre> keeps the line breaks only if the text has them
+            body.append(html.escape(line) + "\n")
             continue
         if line.startswith("|"):
             table.append(line)
@@ -194,7 +217,7 @@ def _html(markdown: str, view: RunView, svg: str | None) -> str:
     flush_table()
     style = ("body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem}"
              "table{border-collapse:collapse;margin:1rem 0}td,th{border:1px solid #ccc;padding:.25rem .5rem}"
-             "pre{background:#f5f5f5;padding:.5rem;overflow:auto}ul.tree{font-family:monospace;font-size:.85rem}")
+             "pre{background:#f5f5f5;padding:.5rem;overflow:auto;white-space:pre-wrap;overflow-wrap:anywhere}ul.tree{font-family:monospace;font-size:.85rem}")
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>brewkb run {html.escape(view.run)}</title>"
             f"<style>{style}</style></head><body>{''.join(body)}</body></html>\n")
 

@@ -37,13 +37,15 @@ def tree_json(tree: Tree, best: int) -> dict[str, Any]:
          "visits": n.visits, "mean": n.mean, "children": list(n.children)} for n in tree.nodes.values()]}
 
 
-def mermaid(tree: Tree, best: int) -> list[str]:
+def mermaid(tree: Tree, best: int, final: str = "") -> list[str]:
     """A Mermaid flowchart of the tree (GitHub draws these inside markdown);
-    the path to the chosen node is highlighted."""
+    the path to the chosen node is highlighted, and ``final`` (its final
+    evaluation, when there was one) added to that node's label."""
     lines = ["graph TD"]
     for n in tree.nodes.values():
         reward = "–" if n.reward is None else f"{n.reward:.2f}"
-        lines.append(f'  n{n.id}["n{n.id} · R {reward} · mean {n.mean:.2f} · {n.visits} visits"]')
+        extra = f" · {final}" if final and n.id == best else ""
+        lines.append(f'  n{n.id}["n{n.id} · R {reward} · mean {n.mean:.2f} · {n.visits} visits{extra}"]')
     for n in tree.nodes.values():
         if n.parent is not None:
             lines.append(f"  n{n.parent} --> n{n.id}")

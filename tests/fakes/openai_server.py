@@ -9,6 +9,7 @@ replies, counts every request, and injects faults on request:
     {"delay": 3.0, ...}                            wait before answering (timeouts)
     {"raw": "{\"choices\": [ {"}                  a truncated or invalid body
     {"choices": []}                                no choices
+    {"drop": True}                                 close the connection without answering (a dead server)
 
     {"content": "x", "prompt_tokens": 2048}        the usage the reply reports
 
@@ -115,6 +116,9 @@ class FakeOpenAI:
                     self._send(404, {"error": {"message": f"no route {path}"}})
                     return
                 spec = fake._next(body)
+                if spec.get("drop"):  # the client sees a connection error, as from a server that went away
+                    self.close_connection = True
+                    return
                 if spec.get("delay"):
                     time.sleep(spec["delay"])
                 if "raw" in spec:
