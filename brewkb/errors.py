@@ -18,6 +18,7 @@ Every message says what went wrong and what to do next. The CLI prints a
     ├── RunError           a run folder is missing or inconsistent
     │   ├── AllFailedError every item of a stage (or every episode of a batch) failed
     │   └── PartlyFailedError  some items of a stage failed (stages.accept_failed goes on without them)
+    ├── NotBetterError     a distilled KB does not beat a baseline (`distill --require-better`)
     └── BudgetExhausted    a run reached --max-episodes/--max-llm-calls/--max-cost (exit 75, not a failure)
 """
 
@@ -101,6 +102,13 @@ class AllFailedError(RunError):
 class PartlyFailedError(RunError):
     """Some items of a stage failed: the others are saved, the stage is not
     recorded as done, and running again retries only the failed ones."""
+
+
+class NotBetterError(BrewError):
+    """The new KB does not beat every baseline on the test split; the PR
+    branch is written all the same."""
+
+
 class BudgetExhausted(BrewError):
     """A run reached a limit; ``option`` names it (``--max-llm-calls``). What
     finished is saved; ``refine --resume`` with a higher limit continues."""

@@ -22,6 +22,7 @@ import yaml
 from brewkb.errors import RecipeError
 
 __all__ = [
+    "LEARNED_FROM", "guidance",
     "KNOWN_KEYS",
     "SECTIONS",
     "Recipe",
@@ -280,10 +281,21 @@ def render_for_file(recipe: Recipe) -> str:
     return text[:closing.start()] + comment + text[closing.start():]
 
 
+LEARNED_FROM = "Requests it was learned from"
+"""The section that quotes a recipe's requests: retrieval reads it, an agent's context leaves it out."""
+
+
 def split_sections(body: str) -> list[tuple[str, str]]:
     """``## Heading`` sections of a body, in order, with their text stripped."""
     parts = re.split(r"(?m)^##[ \t]+(.+?)[ \t]*$", body)
     return [(parts[i].strip(), parts[i + 1].strip()) for i in range(1, len(parts) - 1, 2)]
+
+
+def guidance(body: str) -> str:
+    """``body`` without the section that quotes the requests a recipe was
+    learned from: what an agent is given to act on."""
+    kept = [(t, x) for t, x in split_sections(body) if t.lower() != LEARNED_FROM.lower()]
+    return body if len(kept) == len(split_sections(body)) else build_body(kept)
 
 
 def build_body(sections: Iterable[tuple[str, str]]) -> str:

@@ -19,7 +19,8 @@ from brewkb.config import LLMConfig
 from brewkb.envs.base import Task
 from brewkb.envs.tasks_file import TasksFileEnvironment
 from brewkb.llm.client import LLMClient
-from brewkb.retrieval.context import NoContext, TrajectoryContext
+from brewkb.retrieval.context import MemoryContext, NoContext
+from brewkb.retrieval.ranking import Retriever
 from brewkb.trajectories.schema import KBUse, Outcome, Trajectory, tool_calls
 from tests.fakes.openai_server import FakeOpenAI
 
@@ -261,15 +262,23 @@ def test_tool_agent_stops_at_the_step_budget() -> None:
     assert result.meta["stopped"] == "step budget of 3 reached" and fake.count == 3
 
 
-def test_trajectory_context_picks_similar_successes() -> None:
-    def traj(task: str, ok: bool) -> Trajectory:
-        return Trajectory(task_id=task, task=task, messages=({"role": "user", "content": task},),
-                          outcome=Outcome(ok, float(ok)))
+def test_memory_contexts_pick_similar_successes_with_their_steps() -> None:
+    def traj(task: str, ok: bool, tool: str) -> Trajectory:
+        return Trajectory(task_id=task, task=task, messages=(
+            {"role": "user", "content": task},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "1", "type": "function", "function": {"name": tool, "arguments": '{"order_id": "12"}'}}]},
+            {"role": "tool", "tool_call_id": "1", "content": "ok"}), outcome=Outcome(ok, float(ok)))
 
-    pool = [traj("cancel my order 12", True), traj("cancel my order 13", False), traj("book a flight", True)]
-    text, kb = TrajectoryContext(pool, k=1).context("please cancel order 99")
+    pool = [traj("cancel my order 12", True, "cancel_order"), traj("cancel my order 13", False, "refund_order"),
+            traj("book a flight", True, "book_flight")]
+    text, kb = MemoryContext("trajectories", pool, Retriever(), k=1).context("please cancel my order")
     assert "cancel my order 12" in text and "order 13" not in text
-    assert kb.recipes == (f"trajectory:{pool[0].id}",)
+    assert text.startswith("# Successful past conversations") and "1. `cancel_order(order_id)`" in text
+    assert kb.recipes == (f"trajectories-{pool[0].id}",)
+    note, _ = MemoryContext("notes", pool, Retriever(), k=1).context("please cancel my order")
+    assert "## Note: notes-" in note and "1. `cancel_order(order_id)`" in note
+    assert MemoryContext("notes", pool[1:2], Retriever()).context("x") == ("", KBUse())
     assert NoContext().context("x") == ("", KBUse())
 
 

@@ -84,17 +84,20 @@ def test_distill_imported_logs_ends_with_a_clean_pr(kb: Path, tmp_path: Path, fm
     assert brewkb(kb, "import", str(tau if fmt == "tau-bench" else chat), "--format", fmt, "--run", "air").returncode == 0
     done = brewkb(kb, "distill", "air", "--iterations", "2")
     assert done.returncode == 0, done.stderr
-    assert "reward = held-out retrieval MRR" in done.stdout
+    assert "reward = retrieval on the eval split" in done.stdout
     changed = git(kb, "diff", "--name-only", "HEAD", "brew/air/pr").split()
     assert changed and all(p.startswith("recipes/") for p in changed)
     names = sorted(Path(p).stem for p in changed)
-    assert names == ["cancel-pending-order", "modify-pending-order-address", "refund-order"]
+    # refunds were refused or handed off: a refusal is no recipe, a hand-off is one when its task is learned from
+    # (the split holds tasks 6 and 8 out of the tau-bench logs for test, t1 and t5 out of the openai ones)
+    handed = ["refund-order"] if fmt == "openai" else []
+    assert names == ["cancel-pending-order", "modify-pending-order-address", *handed]
     for path in changed:
         text = git(kb, "show", f"brew/air/pr:{path}")
         assert PERSONAL.findall(text) == [], path
         assert not any(name in text for person in PEOPLE for name in person), path
     cancel = git(kb, "show", "brew/air/pr:recipes/cancel-pending-order.md")
-    assert "<email>" in cancel and "<order_id>" in cancel  # a scrubbed example, placeholders kept
+    assert '"Please cancel order <order_id>."' in cancel  # the request as asked, placeholders kept
     assert "modify_pending_order_address" not in cancel  # only this concept's steps
     body = git(kb, "log", "-1", "--format=%B", "brew/air/pr")
     assert "λ_corr = 0.0" in body and "What could not be measured" in body and "Task success" in body

@@ -10,7 +10,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -151,7 +150,7 @@ def test_a_dead_endpoint_stops_the_command_at_once_with_one_message(tmp_path: Pa
     assert out.returncode == 1 and not TRACEBACK.search(out.stderr)
     assert asked == 1  # not one call per item: the first that could not connect stops the command
     *progress, error = out.stderr.splitlines()
-    assert progress == ["grades: 18 items"]
+    assert progress == ["grades: 14 items"]  # 18 logs; the 4 of the test split enter no stage
     assert error.startswith(f"brewkb: error: judge: cannot reach {dead.base_url}: no call of this command could "
                             "connect")
     assert "`brewkb doctor`" in error and error.endswith("run the same command again: finished items are kept and "
@@ -179,7 +178,7 @@ def test_an_endpoint_that_dies_midway_stops_after_a_few_failures_and_keeps_what_
         (root / "brewkb.toml").write_text(config)
         again = brewkb(root, "distill", "logs", "--iterations", "1", env={"OPENAI_API_KEY": "sk-test"})
     assert again.returncode == 0, again.stderr[-3000:]
-    assert "grades: 18 items (5 already done)" in again.stderr
+    assert "grades: 14 items (5 already done)" in again.stderr
 
 
 # ------------------------------------------------------------ bad input changes nothing
@@ -346,7 +345,7 @@ def test_plan_of_the_demo_configuration_bounds_and_expects_what_its_run_spends(
     planned = brewkb(made, "refine", "--plan", "--json")  # a new run with the demo's configuration
     assert planned.returncode == 0, planned.stderr
     plan = json.loads(planned.stdout)
-    assert spent <= plan["episodes"] <= 5 * spent  # a bound before reflection has found any concept
+    assert spent <= plan["episodes"] <= 6 * spent  # a bound before reflection has found any concept
     assert spent / 3 <= plan["expected_episodes"] <= 3 * spent
     assert sum(p["at_most"] for p in plan["parts"].values()) == plan["episodes"]
     search = plan["parts"]["search rounds"]["settings"]

@@ -73,6 +73,27 @@ def test_demo_runs_offline_and_reports(tmp_path: Path, demo_run: tuple[Path, sub
     assert effects and all(e["episodes_run"] + e["episodes_reused"] == e["tasks"] > 0 for e in effects)
     assert all(e["effect"] == round(e["with_recipe"] - e["without_recipe"], 4) for e in effects)
     assert "Per-recipe effect" in body and f"| `{effects[0]['recipe']}` | {effects[0]['tasks']} |" in body
+    # the gate: nothing in the PR has a final reward of 0 or hurts the test tasks that retrieved it
+    final = git(outside / "d", "log", "-1", "--format=%B", "brew/demo/kb")
+    assert "(final reward 0.000" not in final.replace("left out", "")
+    added = git(outside / "d", "diff", "--name-only", "HEAD", "brew/demo/pr").split()
+    assert all(e["effect"] >= 0 for e in effects if f"recipes/{e['recipe']}.md" in added)
+    assert "⚠ negative" not in body
+
+
+@pytest.mark.xdist_group("demo")
+def test_baselines_on_the_shop_are_followed_as_examples(
+        demo_run: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    made, _ = demo_run
+    kb = made.parent / "d"
+    out = subprocess.run([sys.executable, "-m", "brewkb", "eval", "--context", "none", "--context", "trajectories",
+                          "--context", "notes", "--from-run", "demo", "--json"], cwd=kb, capture_output=True,
+                         text=True)
+    assert out.returncode == 0, out.stderr
+    rates = {c["label"]: c["success_rate"] for c in json.loads(out.stdout)}
+    assert list(rates) == ["none", "trajectories", "notes"]
+    # the scripted agent follows a retrieved conversation's steps the way it follows a recipe's
+    assert rates["trajectories"] > rates["none"] and rates["notes"] > rates["none"]
 
 
 def test_eval_compares_baselines_and_the_learned_kb(refined: Path) -> None:

@@ -17,7 +17,7 @@ import brewkb.retrieval.postings
 from brewkb.config import Boosts
 from brewkb.kb import KB
 from brewkb.recipes import Recipe, build_body, render_recipe, slugify
-from brewkb.retrieval.index import MultiIndex, RecipeIndex
+from brewkb.retrieval.index import SCHEMA_VERSION, MultiIndex, RecipeIndex
 from brewkb.retrieval.postings import Plan, Postings
 from brewkb.retrieval.ranking import (
     approx_tokens,
@@ -122,7 +122,7 @@ def test_index_cache_follows_the_content(make_repo: MakeRepo) -> None:
     root = _kb(make_repo)
     kb = KB.open(root)
     first = open_index(kb)
-    folder = root / ".brewkb" / "index" / "v3"
+    folder = root / ".brewkb" / "index" / f"v{SCHEMA_VERSION}"
     assert len(list(folder.iterdir())) == 1
     open_index(kb)
     assert len(list(folder.iterdir())) == 1  # unchanged: not rebuilt
@@ -163,7 +163,7 @@ def test_a_damaged_index_is_built_again_with_a_warning(make_repo: MakeRepo, dama
     root = _kb(make_repo)
     search = [sys.executable, "-m", "brewkb", "search", "export to pdf", "--json", "-k", "1"]
     subprocess.run(search, cwd=root, capture_output=True, check=True)
-    (stored,) = (root / ".brewkb" / "index" / "v3").glob("*/postings.npz")
+    (stored,) = (root / ".brewkb" / "index" / f"v{SCHEMA_VERSION}").glob("*/postings.npz")
     whole = stored.read_bytes()
     damage(stored)
     done = subprocess.run(search, cwd=root, capture_output=True, text=True)

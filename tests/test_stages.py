@@ -258,7 +258,8 @@ def test_concepts_map_train_and_eval_tasks() -> None:
     names = ["cancel order", "cancel orders", "cancel the order", "kb", "ship to mars"]
     from brewkb.llm.embed import hashed_ngram_embeddings
 
-    found, mapping = build_concepts(train, evaluation, names, hashed_ngram_embeddings(names), 0.6)
+    found, mapping, dropped = build_concepts(train, evaluation, names, hashed_ngram_embeddings(names), 0.6)
+    assert dropped == []
     cancel = found[0]
     assert (cancel.slug, cancel.aliases, cancel.q_train, cancel.q_eval) == (
         "cancel-order", ("cancel orders",), ("t1", "t2", "t3"), ("e1",))

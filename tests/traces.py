@@ -94,6 +94,7 @@ def _hex_ids(value: Any) -> Any:
 
 def record(mode: str) -> list[dict[str, Any]]:
     """The export requests the run produced: span batches, then log batches."""
+    import openai
     from google.protobuf.json_format import MessageToDict
     from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
@@ -102,8 +103,6 @@ def record(mode: str) -> list[dict[str, Any]]:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-    import openai
 
     spans, logs = InMemorySpanExporter(), InMemoryLogRecordExporter()
     tracer_provider = TracerProvider()

@@ -10,29 +10,32 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from brewkb.api.logeval import LOG_EVAL_FILE
 from brewkb.api.loop import run_command
-from brewkb.errors import RunError
+from brewkb.errors import NotBetterError, RunError
 from brewkb.events import EventSink, null_sink
+from brewkb.fsutil import write_atomic
 from brewkb.kb import KB
-from brewkb.llm.offline import user_turns
-from brewkb.retrieval.ranking import retriever_of
+from brewkb.recipes import parse_recipe
+from brewkb.retrieval.logeval import Case, LogEvaluation, cases_of, compare_arms
+from brewkb.retrieval.ranking import Retriever, retriever_of
 from brewkb.run.folder import FILES, Run
-from brewkb.run.record import left_out
 from brewkb.run.pipeline import Pipeline
+from brewkb.run.record import left_out, logs_table
 from brewkb.search.distill import LogExpander, RetrievalEvaluator
 from brewkb.search.engine import SearchResult, SearchSpec, note_of, search
 from brewkb.search.episodes import EpisodeCache
 from brewkb.search.final import FinalChoice, finalize
 from brewkb.search.store import SearchStore
 from brewkb.stages.concepts import Concept
-from brewkb.trajectories.schema import Trajectory, content_id
-from brewkb.trajectories.scrub import scrubber_of
+from brewkb.trajectories.schema import Trajectory
+from brewkb.trajectories.scrub import Scrubber, scrubber_of
+from brewkb.trajectories.split import HOLD_OUT_EVERY, split_tasks
+from brewkb.trajectories.tools import user_turns
 
-__all__ = ["DistillResult", "distill", "adistill", "held_out_tasks", "imported_source", "HOLD_OUT_EVERY"]
+__all__ = ["DistillResult", "distill", "adistill", "imported_source"]
 
-HOLD_OUT_EVERY = 5
-"""One logged task in this many is held out to measure retrieval (at least 5 tasks are needed)."""
-
+BASE, NEW = "base KB", "new KB"
 
 def imported_source(run: Run) -> str | None:
     """``tau-bench``, ``openai`` ... when the run's trajectories were imported from logs."""
@@ -40,27 +43,20 @@ def imported_source(run: Run) -> str | None:
     return source.split(":", 1)[1] if source.startswith("import:") else None
 
 
-def held_out_tasks(task_ids: list[str]) -> set[str]:
-    """A stable choice of one task in ``HOLD_OUT_EVERY`` (by content hash, so
-    adding logs of other tasks does not move a task across the split)."""
-    distinct = sorted(set(task_ids), key=lambda t: (content_id(["held-out", t]), t))
-    if len(distinct) < HOLD_OUT_EVERY:
-        return set()
-    return set(distinct[:: HOLD_OUT_EVERY])
-
-
-def _hold_out(folder: Run) -> set[str]:
-    """Write the held-out part of the logs as the run's eval rollouts (once).
-    A trajectory in both files is reflected as eval only, so it maps tasks to
-    concepts without giving insights."""
+def _hold_out(folder: Run) -> tuple[set[str], set[str]]:
+    """Write the eval part of the logs as the run's eval rollouts and record
+    the test part, once (see ``brewkb.trajectories.split``). A trajectory in
+    both files is reflected as eval only, so it maps tasks to concepts without
+    giving insights; the test tasks enter no stage."""
     if folder.stage_done("rollouts-eval"):
-        return set(folder.manifest()["stages"]["rollouts-eval"].get("held_out", []))
+        record = folder.manifest()["stages"]["rollouts-eval"]
+        return set(record.get("held_out", [])), set(record.get("test", []))
     logged = folder.read_trajectories(FILES["rollouts"])
-    held = held_out_tasks([t.task_id for t in logged])
+    held, test = split_tasks([t.task_id for t in logged])
     folder.write_trajectories(FILES["rollouts-eval"], [t.with_(split="eval") for t in logged if t.task_id in held])
-    folder.record_stage("rollouts-eval", source="held out from the logs", held_out=sorted(held),
+    folder.record_stage("rollouts-eval", source="held out from the logs", held_out=sorted(held), test=sorted(test),
                         episodes=sum(t.task_id in held for t in logged))
-    return held
+    return held, test
 
 
 def _queries(trajectories: list[Trajectory], scrub: Any) -> dict[str, str]:
@@ -74,10 +70,10 @@ def _queries(trajectories: list[Trajectory], scrub: Any) -> dict[str, str]:
 
 
 def pr_message(run: str, source: str, spec: SearchSpec, result: SearchResult, choices: dict[str, FinalChoice],
-               concepts: list[Concept], held: set[str], logged: list[Trajectory], grades: dict[str, Any],
-               backend: str, missing: str = "") -> str:
+               concepts: list[Concept], split: tuple[set[str], set[str]], logged: list[Trajectory],
+               grades: dict[str, Any], backend: str, comparison: LogEvaluation | None, missing: str = "") -> str:
     """The PR body: what was measured, and what could not be."""
-    rows = ["| recipe | held-out requests | root MRR | base MRR (final) | chosen MRR (final) | chosen | nodes tried |",
+    rows = ["| recipe | eval requests | root reward | base reward (final) | chosen reward (final) | chosen | nodes tried |",
             "|---|---:|---:|---:|---:|---|---:|"]
     by_slug = {c.slug: c for c in concepts}
     for concept in sorted(result.trees):
@@ -85,27 +81,33 @@ def pr_message(run: str, source: str, spec: SearchSpec, result: SearchResult, ch
         root = "–" if info["root_reward"] is None else f"{info['root_reward']:.3f}"
         held_n = len(by_slug[concept].q_eval) if concept in by_slug else 0
         final = choices[concept]
-        chosen = f"base {final.base} kept" if final.kept else f"n{final.node}"
+        chosen = "left out" if final.left_out and final.base == "root" else \
+            f"base {final.base} kept" if final.kept else f"n{final.node}"
         rows.append(f"| `{concept}` | {held_n or 'none (train requests)'} | {root} | {final.base_reward:.3f} | "
                     f"{final.reward:.3f} | {chosen} | {info['nodes']} |")
     merges = [f"- `{c.slug}`: {note}" for c in concepts for note in c.merged]
+    left = [f"- `{c}`: {ch.left_out}" for c, ch in sorted(choices.items()) if ch.left_out]
     rewarded = sum(t.success is not None and "graded_by" not in t.outcome.detail for t in logged)
     judged_outcomes = sum(t.outcome.detail.get("graded_by") == "judge" for t in logged)
     unlabelled = sum(t.success is None for t in logged)
     judged = sum(1 for v in grades.values() if isinstance(v, dict) and "failed" not in v)
+    held, test = split
     return (f"brew({run}): {len(result.trees)} recipes distilled from logged trajectories\n\n"
-            f"Source: {len(logged)} trajectories imported from {source} logs; {len(held)} of their tasks held out "
-            f"to measure retrieval. Personal data was replaced by placeholders before reflection.\n\n"
+            f"Source: {len(logged)} trajectories imported from {source} logs; of their tasks, {len(held)} were held "
+            f"out to choose recipe versions (eval) and {len(test)} to test the result (test). Personal data was "
+            "replaced by placeholders before reflection.\n\n"
+            + comparison_section(comparison) +
             "## What was measured\n\n"
-            f"- Retrieval only: reward = MRR of each recipe among the KB for the held-out logged requests of its "
-            f"concept (λ_corr = {spec.lambda_corr}, λ_ret = {spec.lambda_ret}); {spec.strategy}, {spec.rounds} "
-            "rounds.\n"
+            f"- Retrieval only: reward = for each eval request of a recipe's concept, 1 / its rank among the KB times "
+            f"the share of the logged conversation's writes its procedure names (λ_corr = {spec.lambda_corr}, "
+            f"λ_ret = {spec.lambda_ret}); {spec.strategy}, {spec.rounds} rounds.\n"
             f"- Grades taken from the logs: {rewarded} of {len(logged)} trajectories carry a reward or label; "
             f"{judged_outcomes} unlabelled ones were graded by the judge; {unlabelled} are unlabelled (outcome "
             "unknown: reflection used their tool calls and errors, as neither a success nor a failure); "
             f"{judged} were scored by the rubric judge ({backend}: "
             + ("only the rubrics it can count" if backend == "offline" else "an LLM") + ").\n\n" + "\n".join(rows) + "\n\n"
-            "## What could not be measured\n\n"
+            + ("## Left out by the gate\n\n" + "\n".join(left) + "\n\n" if left else "")
+            + "## What could not be measured\n\n"
             "- Task success with the recipes: no environment can re-run these tasks, so λ_corr = 0 and no "
             "recipe's effect on success is known. Evaluate on a live environment before relying on it.\n"
             "- Hindsight relabelling: it needs an environment to re-run relabelled tasks; skipped.\n"
@@ -113,6 +115,19 @@ def pr_message(run: str, source: str, spec: SearchSpec, result: SearchResult, ch
             + (f"\n{missing}\n" if missing else "")
             + f"\nAudit trail: `git log --notes=brew --first-parent brew/{run}/kb`, `brewkb tree {run}`.\n\n"
             f"Brew-Run: {run}\n")
+
+
+def comparison_section(comparison: LogEvaluation | None) -> str:
+    """The new KB beside the base KB and the baselines on the test split, and
+    a plain sentence on whether it beats them."""
+    if comparison is None:
+        return ("## Compared with the baselines\n\nNot measured: the logs have fewer than "
+                f"{HOLD_OUT_EVERY} tasks, so none was held out for a test.\n\n")
+    short = comparison.shortfalls(NEW)
+    verdict = (f"The new KB does not beat {'; '.join(short)}." if short else
+               "The new KB is at least as good as every baseline on MRR, top-1 and step F1.")
+    return ("## Compared with the baselines (test split)\n\n" + verdict + "\n\n"
+            + "\n".join(logs_table(comparison.to_json())) + "\n\n")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,27 +139,41 @@ class DistillResult:
     merged: dict[str, list[str]]
     held_out: int
     nodes: int
+    comparison: dict[str, Any] | None = None
+    """The test split's comparison with the baselines (``LogEvaluation.to_json``)."""
+    shortfalls: list[str] = dataclasses.field(default_factory=list)
+    """The baselines the new KB does not beat, in words."""
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 
 def distill(run: str, *, strategy: str | None = None, iterations: int | None = None, width: int | None = None,
-            depth: int | None = None, no_cache: bool = False, events: EventSink = null_sink,
-            start: Path = Path(".")) -> DistillResult:
-    """Distil RUN's logged trajectories into recipes; ends with ``brew/RUN/pr``."""
+            depth: int | None = None, no_cache: bool = False, require_better: bool = False,
+            events: EventSink = null_sink, start: Path = Path(".")) -> DistillResult:
+    """Distil RUN's logged trajectories into recipes; ends with ``brew/RUN/pr``.
+    ``require_better``: raise ``NotBetterError`` (after the PR branch is
+    written) when the new KB does not beat every baseline on the test split."""
     return run_command(adistill(run, strategy=strategy, iterations=iterations, width=width, depth=depth,
-                                no_cache=no_cache, events=events, start=start))
+                                no_cache=no_cache, require_better=require_better, events=events, start=start))
 
 
 async def adistill(run: str, *, strategy: str | None = None, iterations: int | None = None,
                    width: int | None = None, depth: int | None = None, no_cache: bool = False,
-                   events: EventSink = null_sink, start: Path = Path(".")) -> DistillResult:
+                   require_better: bool = False, events: EventSink = null_sink,
+                   start: Path = Path(".")) -> DistillResult:
     """``distill`` on the caller's event loop."""
     with KB.open(start, require_config=True) as kb:
         folder = Run.at(kb.runs_dir, run)
         with folder.lock("distill"):
-            return await _distill(kb, folder, strategy, iterations, width, depth, no_cache, events)
+            result = await _distill(kb, folder, strategy, iterations, width, depth, no_cache, events)
+    if require_better and (result.comparison is None or result.shortfalls):
+        raise NotBetterError(
+            f"the distilled KB of run {run} " + (f"does not beat {'; '.join(result.shortfalls)} on the test split"
+                                                 if result.comparison else
+                                                 f"was not compared: its logs have fewer than {HOLD_OUT_EVERY} tasks")
+            + f"; brew/{run}/pr is written, review it with `brewkb pr {run} --body-only`")
+    return result
 
 
 async def _distill(kb: KB, folder: Run, strategy: str | None, iterations: int | None, width: int | None,
@@ -170,7 +199,7 @@ async def _distill(kb: KB, folder: Run, strategy: str | None, iterations: int | 
     async with Pipeline.open(kb, folder, no_cache=no_cache, events=events) as pipeline:
         await pipeline.outcomes()  # the judge labels unknown outcomes first, held-out ones included
         logged = folder.read_trajectories(FILES["rollouts"])
-        held = _hold_out(folder)
+        split = _hold_out(folder)
         grades = await pipeline.grades()
         await pipeline.relabel()
         train, _ = await pipeline.reflections()
@@ -188,24 +217,48 @@ async def _distill(kb: KB, folder: Run, strategy: str | None, iterations: int | 
         expander = LogExpander(backend=pipeline.backend, insights=insights,
                                titles={c.slug: (c.title, c.aliases) for c in concepts},
                                retries=kb.config.stages.integrate_retries)
-        evaluator = RetrievalEvaluator(queries=_queries(logged, scrubber_of(kb.config.scrub)),
+        scrub = scrubber_of(kb.config.scrub)
+        retriever = retriever_of(kb, pipeline.client)
+        cases: dict[str, list[Case]] = defaultdict(list)
+        for case in cases_of([t for t in logged if t.task_id in split[0]], scrub.trajectory):
+            cases[case.task_id].append(case)
+        evaluator = RetrievalEvaluator(queries=_queries(logged, scrub), cases=cases,
                                        q_eval={c.slug: c.q_eval for c in concepts},
                                        q_train={c.slug: c.q_train for c in concepts},
-                                       retriever=retriever_of(kb, pipeline.client), cache=EpisodeCache(0))
+                                       retriever=retriever, cache=EpisodeCache(0), k=kb.config.retrieval.k)
         store = SearchStore(kb.store, run, base, kb.recipes_prefix())
         result = await search(spec, store, expander, evaluator, {c.slug: roots[c.slug] for c in concepts},
                               events)
         choices = await finalize(store, evaluator, result.trees, candidates=kb.config.search.final_candidates,
                                  min_gain=kb.config.search.min_gain,
                                  lambdas=(spec.lambda_corr, spec.lambda_ret), iteration=spec.rounds + 1)
-    pr = store.write_pr(pr_message(run, source, spec, result, choices, concepts, held, logged, grades,
-                                   kb.config.llm.backend, left_out(folder.manifest().get("stages", {}))),
+        comparison = _compare(kb, store, logged, split, retriever, scrub) if split[1] else None
+    pr = store.write_pr(pr_message(run, source, spec, result, choices, concepts, split, logged, grades,
+                                   kb.config.llm.backend, comparison, left_out(folder.manifest().get("stages", {}))),
                         spec.rounds)
     nodes = sum(len(t.nodes) for t in result.trees.values())
     folder.record_stage("search", nodes=nodes, kb=result.kb_commit, pr=pr, reward="retrieval only")
+    if comparison is not None:
+        write_atomic(folder.file(LOG_EVAL_FILE), json.dumps(comparison.to_json(), indent=2) + "\n")
     return DistillResult(run, result.kb_commit, pr, {c: {**note_of(result, c), "final": choices[c].to_json()}
                                                      for c in sorted(result.trees)},
-                         {c.slug: list(c.merged) for c in concepts if c.merged}, len(held), nodes)
+                         {c.slug: list(c.merged) for c in concepts if c.merged}, len(split[0]), nodes,
+                         comparison.to_json() if comparison else None,
+                         comparison.shortfalls(NEW) if comparison else [])
+
+
+def _compare(kb: KB, store: SearchStore, logged: list[Trajectory], split: tuple[set[str], set[str]],
+             retriever: Retriever, scrub: Scrubber) -> LogEvaluation:
+    """The final KB, the base KB and every baseline on the test split; the
+    baselines remember every conversation that is not a test one."""
+    held, test = split
+    final = store.final_commit()
+    kbs = {BASE: [parse_recipe(t.decode()) for t in store.git.read_folder(store.base, store.recipes_dir).values()],
+           NEW: [parse_recipe(t.decode()) for t in store.git.read_folder(final or store.base, store.recipes_dir).values()]}
+    tested = [t for t in logged if t.task_id in test]
+    cases = cases_of(tested, scrub.trajectory)
+    arms = compare_arms(kbs, [t for t in logged if t.task_id not in test], cases, retriever, scrub.trajectory)
+    return LogEvaluation(store.run, store.run, len(tested), len(cases), arms)
 
 
 def _mapping(folder: Run) -> dict[str, str]:

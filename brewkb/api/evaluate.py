@@ -19,7 +19,8 @@ from brewkb.events import EventSink, null_sink
 from brewkb.fsutil import write_atomic
 from brewkb.kb import KB
 from brewkb.llm import open_backend
-from brewkb.retrieval.context import NoContext, RecipeContext, TrajectoryContext
+from brewkb.retrieval.context import MemoryContext, NoContext, RecipeContext
+from brewkb.retrieval.memory import MEMORIES
 from brewkb.retrieval.ranking import Retriever, open_index, retriever_of
 from brewkb.run.folder import FILES, Run
 from brewkb.run.record import EVAL_FILE
@@ -121,13 +122,14 @@ def _scores(runs: Sequence[Trajectory]) -> dict[str, float]:
     return out
 
 
-def _pool(kb: KB, from_run: str | None) -> list[Trajectory]:
-    """Successful train trajectories for the in-context baseline."""
+def _pool(kb: KB, from_run: str | None, context: str) -> list[Trajectory]:
+    """The trajectories a baseline memory holds: those of ``from_run``, else
+    of the run that rolled out last (the memory keeps the ones that passed)."""
     runs = [Run.at(kb.runs_dir, from_run)] if from_run else sorted(
         (Run(p.name, p) for p in kb.runs_dir.glob("*") if (p / FILES["rollouts"]).exists()),
         key=lambda r: r.file(FILES["rollouts"]).stat().st_mtime, reverse=True)
     if not runs:
-        raise BrewError("--context trajectories needs past trajectories: run `brewkb rollout` (or `brewkb import`) "
+        raise BrewError(f"--context {context} needs past trajectories: run `brewkb rollout` (or `brewkb import`) "
                         "first, or name a run with --from-run")
     return list(read_jsonl(runs[0].file(FILES["rollouts"])))
 
@@ -147,7 +149,7 @@ async def aevaluate(*, revs: Sequence[str] = (), contexts: Sequence[str] = (), s
                     repeats: int = 1, from_run: str | None = None, save_to: str | None = None,
                     env_name: str | None = None, agent_name: str | None = None, data: Path | None = None,
                     events: EventSink = null_sink, start: Path = Path(".")) -> list[Column]:
-    """One column per baseline in ``contexts`` (``none``, ``trajectories``) and per
+    """One column per baseline in ``contexts`` (``none``, ``trajectories``, ``notes``) and per
     revision in ``revs`` (``.`` or ``working-tree`` for the working tree). With
     neither: ``none`` against the working tree's recipes. ``env_name``,
     ``agent_name`` and ``data`` override the config for this evaluation."""
@@ -199,11 +201,12 @@ async def evaluate_arms(kb: KB, agent: Any, env: Any, executor: Any, *, revs: Se
     for context in contexts:
         if context == "none":
             arms.append(("none", NoContext(), None))
-        elif context == "trajectories":
-            arms.append(("trajectories", TrajectoryContext(_pool(kb, from_run), config.retrieval.k,
-                                                           config.retrieval.context_tokens), None))
+        elif context in MEMORIES:
+            memory = MemoryContext(context, _pool(kb, from_run, context), retriever, config.retrieval.k,
+                                   config.retrieval.context_tokens)
+            arms.append((context, memory, None))
         else:
-            raise BrewError(f"--context {context!r}: use none or trajectories (a KB is a --rev)")
+            raise BrewError(f"--context {context!r}: use none, trajectories or notes (a KB is a --rev)")
     for rev in revs:
         working = rev in (".", "working-tree")
         index = open_index(kb, None if working else rev, retriever)

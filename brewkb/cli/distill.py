@@ -18,11 +18,14 @@ from brewkb.cli.progress import close, renderer
 @click.option("--width", type=click.IntRange(min=1), default=None, help="Children per node e.")
 @click.option("--depth", type=click.IntRange(min=1), default=None, help="Maximum depth k.")
 @click.option("--no-cache", is_flag=True, help="Call the LLM even for requests seen before.")
+@click.option("--require-better", is_flag=True,
+              help="Exit 1 when the new KB does not beat every baseline on the test split (the PR branch is "
+                   "written all the same).")
 @click.option("--plan", "show_plan", is_flag=True,
               help="Print the most this distill can call (LLM calls per role, cost), calling nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Events and the result as JSON lines.")
 def distill_cmd(run: str, strategy: str | None, iterations: int | None, width: int | None, depth: int | None,
-                no_cache: bool, show_plan: bool, as_json: bool) -> None:
+                no_cache: bool, require_better: bool, show_plan: bool, as_json: bool) -> None:
     """Learn recipes from RUN's logged (imported) trajectories: grades from the logs,
     reflection on scrubbed trajectories, concepts, integration, then a search whose
     reward is retrieval only. Ends with a brew/RUN/pr branch.
@@ -37,21 +40,31 @@ def distill_cmd(run: str, strategy: str | None, iterations: int | None, width: i
     sink = renderer(as_json)
     try:
         result = distill(run, strategy=strategy, iterations=iterations, width=width, depth=depth,
-                         no_cache=no_cache, events=sink)
+                         no_cache=no_cache, require_better=require_better, events=sink)
     finally:
         close(sink)
     if as_json:
         echo(json.dumps(result.to_json(), sort_keys=True))
         return
-    echo(f"Run {result.run}: {len(result.concepts)} recipes, {result.nodes} nodes; reward = held-out retrieval MRR "
-         f"({result.held_out} held-out tasks; task success not measured: no environment).")
+    echo(f"Run {result.run}: {len(result.concepts)} recipes, {result.nodes} nodes; reward = retrieval on the eval "
+         f"split ({result.held_out} tasks; task success not measured: no environment).")
     for concept, info in result.concepts.items():
         final = info["final"]
-        chosen = f"kept the {final['base']} version" if final["kept"] else f"n{final['node']}"
-        echo(f"  {concept:32} base MRR {final['base_reward']:.3f} → {chosen}, final MRR {final['reward']:.3f}")
+        chosen = ("left out" if final["base"] == "root" else "kept the base version") if final.get("left_out") \
+            else f"kept the {final['base']} version" if final["kept"] else f"n{final['node']}"
+        why = f" ({final['left_out']})" if final.get("left_out") else ""
+        echo(f"  {concept:32} base {final['base_reward']:.3f} → {chosen}, final {final['reward']:.3f}{why}")
     for concept, notes in result.merged.items():
         for note in notes:
             echo(f"  {concept}: {note}")
+    if result.comparison is None:
+        echo("Not compared with the baselines: the logs have too few tasks to hold a test split out.")
+    else:
+        scores = {a["label"]: a["scores"]["conversation"] for a in result.comparison["arms"]}
+        echo(f"Test split ({result.comparison['cases']} conversations): "
+             + ", ".join(f"{label} MRR {s['mrr']:.3f}" for label, s in scores.items()))
+        echo(f"The new KB does not beat {'; '.join(result.shortfalls)}." if result.shortfalls else
+             "The new KB is at least as good as every baseline on MRR, top-1 and step F1.")
     echo(f"Review: git diff HEAD brew/{result.run}/pr   ·   brewkb pr {result.run} --body-only")
 
 

@@ -12,6 +12,7 @@ from brewkb.cli.output import echo, echo_json
 
 if TYPE_CHECKING:  # the API module imports numpy; `brewkb --help` must not
     from brewkb.api.evaluate import Column
+    from brewkb.api.logeval import LogEvaluation
 
 
 def table(columns: Sequence[Column]) -> list[str]:
@@ -28,24 +29,62 @@ def table(columns: Sequence[Column]) -> list[str]:
     return rows
 
 
+def logs_table(evaluation: LogEvaluation) -> list[str]:
+    """The comparison on logs as aligned text lines, one block per query."""
+    from brewkb.retrieval.logeval import QUERIES
+
+    width = max([16, *(len(a.label) + 1 for a in evaluation.arms)])
+    rows = [f"Held-out conversations of {evaluation.logs}: {evaluation.conversations}; scored: {evaluation.cases} "
+            f"(passed, with a write); memories and KB learned from {evaluation.learned_from}"]
+    for query, words in QUERIES.items():
+        rows += ["", f"Query: {words}",
+                 f"{'':{width}}{'MRR':>7}{'top-1':>8}{'top-3 cover':>13}{'step F1':>9}{'documents':>11}"]
+        for arm in evaluation.arms:
+            s = arm.scores[query]
+            rows.append(f"{arm.label:{width}}{s.mrr:>7.3f}{s.top1:>8.3f}{s.cover3:>13.3f}{s.step_f1:>9.3f}"
+                        f"{arm.documents:>11}")
+    return rows
+
+
 @click.command("eval")
 @click.option("--rev", "revs", multiple=True, help="A KB revision to evaluate (repeatable; '.' is the working tree).")
-@click.option("--context", "contexts", multiple=True, type=click.Choice(["none", "trajectories"]),
-              help="A baseline: no context, or similar successful trajectories (repeatable).")
+@click.option("--context", "contexts", multiple=True, type=click.Choice(["none", "trajectories", "notes"]),
+              help="A baseline: no context, similar past trajectories, or one note per past trajectory "
+                   "(repeatable).")
+@click.option("--logs", default=None, metavar="RUN",
+              help="Measure retrieval on RUN's held-out logged conversations instead of running the agent.")
 @click.option("--split", default="test", show_default=True, type=click.Choice(["train", "eval", "test"]))
 @click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True,
               help="Episodes per task, for stochastic agents.")
-@click.option("--from-run", default=None, help="Run whose trajectories the 'trajectories' baseline uses.")
+@click.option("--from-run", default=None, help="Run whose trajectories the baselines remember (with --logs: the "
+                                               "run the KB was distilled from).")
 @click.option("--run", "save_to", default=None, help="Save the table into this run (for its report).")
 @click.option("--env", "env_name", default=None, help="Environment to evaluate on (default: env.name).")
 @click.option("--agent", "agent_name", default=None, help="Agent to run (default: agent.name).")
 @click.option("--data", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
               help="Dataset folder for environments that load one (default: env.data).")
 @click.option("--json", "as_json", is_flag=True, help="Print the columns as JSON.")
-def eval_cmd(revs: tuple[str, ...], contexts: tuple[str, ...], split: str, repeats: int, from_run: str | None,
-             save_to: str | None, env_name: str | None, agent_name: str | None, data: Path | None,
-             as_json: bool) -> None:
-    """Compare KB revisions and baselines on a split (default: none vs the working tree)."""
+def eval_cmd(revs: tuple[str, ...], contexts: tuple[str, ...], logs: str | None, split: str, repeats: int,
+             from_run: str | None, save_to: str | None, env_name: str | None, agent_name: str | None,
+             data: Path | None, as_json: bool) -> None:
+    """Compare KB revisions and baselines on a split (default: none vs the working tree), or on held-out
+    logged conversations with --logs."""
+    if logs is not None:
+        ctx = click.get_current_context()
+        given = [f"--{name.replace('_', '-')}" for name in ("split", "repeats", "env_name", "agent_name", "data")
+                 if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT]
+        if given:
+            raise click.UsageError(f"{', '.join(given).replace('--env-name', '--env').replace('--agent-name', '--agent')}"
+                                   " run the agent; --logs measures retrieval on logged conversations without it")
+        from brewkb.api.logeval import evaluate_logs
+
+        result = evaluate_logs(logs, revs=revs, contexts=contexts, from_run=from_run, save_to=save_to)
+        if as_json:
+            echo_json(result.to_json())
+            return
+        for line in logs_table(result):
+            echo(line)
+        return
     from brewkb.api.evaluate import evaluate
 
     columns = evaluate(revs=revs, contexts=contexts, split=split, repeats=repeats, from_run=from_run,

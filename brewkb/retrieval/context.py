@@ -1,21 +1,21 @@
 """What an agent is given besides its task: recipes from a KB, or the
-baselines the paper compares against (nothing; similar successful
-trajectories as in-context examples)."""
+baselines a KB is compared with (nothing; similar successful past
+conversations as in-context examples; notes of them)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Protocol
 
-import numpy as np
+from brewkb.retrieval.memory import memory_documents
+from brewkb.retrieval.ranking import Retriever, Searchable, render_context, retrieve
+from brewkb.trajectories.schema import KBUse, Trajectory
 
-from brewkb.llm.embed import hashed_ngram_embeddings
-from brewkb.retrieval.ranking import Searchable, render_context, retrieve
-from brewkb.trajectories.schema import KBUse, Trajectory, render_compact
+__all__ = ["ContextProvider", "NoContext", "RecipeContext", "MemoryContext", "CONTEXTS"]
 
-__all__ = ["ContextProvider", "NoContext", "RecipeContext", "TrajectoryContext", "CONTEXTS"]
-
-CONTEXTS = ("none", "kb", "trajectories")
+CONTEXTS = ("none", "kb", "trajectories", "notes")
+MEMORY_BLOCKS = {"trajectories": ("# Successful past conversations of similar requests", "Example"),
+                 "notes": ("# Notes of successful past conversations of similar requests", "Note")}
 
 
 class ContextProvider(Protocol):
@@ -42,20 +42,21 @@ class RecipeContext:
         return render_context(hits, self.budget), KBUse(self.revision, tuple(h.name for h in hits))
 
 
-class TrajectoryContext:
-    """In-context learning: the k successful trajectories whose tasks are most
-    similar to this one (character n-gram cosine), rendered compactly."""
+class MemoryContext:
+    """A baseline memory (``brewkb.retrieval.memory``): the ``k`` past
+    conversations that passed (``trajectories``, shown as in-context
+    examples) or notes of them (``notes``) that BM25 ranks first for the
+    task, each with its tool steps in the recipe step convention."""
 
-    def __init__(self, trajectories: Sequence[Trajectory], k: int = 3, budget_tokens: int = 1500) -> None:
-        self.pool = [t for t in trajectories if t.success is True]
-        self.k, self.budget = k, budget_tokens
+    def __init__(self, kind: str, trajectories: Sequence[Trajectory], retriever: Retriever, k: int = 3,
+                 budget_tokens: int = 1500) -> None:
+        documents = memory_documents(kind, trajectories)
+        self.kind, self.k, self.budget = kind, k, budget_tokens
+        self.index = retriever.index(documents) if documents else None
 
     def context(self, task: str) -> tuple[str, KBUse]:
-        if not self.pool:
+        if self.index is None:
             return "", KBUse()
-        vectors = hashed_ngram_embeddings([task] + [t.task for t in self.pool])
-        order = np.argsort(-(vectors[1:] @ vectors[0]), kind="stable")[: self.k]
-        per = max(200, self.budget * 4 // max(1, len(order)))
-        blocks = [f"## Example {n}\n{render_compact(self.pool[i], per)}" for n, i in enumerate(order, 1)]
-        text = "# Successful past episodes of similar tasks\n\n" + "\n\n".join(blocks) + "\n"
-        return text, KBUse(None, tuple(f"trajectory:{self.pool[i].id}" for i in order))
+        hits = retrieve(self.index, task, self.k)
+        heading, label = MEMORY_BLOCKS[self.kind]
+        return render_context(hits, self.budget, heading=heading, label=label), KBUse(None, tuple(h.name for h in hits))

@@ -46,7 +46,7 @@ from brewkb.retrieval.postings import Plan, Postings
 
 __all__ = ["Hit", "Searchable", "RecipeIndex", "MultiIndex", "HybridView", "analyze", "SCHEMA_VERSION"]
 
-SCHEMA_VERSION = "3"
+SCHEMA_VERSION = "4"
 FILE = "postings.npz"
 TEXT_FIELDS = ("text", "summary", "name_words", "concept", "aliases", "description", "tags", "body")
 _BOOST_OF = {"text": "text", "summary": "summary", "name_words": "name", "concept": "concept",
@@ -54,12 +54,23 @@ _BOOST_OF = {"text": "text", "summary": "summary", "name_words": "name", "concep
 BASE = "base"
 PLAN_CACHE = 4096
 
+STOPWORDS = """i me my myself we our ours ourselves you your yours yourself yourselves he him his himself she her
+hers herself it its itself they them their theirs themselves what which who whom this that these those am is are was
+were be been being have has had having do does did doing a an the and but if or because as until while of at by for
+with about against between into through during before after above below to from up down in out on off over under
+again further then once here there when where why how all any both each few more most other some such no nor not only
+own same so than too very s t can will just don should now d ll m o re ve y ain aren couldn didn doesn hadn hasn
+haven isn ma mightn mustn needn shan shouldn wasn weren won wouldn""".split()
+"""NLTK's English stopwords (the simple tokenizer splits "I'm" into "i" and "m",
+"don't" into "don" and "t"): in a small KB, whose documents rarely hold them,
+BM25 would otherwise weigh a request's pronouns and auxiliaries above its words."""
+
 _ANALYZER = (
     tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
     .filter(tantivy.Filter.remove_long(40))
     .filter(tantivy.Filter.lowercase())
     .filter(tantivy.Filter.ascii_fold())
-    .filter(tantivy.Filter.stopword("english"))
+    .filter(tantivy.Filter.custom_stopword(STOPWORDS))
     .filter(tantivy.Filter.stemmer("english"))
     .build()
 )

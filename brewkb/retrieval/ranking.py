@@ -21,7 +21,7 @@ import numpy as np
 from brewkb.config import Boosts
 from brewkb.errors import IndexError_
 from brewkb.kb import KB
-from brewkb.recipes import Recipe, render_recipe
+from brewkb.recipes import Recipe, guidance, render_recipe
 from brewkb.retrieval.fusion import FusedIndex, Vectors, offline_embed
 from brewkb.retrieval.index import (
     SCHEMA_VERSION,
@@ -133,16 +133,18 @@ def approx_tokens(text: str) -> int:
     return (len(text) + 3) // 4
 
 
-def render_context(hits: Sequence[Hit], budget_tokens: int = 1500) -> str:
-    """The block an agent receives: each recipe's name, description and body,
-    best first, cut at a line boundary to fit ``budget_tokens``."""
+def render_context(hits: Sequence[Hit], budget_tokens: int = 1500,
+                   heading: str = "# Recipes from the knowledge base", label: str = "Recipe") -> str:
+    """The block an agent receives: each document's name, description and
+    body (``guidance``), best first, cut at a line boundary to fit
+    ``budget_tokens``."""
     if not hits:
         return ""
-    blocks = ["# Recipes from the knowledge base (most relevant first)"]
+    blocks = [f"{heading} (most relevant first)"]
     used = approx_tokens(blocks[0])
     for hit in hits:
         recipe = hit.recipe
-        block = f"## Recipe: {recipe.name}\n{recipe.description.strip()}\n\n{recipe.body.strip()}"
+        block = f"## {label}: {recipe.name}\n{recipe.description.strip()}\n\n{guidance(recipe.body).strip()}"
         cost = approx_tokens(block) + 1
         if used + cost <= budget_tokens:
             blocks.append(block)

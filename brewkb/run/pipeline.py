@@ -192,12 +192,19 @@ class Pipeline(StageItems):
         return result
 
     def trajectories(self) -> list[Trajectory]:
-        """The run's train trajectories (rollouts or imported) plus relabelled ones."""
+        """The run's train trajectories (rollouts or imported, its test tasks
+        left out) plus relabelled ones."""
         base = self.run.read_trajectories(FILES["rollouts"])
         if not base:
             raise RunError(f"run {self.run.id} has no trajectories yet; run `brewkb rollout --run {self.run.id}` "
                            "or `brewkb import ... --run` first")
-        return base + self.run.read_trajectories(FILES["relabel"])
+        return self._learnable(base) + self.run.read_trajectories(FILES["relabel"])
+
+    def _learnable(self, trajectories: list[Trajectory]) -> list[Trajectory]:
+        """``trajectories`` without the run's test tasks (logs held out for a
+        PR's evidence, see ``brewkb.trajectories.split``): no stage reads them."""
+        test = set(self.run.manifest().get("stages", {}).get("rollouts-eval", {}).get("test", []))
+        return [t for t in trajectories if t.task_id not in test]
 
     def rubrics(self) -> list[Any]:
         """The behaviour rubrics the judge scores (``kb.rubric_file``, else the built-in ones)."""
@@ -214,7 +221,7 @@ class Pipeline(StageItems):
             return _read_keyed(self.run.file(FILES["grades"]))
         started = time.monotonic()
         rubrics = self.rubrics()
-        by_id = {t.id: t for t in self.run.read_trajectories(FILES["rollouts"])}
+        by_id = {t.id: t for t in self._learnable(self.run.read_trajectories(FILES["rollouts"]))}
 
         async def work(key: str) -> Any:
             return (await grading.judge(self.backend, by_id[key], rubrics)).to_json()
@@ -251,7 +258,7 @@ class Pipeline(StageItems):
         if not self.config.stages.relabel:
             self._finish("relabel", [], started, relabelled=0, skipped_reason="stages.relabel is false")
             return []
-        base = self.run.read_trajectories(FILES["rollouts"])
+        base = self._learnable(self.run.read_trajectories(FILES["rollouts"]))
         tasks = {t.id: t for t in self.env.tasks("train")}
         chosen = [t for t in relabel.select(base, self.config.stages.seed) if t.task_id in tasks]
         if not chosen:
@@ -304,7 +311,8 @@ class Pipeline(StageItems):
         grades = _read_keyed(self.run.file(FILES["grades"])) if self.run.file(FILES["grades"]).exists() else {}
         by_id = {t.id: t.with_(rubric=grades.get(t.id, t.rubric)) for t in train + evaluation}
         eval_ids = {t.id for t in evaluation}
-        scrubber = scrubber_of(self.config.scrub)  # the reflector never reads personal data
+        # the reflector never reads personal data: what any trajectory of the run names is replaced in every one
+        scrubber = scrubber_of(self.config.scrub).knowing(by_id.values())
         rubrics = self.rubrics()
 
         async def work(key: str) -> Any:
@@ -337,16 +345,18 @@ class Pipeline(StageItems):
         names = sorted({i.concept for i in train + evaluation})
         found: list[Concept] = []
         mapping: dict[str, str] = {}
+        dropped: list[str] = []
         if names:
             vectors = await self.backend.embed(names)
-            found, mapping = concepts_stage.build_concepts(train, evaluation, names, vectors,
-                                                           self.config.stages.concept_threshold,
-                                                           self.config.stages.min_concept_insights)
-        keep = found  # small concepts were merged into their nearest action (noted) or kept: none is dropped
-        payload = {"concepts": [c.to_json() for c in keep], "mapping": mapping}
+            found, mapping, dropped = concepts_stage.build_concepts(train, evaluation, names, vectors,
+                                                                    self.config.stages.concept_threshold,
+                                                                    self.config.stages.min_concept_insights)
+        keep = found
+        payload = {"concepts": [c.to_json() for c in keep], "mapping": mapping, "dropped": dropped}
         write_atomic(self.run.file(FILES["concepts"]), json.dumps(payload, indent=2, sort_keys=True) + "\n")
         seconds = round(time.monotonic() - started, 3)
-        info = {"concepts": len(keep), "merged": sum(len(c.merged) for c in keep), "names": len(names)}
+        info = {"concepts": len(keep), "merged": sum(len(c.merged) for c in keep), "dropped": len(dropped),
+                "names": len(names)}
         self.run.record_stage("concepts", seconds=seconds, **info)
         self.events(Event("stage_finished", "concepts", message=f"in {seconds:.1f} s", data=info))
         return keep

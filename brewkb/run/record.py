@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,8 +23,8 @@ from brewkb.search.render import mermaid
 from brewkb.search.store import SearchStore, find_base
 from brewkb.search.tree import Tree
 
-__all__ = ["EVAL_FILE", "FINAL_HEADER", "LEFT_OUT", "left_out", "final_rows", "RecipeChange", "RunView", "load_run", "eval_table",
-           "effects_table", "change_table", "pr_body", "final_label"]
+__all__ = ["EVAL_FILE", "FINAL_HEADER", "LEFT_OUT", "left_out", "final_rows", "RecipeChange", "RunView",
+           "load_run", "eval_table", "effects_table", "change_table", "pr_body", "final_label", "logs_table"]
 
 EVAL_FILE = "eval.json"
 """The held-out evaluation of a run, in its folder."""
@@ -53,8 +54,10 @@ def final_rows(choices: dict[str, FinalChoice], nodes: dict[str, int]) -> list[s
     """The reward table of a run's final evaluation: one row per recipe."""
     rows = [FINAL_HEADER, "|---|---:|---:|---|---:|---|"]
     for concept, ch in sorted(choices.items()):
-        doc = ("base (unchanged)" if ch.node is None else "root") if ch.kept else f"n{ch.node}"
-        notes = (["kept: no candidate beat it"] if ch.kept else []) + \
+        doc = ("left out" if ch.left_out and ch.base == "root" else "base (unchanged)" if ch.node is None
+               else "root") if ch.kept else f"n{ch.node}"
+        notes = ([f"left out by the gate: {ch.left_out}"] if ch.left_out else
+                 ["kept: no candidate beat it"] if ch.kept else []) + \
             (["evaluated on its train tasks (no eval tasks)"] if ch.split == "train" else [])
         rows.append(f"| `{concept}` | {ch.base_reward:.3f} ({ch.base}) | {ch.reward:.3f} | {doc} | "
                     f"{nodes.get(concept, 0)} | {'; '.join(notes)} |")
@@ -183,6 +186,22 @@ def effects_table(evaluation: dict[str, Any]) -> list[str]:
         flag = " ⚠ negative" if e["effect"] < 0 else ""
         rows.append(f"| `{e['recipe']}` | {e['tasks']} | {e['with_recipe']:.1%} | {e['without_recipe']:.1%} | "
                     f"{e['effect']:+.1%}{flag} | {e['episodes_run']} | {e['episodes_reused']} |")
+    return rows
+
+
+def logs_table(evaluation: Mapping[str, Any]) -> list[str]:
+    """A comparison on held-out logs (``LogEvaluation.to_json``) as markdown:
+    one row per arm, both queries."""
+    rows = [f"{evaluation['cases']} of {evaluation['conversations']} held-out conversations scored (passed, with a "
+            "write). MRR, top-1 and top-3 coverage: the first result whose procedure names each write the "
+            "conversation made; step F1: the first result's steps against the conversation's tool calls "
+            "(see docs/distill.md).", "",
+            "| memory | documents | MRR | top-1 | top-3 cover | step F1 | MRR, first turn | top-1, first turn |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for arm in evaluation["arms"]:
+        s, f = arm["scores"]["conversation"], arm["scores"]["first turn"]
+        rows.append(f"| {arm['label']} | {arm['documents']} | {s['mrr']:.3f} | {s['top1']:.3f} | {s['cover3']:.3f} | "
+                    f"{s['step_f1']:.3f} | {f['mrr']:.3f} | {f['top1']:.3f} |")
     return rows
 
 

@@ -2,11 +2,19 @@
 
 ``LogExpander`` writes candidate children of a node from the node's document
 and every insight of its concept (I_k; there are no new episodes to reflect
-on). ``RetrievalEvaluator`` scores a candidate by retrieval alone: the MRR of
-the candidate among its hybrid KB for the held-out logged requests of its
-concept (``R = λ_ret · MRR``, λ_corr = 0: nothing can be re-run, so success is
-not measured). A concept with no held-out request is scored on its own
-train requests, and the note says so.
+on). ``RetrievalEvaluator`` scores a candidate by retrieval alone
+(``R = λ_ret · MRR``, λ_corr = 0: nothing can be re-run, so success is not
+measured): for each held-out request of its concept, 1 / the candidate's rank
+among its hybrid KB, times the share of the writes the logged conversation
+did that the candidate's procedure names (a conversation that failed or did
+no action counts the rank alone). A candidate that ranks first but points to
+the wrong tool earns nothing. A concept with no held-out request is scored on
+its own train requests, and the note says so.
+
+A recipe's leave-one-out effect, for the final gate, compares the KB's own
+measure (the MRR of the first document naming each write, see
+``brewkb.retrieval.logeval``) with and without the recipe on the eval
+conversations whose top ``k`` hold it.
 """
 
 from __future__ import annotations
@@ -16,11 +24,14 @@ from typing import Any
 
 from brewkb.llm.roles import Backend, Insight
 from brewkb.recipes import Recipe
-from brewkb.retrieval.ranking import Retriever, mrr
+from brewkb.retrieval.index import Searchable
+from brewkb.retrieval.logeval import DEPTH, Case, case_scores
+from brewkb.retrieval.ranking import Retriever
 from brewkb.search.episodes import EpisodeCache
 from brewkb.search.evaluate import Evaluation
 from brewkb.search.expand import ExpandRequest
 from brewkb.stages.integrate import integrate
+from brewkb.trajectories.tools import procedure
 
 __all__ = ["LogExpander", "RetrievalEvaluator"]
 
@@ -47,12 +58,16 @@ class LogExpander:
 
 class RetrievalEvaluator:
     """Evaluations by retrieval only; ``queries`` are task id → request text
-    (scrubbed), ``q_eval``/``q_train`` the task ids of each concept."""
+    (scrubbed), ``cases`` task id → its conversations that passed with an
+    action, ``q_eval``/``q_train`` the task ids of each concept."""
 
-    def __init__(self, *, queries: Mapping[str, str], q_eval: Mapping[str, Sequence[str]],
-                 q_train: Mapping[str, Sequence[str]], retriever: Retriever, cache: EpisodeCache) -> None:
-        self.queries, self.q_eval, self.q_train, self.retriever = queries, q_eval, q_train, retriever
+    def __init__(self, *, queries: Mapping[str, str], cases: Mapping[str, Sequence[Case]],
+                 q_eval: Mapping[str, Sequence[str]], q_train: Mapping[str, Sequence[str]], retriever: Retriever,
+                 cache: EpisodeCache, k: int = 3) -> None:
+        self.queries, self.cases, self.q_eval, self.q_train, self.k = queries, cases, q_eval, q_train, k
+        self.retriever = retriever
         self.cache = cache  # no episodes are run; the search reports its (zero) counts
+        self._procedures: dict[tuple[str, str], list[frozenset[str]]] = {}
 
     def tasks_of(self, concept: str) -> tuple[str, list[str]]:
         ids = [t for t in self.q_eval.get(concept, ()) if t in self.queries]
@@ -60,14 +75,57 @@ class RetrievalEvaluator:
             return "eval", ids
         return "train", [t for t in self.q_train.get(concept, ()) if t in self.queries]
 
+    def _procedure(self, recipe: Recipe) -> list[frozenset[str]]:
+        key = (recipe.name, recipe.body)
+        if key not in self._procedures:
+            self._procedures[key] = procedure(recipe.section("How to perform"))
+        return self._procedures[key]
+
+    def _value(self, index: Searchable, task: str) -> float | None:
+        """The KB's own measure for the task's conversations (``None`` without one)."""
+        cases = self.cases.get(task, ())
+        if not cases:
+            return None
+        values = [case_scores([self._procedure(h.recipe) for h in index.search(c.queries["conversation"], DEPTH)
+                              ], c)[0] for c in cases]
+        return round(sum(values) / len(values), 6)
+
+    def _own(self, index: Searchable, recipe: Recipe, task: str) -> float:
+        """1 / the candidate's rank for the task's request, times the share of
+        its conversations' writes the candidate names."""
+        rank = index.rank(recipe.name, self.queries[task])
+        if not rank:
+            return 0.0
+        cases = self.cases.get(task, ())
+        if not cases:
+            return 1.0 / rank
+        named = {tool for step in self._procedure(recipe) for tool in step}
+        return sum(sum(a in named for a in c.writes) / len(c.writes) for c in cases) / len(cases) / rank
+
     async def evaluate(self, candidates: Mapping[str, tuple[str, Recipe]], current: Mapping[str, Recipe],
-                 only: Sequence[str] | None = None) -> dict[str, Evaluation]:
+                       only: Sequence[str] | None = None) -> dict[str, Evaluation]:
         multi = self.retriever.multi(current, candidates)
         out = {}
         for key in (list(only) if only is not None else list(candidates)):
             concept, recipe = candidates[key]
             split, ids = self.tasks_of(concept)
-            r_ret = round(mrr(recipe.name, [self.queries[t] for t in ids], self.retriever.hybrid(multi, key)), 6)
+            hybrid = self.retriever.hybrid(multi, key)
+            r_ret = round(sum(self._own(hybrid, recipe, t) for t in ids) / len(ids), 6) if ids else 0.0
             detail: tuple[dict[str, Any], ...] = tuple({"task_id": t, "measured": "retrieval"} for t in ids)
             out[key] = Evaluation(r_ret, 0.0, r_ret, split, detail, 0, 0)
+        return out
+
+    async def leave_one_out(self, concepts: Sequence[str],
+                            kb: Mapping[str, Recipe]) -> dict[str, list[tuple[float, float]]]:
+        """The eval conversations whose top ``k`` from ``kb`` hold each
+        concept's recipe, measured with it and without it."""
+        index = self.retriever.index(list(kb.values()))
+        tasks = sorted({t for ids in self.q_eval.values() for t in ids if self.cases.get(t)})
+        out = {}
+        for concept in concepts:
+            name = kb[concept].name
+            hit = [t for t in tasks if any(h.name == name for c in self.cases[t]
+                                           for h in index.search(c.queries["conversation"], self.k))]
+            without = self.retriever.index([r for slot, r in kb.items() if slot != concept]) if hit else index
+            out[concept] = [(self._value(index, t) or 0.0, self._value(without, t) or 0.0) for t in hit]
         return out

@@ -9,7 +9,7 @@ concept with no eval tasks is evaluated on its train tasks (the note says so).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -27,6 +27,7 @@ from brewkb.search.episodes import (
 )
 from brewkb.search.tree import reward
 from brewkb.stages.rollouts import make_jobs
+from brewkb.trajectories.schema import Trajectory
 
 __all__ = ["Evaluation", "Evaluator"]
 
@@ -56,6 +57,13 @@ class Evaluates(Protocol):
 
     async def evaluate(self, candidates: Mapping[str, tuple[str, Recipe]], current: Mapping[str, Recipe],
                        only: Sequence[str] | None = None) -> dict[str, Evaluation]: ...
+
+    async def leave_one_out(self, concepts: Sequence[str],
+                            kb: Mapping[str, Recipe]) -> dict[str, list[tuple[float, float]]]:
+        """For each concept, the eval tasks whose context from ``kb`` holds the
+        concept's recipe, as (value with ``kb``, value with ``kb`` without that
+        recipe): success on an environment, the retrieval measure on logs."""
+        ...
 
 
 class Evaluator:
@@ -103,11 +111,45 @@ class Evaluator:
             runs = [results[i] for i in slots]
             r_corr = sum(t.success is True for t, _ in runs) / len(runs) if runs else 0.0
             r_ret = mrr(candidates[key][1].name, [t.text for t in tasks], self.retriever.hybrid(multi, key))
-            detail = tuple({"task_id": task.id, "success": t.success, "score": t.outcome.score, "trajectory": t.id,
-                            "reused": reused} for task, (t, reused) in zip(tasks, runs, strict=True))
+            detail = _detail(tasks, runs)
             n_reused = sum(reused for _, reused in runs)
             # rounded as the note stores them, so a run rebuilt from git backs up the same values
             r_corr, r_ret = round(r_corr, 6), round(r_ret, 6)
             out[key] = Evaluation(round(reward(r_corr, r_ret, *self.lambdas), 6), r_corr, r_ret, split, detail,
                                   len(runs) - n_reused, n_reused)
         return out
+
+    async def leave_one_out(self, concepts: Sequence[str],
+                            kb: Mapping[str, Recipe]) -> dict[str, list[tuple[float, float]]]:
+        """Episodes of the eval tasks that retrieve each concept's recipe from
+        ``kb``, with it and without it; episodes whose context does not change
+        are reused."""
+        tasks = {t: self.tasks[t] for ids in self.q_eval.values() for t in ids if t in self.tasks}
+        full = self._jobs(tasks.values(), kb)
+        jobs: list[tuple[str, Job]] = list(full.values())
+        plan: dict[str, list[tuple[int, int]]] = {}
+        for concept in concepts:
+            name = kb[concept].name
+            without = {slot: r for slot, r in kb.items() if slot != concept}
+            hit = [t for t, (_, job) in full.items() if name in job.kb.recipes]
+            slots = []
+            for task_id, pair in self._jobs([tasks[t] for t in hit], without).items():
+                slots.append((list(full).index(task_id), len(jobs)))
+                jobs.append(pair)
+            plan[concept] = slots
+        results = await run_jobs(jobs, self.agent, self.env, self.executor, self.cache)
+        return {c: [(float(results[a][0].success is True), float(results[b][0].success is True)) for a, b in slots]
+                for c, slots in plan.items()}
+
+    def _jobs(self, tasks: Iterable[Task], kb: Mapping[str, Recipe]) -> dict[str, tuple[str, Job]]:
+        provider = RecipeContext(self.retriever.index(list(kb.values())), None, self.k, self.budget)
+        out = {}
+        for task in tasks:
+            [job] = make_jobs([task], provider, self.per_turn)
+            out[task.id] = (episode_key(task.id, job.context, dict(kb) if self.per_step else None), job)
+        return out
+
+
+def _detail(tasks: Sequence[Task], runs: Sequence[tuple[Trajectory, bool]]) -> tuple[dict[str, Any], ...]:
+    return tuple({"task_id": task.id, "success": t.success, "score": t.outcome.score, "trajectory": t.id,
+                  "reused": reused} for task, (t, reused) in zip(tasks, runs, strict=True))

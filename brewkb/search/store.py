@@ -131,11 +131,12 @@ class SearchStore:
                final: bool = False) -> str:
         """Advance ``kb`` by one merge commit whose parents are the previous KB
         commit and each concept's best node; ``best`` maps concept → (commit,
-        blob, node id, or ``"base"`` for the base version). ``final`` marks the
-        gather that ends the search (after the final evaluation and the gate)."""
+        blob, node id, or ``"base"`` for the base version; an empty blob leaves
+        the concept's file out). ``final`` marks the gather that ends the search
+        (after the final evaluation and the gate)."""
         ref = str(BrewRef.kb(self.run))
         previous = self.git.read_ref(ref)
-        tree = self.git.update_tree(self.base_tree, {self.path(c): Entry(FILE_MODE, "", b)
+        tree = self.git.update_tree(self.base_tree, {self.path(c): Entry(FILE_MODE, "", b) if b else None
                                                      for c, (_, b, _) in best.items()})
         parents = [previous or self.base] + list(dict.fromkeys(commit for commit, _, _ in best.values()))
         trailers = {"Brew-Run": self.run, "Brew-Iteration": str(iteration),

@@ -10,15 +10,22 @@ named by actions (``cancel reservation``):
   intent: ``book reservation`` and ``cancel reservation`` stay apart however
   alike the rest of the words are); synonyms (change/modify/move/reschedule →
   update) count as one verb;
+- two *tool* concepts — some insight of each quotes a call of a tool of that
+  name and some passing run gave its procedure — never share a cluster:
+  different tools are different procedures;
 - a *request* concept — no insight of it quotes a call of a tool of that name,
   so it names what a user asked for rather than a tool the agent used (a
-  refused or handed-off request) — merges into the nearest tool concept with
-  the same verb, with a note;
+  refused or handed-off request) — and a tool concept no run did (only failed
+  attempts) merge into the nearest concept with the same verb, with a note; a
+  request nothing was done for (every insight ``undone``: an aside, or a
+  request rightly answered without a change) with no such neighbour is
+  dropped, with a note in ``dropped``;
 - a cluster is named by a tool name before a request, then by the name
   with most passing-run procedures (the action that worked), then by count;
-- a concept with fewer insights than ``min_insights`` merges into the nearest
-  concept with the same verb, with a note; without one it stays a concept of
-  its own. Nothing is dropped silently: ``Concept.merged`` lists the notes.
+- a request concept with fewer insights than ``min_insights`` merges into the
+  nearest concept with the same verb, with a note; without one it stays a
+  concept of its own. Nothing is dropped silently: ``Concept.merged`` and the
+  ``dropped`` list hold the notes.
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ import numpy as np
 
 from brewkb.git.refs import RESERVED_CONCEPTS
 from brewkb.llm.embed import cosine_matrix
-from brewkb.llm.offline import verb_of
+from brewkb.llm.requests import verb_of
 from brewkb.llm.roles import Insight
 from brewkb.recipes import slugify
 
@@ -123,10 +130,13 @@ def concept_slugs(titles: Sequence[str]) -> list[str]:
 
 
 def _merge_small(members: dict[int, list[str]], counts: Counter[str], tool: set[str], vectors: np.ndarray,
-                 index: Mapping[str, int], min_insights: int) -> dict[int, list[str]]:
-    """Request clusters and small clusters folded into their nearest cluster
-    of the same verb (see the module docstring); returns label → notes."""
+                 index: Mapping[str, int], min_insights: int,
+                 undone: set[str]) -> tuple[dict[int, list[str]], list[str]]:
+    """Clusters with no tool a run did folded into their nearest cluster of
+    the same verb, or dropped when nothing was done for them (see the module
+    docstring); returns label → notes, and the notes of what was dropped."""
     notes: dict[int, list[str]] = defaultdict(list)
+    dropped: list[str] = []
 
     def rep(label: int) -> str:
         return max(members[label], key=lambda n: (counts[n], n in tool, -len(n), [-ord(c) for c in n]))
@@ -137,11 +147,16 @@ def _merge_small(members: dict[int, list[str]], counts: Counter[str], tool: set[
     for label in sorted(members, key=lambda lb: (size(lb), rep(lb))):
         name = rep(label)
         request = not any(n in tool for n in members[label])
-        if not request and size(label) >= min_insights:
+        if not request:
             continue
         others = [lb for lb in members if lb != label and members[lb] and verb_of(rep(lb)) == verb_of(name)
                   and (any(n in tool for n in members[lb]) or size(lb) > size(label))]
         if not others:
+            if all(n in undone for n in members[label]):
+                dropped.append(f"{name!r} dropped: no passing run did anything for it (an aside, or a request "
+                               "rightly refused) and no concept shares its action")
+                dropped.extend(notes.pop(label, []))
+                members[label] = []
             continue
         mine = vectors[[index[n] for n in members[label]]].mean(axis=0)
         sims = {lb: float(cosine_matrix(np.vstack([mine, vectors[[index[n] for n in members[lb]]].mean(axis=0)])
@@ -154,13 +169,14 @@ def _merge_small(members: dict[int, list[str]], counts: Counter[str], tool: set[
         members[label] = []
     for label in [lb for lb, group in members.items() if not group]:
         del members[label]
-    return notes
+    return notes, dropped
 
 
 def build_concepts(train: Sequence[Insight], evaluation: Sequence[Insight], names: Sequence[str],
                    vectors: np.ndarray, threshold: float,
-                   min_insights: int = 2) -> tuple[list[Concept], dict[str, str]]:
-    """Meta-concepts from the train insights, and the name → slug map.
+                   min_insights: int = 2) -> tuple[list[Concept], dict[str, str], list[str]]:
+    """Meta-concepts from the train insights, the name → slug map, and the
+    notes of the names dropped.
     ``names``/``vectors`` cover every concept name of both insight lists;
     an eval name joins the train cluster it is most similar to if that
     similarity reaches the threshold."""
@@ -171,31 +187,36 @@ def build_concepts(train: Sequence[Insight], evaluation: Sequence[Insight], name
     for insight in train:
         by_name[insight.concept].append(insight)
     tool = {n for n in train_names if is_tool_concept(n, by_name[n])}
-    labels = agglomerate(vectors[[index[n] for n in train_names]], threshold,
-                         [verb_of(n) for n in train_names]) if train_names else []
+    procedures = {n for n in train_names if any(i.kind == "steps" for i in by_name[n])}
+    undone = {n for n in train_names if all(i.kind == "undone" for i in by_name[n])}
+    # the verb is the intent; a tool some run did is a procedure of its own
+    groups = [f"tool:{n}" if n in tool and n in procedures else verb_of(n) for n in train_names]
+    labels = agglomerate(vectors[[index[n] for n in train_names]], threshold, groups) if train_names else []
     members: dict[int, list[str]] = defaultdict(list)
     for name, label in zip(train_names, labels, strict=True):
         members[label].append(name)
-    notes = _merge_small(members, counts, tool, vectors, index, min_insights)
-    labels = [next(lb for lb, group in members.items() if n in group) for n in train_names]
+    notes, dropped = _merge_small(members, counts, tool & procedures, vectors, index, min_insights, undone)
+    kept = [n for n in train_names if any(n in group for group in members.values())]
+    labels = [next(lb for lb, group in members.items() if n in group) for n in kept]
     worked = Counter(i.concept for i in train if i.kind == "steps")  # the action that worked names the concept
     reps = {label: max(group, key=lambda n: (n in tool, worked[n], counts[n], -len(n), [-ord(c) for c in n]))
             for label, group in members.items()}
     order = sorted(members, key=lambda lb: (-sum(counts[n] for n in members[lb]), reps[lb]))
     slugs = dict(zip(order, concept_slugs([reps[lb] for lb in order]), strict=True))
-    mapping = {name: slugs[label] for name, label in zip(train_names, labels, strict=True)}
+    mapping = {name: slugs[label] for name, label in zip(kept, labels, strict=True)}
     # eval names: nearest train concept name above the threshold
-    if train_names:
-        train_vecs = vectors[[index[n] for n in train_names]]
-        for name in sorted({i.concept for i in evaluation} - set(mapping)):
+    if kept:
+        train_vecs = vectors[[index[n] for n in kept]]
+        for name in sorted({i.concept for i in evaluation} - set(mapping) - set(train_names)):
             sims = cosine_matrix(np.vstack([vectors[index[name]], train_vecs]).astype(np.float64))[0, 1:]
             best = int(np.argmax(sims))
             if sims[best] >= threshold:
-                mapping[name] = mapping[train_names[best]]
+                mapping[name] = mapping[kept[best]]
     q_train: dict[str, set[str]] = defaultdict(set)
     q_eval: dict[str, set[str]] = defaultdict(set)
     for insight in train:
-        q_train[mapping[insight.concept]].add(insight.task_id)
+        if insight.concept in mapping:
+            q_train[mapping[insight.concept]].add(insight.task_id)
     for insight in evaluation:
         if insight.concept in mapping:
             q_eval[mapping[insight.concept]].add(insight.task_id)
@@ -205,4 +226,4 @@ def build_concepts(train: Sequence[Insight], evaluation: Sequence[Insight], name
                 q_eval=tuple(sorted(q_eval[slugs[lb]])), merged=tuple(notes.get(lb, ())))
         for lb in order
     ]
-    return concepts, mapping
+    return concepts, mapping, dropped

@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Sequence
-from typing import Any
 from importlib import resources
+from typing import Any
 
 from brewkb.errors import LLMError
 from brewkb.llm.roles import Backend, Rubric, RubricScores

@@ -26,7 +26,8 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 from brewkb.config import ScrubConfig
@@ -83,6 +84,24 @@ class Scrubber:
 
     patterns: tuple[tuple[str, re.Pattern[str]], ...]
     keys: frozenset[str]
+    known: Mapping[str, str] = field(default_factory=dict)
+    """Personal values other trajectories of the run named (value → kind), replaced
+    in every trajectory too: one user's name or address may appear in another's words."""
+
+    def knowing(self, trajectories: Iterable[Trajectory]) -> Scrubber:
+        """This scrubber, also replacing every personal value ``trajectories`` name."""
+        known: dict[str, str] = dict(self.known)
+        for trajectory in trajectories:
+            for value, kind in self.values_of(trajectory).items():
+                known.setdefault(value, kind)
+        return replace(self, known=known)
+
+    @cached_property
+    def _known(self) -> re.Pattern[str] | None:
+        if not self.known:
+            return None
+        values = sorted(self.known, key=lambda v: (-len(v), v))
+        return re.compile(r"(?<![\w@.])(?:" + "|".join(map(re.escape, values)) + r")(?![\w@])")
 
     @classmethod
     def build(cls, patterns: Mapping[str, str] | None = None, keys: Iterable[str] | None = None,
@@ -108,6 +127,8 @@ class Scrubber:
         """``text`` with every pattern match and every known personal value replaced."""
         for value, kind in sorted((values or {}).items(), key=lambda kv: -len(kv[0])):
             text = re.sub(rf"(?<![\w@.]){re.escape(value)}(?![\w@])", f"<{kind}>", text)
+        if self._known is not None:
+            text = self._known.sub(lambda m: f"<{self.known[m.group(0)]}>", text)
         for kind, rx in self.patterns:
             text = rx.sub(lambda m, k=kind: _replace(m, k), text)  # type: ignore[misc]
         return text

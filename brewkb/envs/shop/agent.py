@@ -2,7 +2,10 @@
 
 With recipes in its context it follows the first retrieved recipe whose
 "How to perform" section lists tool calls in the step convention of
-``docs/recipes.md`` (a numbered line starting with a backticked call such as
+``docs/recipes.md``, taking of alternatives the first whose arguments the
+task gives (a retrieved past conversation or note of one, the
+baselines of ``brewkb eval --context trajectories|notes``, lists its steps the
+same way and is followed the same way) (a numbered line starting with a backticked call such as
 `` `find_customer_by_email(email)` ``), binding each argument by its name
 from the task's entities and from earlier tool results. It then follows
 further retrieved recipes whose goal the task also asks for (a two-step
@@ -26,8 +29,8 @@ from typing import Any
 from brewkb.envs.base import Environment, Task
 from brewkb.envs.shop.tools import STATE_CHANGING, TOOLS
 from brewkb.envs.shop.world import COLORS, SIZES
-from brewkb.llm.offline import parse_step
 from brewkb.trajectories.schema import Outcome, Trajectory, content_id
+from brewkb.trajectories.tools import parse_alternatives
 
 __all__ = ["ScriptedAgent", "parse_recipes", "entities"]
 
@@ -38,29 +41,34 @@ GOAL_WORDS = {"cancel_order": "cancel", "return_items": "return", "exchange_item
 ADDRESS_RE = re.compile(r"\b\d+ [A-Z][a-z]+ (?:Street|Avenue|Road|Lane), [A-Z][a-z]+")
 
 
+Call = tuple[str, tuple[str, ...]]
+
+
 @dataclass(frozen=True)
 class RecipeSteps:
     name: str
-    steps: tuple[tuple[str, tuple[str, ...]], ...]
+    steps: tuple[tuple[Call, ...], ...]
+    """Each step: the calls it offers (one, or alternatives joined by "or")."""
 
     @property
     def goal(self) -> str:
         """The recipe's last state-changing tool, else ``reply`` (an answer)."""
-        changing = [t for t, _ in self.steps if t in STATE_CHANGING]
+        changing = [t for step in self.steps for t, _ in step if t in STATE_CHANGING]
         return changing[-1] if changing else "reply"
 
 
 def parse_recipes(context: str) -> list[RecipeSteps]:
-    """The recipes of a rendered context block, with the steps each one lists."""
+    """The recipes of a rendered context block, with the steps each one lists;
+    a retrieved example or note of a past conversation counts as a recipe."""
     found = []
-    for chunk in re.split(r"(?m)^## Recipe: ", context)[1:]:
+    for chunk in re.split(r"(?m)^## (?:Recipe|Example|Note): ", context)[1:]:
         name = chunk.split("\n", 1)[0].strip()
         match = re.search(r"(?ms)^## How to perform\s*\n(.*?)(?=^## |\Z)", chunk)
         steps = []
         for line in (match.group(1) if match else "").splitlines():
-            parsed = parse_step(line)
-            if parsed is not None and parsed[0] in TOOL_NAMES:
-                steps.append((parsed[0], tuple(parsed[1])))
+            calls = tuple((tool, tuple(args)) for tool, args in parse_alternatives(line) if tool in TOOL_NAMES)
+            if calls:
+                steps.append(calls)
         found.append(RecipeSteps(name, tuple(steps)))
     return found
 
@@ -156,13 +164,15 @@ class ScriptedAgent:
     # -------------------------------------------------------------- recipes
     def _follow(self, ep: _Episode, recipe: RecipeSteps) -> None:
         ep.known["goal_word"] = GOAL_WORDS.get(recipe.goal, "")
-        for tool, argnames in recipe.steps:
-            if tool.startswith("find_customer") and "customer" in ep.known:
+        for step in recipe.steps:
+            if any(tool.startswith("find_customer") for tool, _ in step) and "customer" in ep.known:
                 continue  # already identified by an earlier recipe
-            args = {name: self._bind(ep, name) for name in argnames}
-            if any(v is None for v in args.values()):
+            # the first alternative this task gives every argument of
+            bound = [(tool, {name: self._bind(ep, name) for name in argnames}) for tool, argnames in step]
+            usable = [(tool, args) for tool, args in bound if all(v is not None for v in args.values())]
+            if not usable:
                 continue  # the recipe asks for something this task does not give
-            if ep.call(tool, args) is None:
+            if ep.call(*usable[0]) is None:
                 return
 
     # ---------------------------------------------------------------- binding

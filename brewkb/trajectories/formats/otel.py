@@ -27,8 +27,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from brewkb.errors import TrajectoryError
 import brewkb.trajectories.formats.otlp as otlp
+from brewkb.errors import TrajectoryError
 from brewkb.trajectories.formats.base import UNKNOWN_JSON, Item, build, first_user, guarded, obj
 from brewkb.trajectories.formats.chat import Message, merge_calls, text_of, tool_call
 

@@ -1,0 +1,102 @@
+"""``eval --logs``: how well KB revisions and the baselines point an agent to
+the right procedure on held-out logged conversations (see
+``brewkb.retrieval.logeval`` for the measures).
+
+The learning run is the run whose conversations the KB was distilled from (by
+default the logs' own run). Its held-out tasks (the same stable choice
+``distill`` makes) are the cases when the logs are its own; logs of another run
+are held out whole. The baselines remember the learning run's other
+conversations, the ones ``distill`` learned from, so every arm saw the same
+logs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from brewkb.errors import BrewError
+from brewkb.fsutil import write_atomic
+from brewkb.git.refs import BrewRef
+from brewkb.kb import KB
+from brewkb.retrieval.logeval import BASELINES, LogEvaluation, cases_of, compare_arms
+from brewkb.retrieval.ranking import retriever_of
+from brewkb.run.folder import FILES, Run
+from brewkb.trajectories.schema import Trajectory
+from brewkb.trajectories.scrub import scrubber_of
+from brewkb.trajectories.split import HOLD_OUT_EVERY, split_logs
+
+__all__ = ["evaluate_logs", "logged_split", "LOG_EVAL_FILE"]
+
+LOG_EVAL_FILE = "eval-logs.json"
+
+
+def evaluate_logs(logs: str, *, revs: Sequence[str] = (), contexts: Sequence[str] = (), from_run: str | None = None,
+                  save_to: str | None = None, start: Path = Path(".")) -> LogEvaluation:
+    """Score KB revisions (``revs``; ``.`` is the working tree) and baselines
+    (``contexts``) on the held-out conversations of run ``logs``. With
+    neither: every baseline, the base KB and the learning run's PR when it has
+    one (else ``HEAD``)."""
+    unknown = [c for c in contexts if c not in BASELINES]
+    if unknown:
+        raise BrewError(f"--context {unknown[0]!r}: on logs use {', '.join(BASELINES)} (a KB is a --rev)")
+    with KB.open(start, require_config=True) as kb:
+        held_run = Run.at(kb.runs_dir, logs, create=False)
+        learn_run = Run.at(kb.runs_dir, from_run, create=False) if from_run else held_run
+        learn, evaluation, held = logged_split(learn_run)
+        if learn_run.id != held_run.id:
+            held = _logged(held_run)
+        if not held:
+            raise BrewError(f"run {logs} holds no held-out conversations: logs of fewer than {HOLD_OUT_EVERY} tasks "
+                            f"cannot be split; import more, or evaluate other logs against it with "
+                            f"`brewkb eval --logs OTHER --from-run {logs}`")
+        if not revs and not contexts:
+            contexts, revs = BASELINES, _default_revs(kb, learn_run.id)
+        scrub = scrubber_of(kb.config.scrub)
+        cases = cases_of(held, scrub.trajectory)
+        kbs = {_label(kb, rev): kb.recipes(None if rev in (".", "working-tree") else rev) for rev in revs}
+        arms = compare_arms(kbs, learn + evaluation, cases, retriever_of(kb), scrub.trajectory, contexts)
+        result = LogEvaluation(logs, learn_run.id, len(held), len(cases), arms)
+        if save_to:
+            write_atomic(Run.at(kb.runs_dir, save_to).file(LOG_EVAL_FILE),
+                         json.dumps(result.to_json(), indent=2) + "\n")
+        return result
+
+
+def logged_split(run: Run) -> tuple[list[Trajectory], list[Trajectory], list[Trajectory]]:
+    """A run's logged conversations: those learned from, the eval ones and the
+    test ones, as its distillation recorded them (else as it would)."""
+    logged = _logged(run)
+    record = run.manifest().get("stages", {}).get("rollouts-eval")
+    if record is None:
+        return split_logs(logged)
+    # a run distilled before test splits existed learned from every task but its eval ones
+    evaluation, test = set(record.get("held_out", [])), set(record.get("test", []))
+    return ([t for t in logged if t.task_id not in evaluation | test], [t for t in logged if t.task_id in evaluation],
+            [t for t in logged if t.task_id in test])
+
+
+def _logged(run: Run) -> list[Trajectory]:
+    logged = run.read_trajectories(FILES["rollouts"])
+    if not logged:
+        raise BrewError(f"run {run.id} has no trajectories; bring logs in with "
+                        f"`brewkb import FILE --format F --run {run.id}`")
+    return logged
+
+
+def _default_revs(kb: KB, run: str) -> tuple[str, ...]:
+    pr = str(BrewRef.pr(run))
+    if kb.store.read_ref(pr) is None:
+        return ("HEAD",)
+    from brewkb.search.store import find_base
+
+    return (find_base(kb.store, run), pr.removeprefix("refs/heads/"))
+
+
+def _label(kb: KB, rev: str) -> str:
+    if rev in (".", "working-tree"):
+        return "working tree"
+    resolved = kb.store.resolve(rev)
+    return resolved[:12] if rev == resolved else rev
+

@@ -1,0 +1,182 @@
+"""The offline Integrator: one recipe from a concept's insights and its
+current document, by rules.
+
+A seeded sample picks which insights to use (each with probability
+``SAMPLE``, never leaving out every procedure) and which requests to quote,
+so different samples differ in quality, as LLM samples do.
+
+- **When to use** quotes a few requests as users made them (scrubbed): those
+  that asked for the concept's action, from passing runs first; the
+  description is the concept's title and two of them; the section
+  "Requests it was learned from" quotes the others (at most ``MAX_LEARNED`` in
+  all), so the recipe is found by the words its users used.
+- **How to perform** merges the procedures of the picked passing runs: every
+  step of every run, each placed after the step that preceded it where it was
+  first seen, so steps keep their order of use; two steps that fill the same
+  place and never occur in the same run are *alternatives* and share a line
+  (``a(x)`` or ``b(y)``). A procedure of this concept's requests that did not
+  use its tool and handed the request to a person becomes a branch: "If it
+  cannot be done: hand off". Without a procedure, the current document's is kept.
+- **Conditions** turn the errors that ended an attempt into checks ("Before
+  `w`, check with `lookup`: it failed with ..."), and say when such requests
+  were answered without a change.
+- **Pitfalls** quote the other errors and failures, each once.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from itertools import combinations
+
+from brewkb.llm.requests import asks_for, first_line, names_object
+from brewkb.llm.roles import Insight
+from brewkb.recipes import LEARNED_FROM, Recipe, build_body, slugify
+from brewkb.trajectories.schema import content_id
+from brewkb.trajectories.tools import concept_of_tool, is_handoff
+
+__all__ = ["integrate", "merge_steps", "step_lines", "SAMPLE", "MAX_REQUESTS"]
+
+SAMPLE = 0.7
+MAX_STEPS = 10
+MAX_REQUESTS = 3
+MAX_LEARNED = 50
+"""Requests a recipe quotes in all, as many as the trajectory ids ``sources`` keeps."""
+MAX_LINES = 6
+NO_PROCEDURE = "No procedure is known yet; record what works."
+
+
+def _tool(step: str) -> str:
+    return step.split("(", 1)[0]
+
+
+def merge_steps(sequences: Sequence[Sequence[str]]) -> list[str]:
+    """One order of every step of every sequence, each placed after the step
+    that preceded it where it was seen first (``[a, c] + [b, c]`` → ``[a, b, c]``)."""
+    merged: list[str] = []
+    for sequence in sequences:
+        at = -1
+        for step in sequence:
+            if step in merged:
+                at = merged.index(step)
+            else:
+                merged.insert(at + 1, step)
+                at += 1
+    return merged
+
+
+def step_lines(sequences: Sequence[Sequence[str]], concept: str) -> list[list[str]]:
+    """The merged steps as lines, alternatives sharing a line: two steps that
+    no run used together and that runs followed with a same step (they fill
+    the same place, such as two ways to identify a customer). The concept's
+    own tool is never an alternative."""
+    together = {frozenset(pair) for seq in sequences for pair in combinations(set(seq), 2)}
+    after: dict[str, set[str]] = {}
+    for seq in sequences:
+        for n, step in enumerate(seq):
+            after.setdefault(step, set()).update(seq[n + 1:])
+    lines: list[list[str]] = []
+    for step in merge_steps(sequences):
+        place = next((line for line in lines if not _own(step, concept) and not any(_own(s, concept) for s in line)
+                      and all(frozenset((step, s)) not in together and after[step] & after[s] for s in line)), None)
+        if place is None:
+            lines.append([step])
+        else:
+            place.append(step)
+    return lines[:MAX_STEPS]
+
+
+def _own(step: str, concept: str) -> bool:
+    return concept_of_tool(_tool(step)) == concept
+
+
+def _distinct(lines: Sequence[str]) -> list[str]:
+    """``lines`` in order without repeats: a line that another one holds (the
+    same error, once with what the run did next) is kept once, as the longer."""
+    kept: list[str] = []
+    for line in lines:
+        if any(line in k for k in kept):
+            continue
+        shorter = [n for n, k in enumerate(kept) if k in line]
+        if shorter:
+            kept[shorter[0]] = line
+            kept = [k for n, k in enumerate(kept) if n not in shorter[1:]]
+        else:
+            kept.append(line)
+    return kept
+
+
+def _requests(insights: Sequence[Insight], concept: str) -> list[str]:
+    """The distinct requests that asked for the concept, those of passing runs
+    and those naming its object first."""
+    texts = list(dict.fromkeys(first_line(i.task, 240) for i in insights if i.task.strip()))
+    naming = asks_for(texts, concept) or texts
+    worked = {first_line(i.task, 240) for i in insights if i.kind == "steps"}
+    return sorted(naming, key=lambda t: (t not in worked, not names_object(t, concept)))
+
+
+def _how(concept: str, picked: Sequence[Insight], insights: Sequence[Insight], current: Recipe | None) -> str:
+    sequences = [i.steps for i in picked if i.kind == "steps" and i.steps]
+    own = [q for q in sequences if any(_own(s, concept) for s in q)]
+    lines = step_lines(own or sequences, concept)
+    how = [f"{n}. " + " or ".join(f"`{s}`" for s in line) for n, line in enumerate(lines, 1)]
+    if own:  # this concept's requests that passing runs handed to a person instead (any of them, not a sample)
+        handoffs = dict.fromkeys(i.steps[-1] for i in insights if i.kind == "steps" and i.steps
+                                 and not any(_own(s, concept) for s in i.steps) and is_handoff(_tool(i.steps[-1])))
+        how += [f"- If it cannot be done: hand off with `{h}`" for h in handoffs]
+    if how:
+        return "\n".join(how)
+    return (current.section("How to perform") if current else "") or NO_PROCEDURE
+
+
+def _conditions(picked: Sequence[Insight]) -> list[str]:
+    """Errors that ended an attempt, grouped by the call and the lookup that
+    checks it; then requests rightly left undone."""
+    errors: dict[tuple[str, ...], list[str]] = {}
+    for i in picked:
+        if i.kind == "condition" and i.steps:
+            errors.setdefault(i.steps, []).append(i.insight.split("failed with: ", 1)[-1])
+    lines = []
+    for steps, found in errors.items():
+        quoted = ", ".join(list(dict.fromkeys(found))[:3])
+        lines.append(f"- Before `{steps[-1]}`, check with `{steps[0]}`: it failed with {quoted}" if len(steps) > 1
+                     else f"- `{steps[-1]}` can fail with {quoted}: check for that first")
+    undone = [i for i in picked if i.kind == "undone" and i.polarity == "prescriptive"]
+    if undone:
+        lines.append(f"- Some such requests were rightly left undone: {undone[0].insight[0].lower()}"
+                     f"{undone[0].insight[1:]} (for: \"{first_line(undone[0].task, 160)}\")")
+    return lines[:MAX_LINES]
+
+
+async def integrate(concept: str, aliases: Sequence[str], insights: Sequence[Insight], current: Recipe | None,
+                    sample: int, seed: int = 0) -> Recipe:
+    rng = random.Random(content_id([seed, concept, sample, [i.to_json() for i in insights]]))
+    picked = [i for i in insights if rng.random() < SAMPLE]
+    # never a sample without a procedure: the concept's own when it has one
+    procedures = [i for i in insights if i.kind == "steps"]
+    own = [i for i in procedures if any(_own(s, concept) for s in i.steps)] or procedures
+    if own and not any(i in own for i in picked):
+        picked.append(rng.choice(own))
+    picked = picked or list(insights[:1])
+    rng.shuffle(picked)
+    requests = _requests(insights, concept)
+    head = requests[: MAX_REQUESTS * 2]
+    shown = sorted(rng.sample(head, min(MAX_REQUESTS, len(head))), key=head.index)
+    learned = [r for r in requests if r not in shown][: MAX_LEARNED - len(shown)]
+    title = concept[:1].upper() + concept[1:]
+    description = f"{title}." + (" Requests such as: " + "; ".join(f'"{first_line(r, 160)}"' for r in shown[:2])
+                                 if shown else "")
+    old_pitfalls = [p for p in (current.section("Pitfalls") if current else "").splitlines() if p.strip()]
+    pitfalls = _distinct([f"- {i.insight}" for i in picked if i.kind == "pitfall" or
+                          (i.kind in ("undone", "note") and i.polarity == "diagnostic")] + old_pitfalls)[:MAX_LINES]
+    when = f"The request is to {concept}."
+    if shown:
+        when += " For example (personal data replaced):\n\n" + "\n".join(f'- "{r}"' for r in shown)
+    body = build_body([("When to use", when), ("How to perform", _how(concept, picked, insights, current)),
+                       ("Conditions", "\n".join(_conditions(picked))), ("Pitfalls", "\n".join(pitfalls)),
+                       (LEARNED_FROM, "\n".join(f'- "{r}"' for r in learned))])
+    sources = list(dict.fromkeys([*(current.sources if current else ()), *(i.source for i in picked)]))
+    name = current.name if current else slugify(concept)
+    base = current or Recipe(name=name, description="")
+    return base.replace(name=name, description=description[:1024], concept=concept,
+                        aliases=tuple(a for a in aliases if a != concept), sources=tuple(sources[-50:]), body=body)

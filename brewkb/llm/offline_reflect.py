@@ -1,0 +1,216 @@
+"""The offline Reflector: insights from the tool calls, errors and user turns
+of one (scrubbed) trajectory, by rules that hold for any tool-calling log.
+
+Concepts. Every write the run made is a concept named from its tool
+(``cancel_reservation`` → "cancel reservation"), in order of first call; a
+failing run's failed attempts are concepts too. A run that wrote nothing is
+named for the *request*: its first action verb and the object of its last
+lookup ("cancel reservation"); a run that handed the request to a person
+without one is named for the hand-off tool; a run that only read, for its last
+lookup. A run with no action verb, no hand-off and no lookup names nothing.
+
+Insights (a run whose outcome is unknown teaches as a passing one does, its
+insights ``observed`` rather than prescriptive).
+- A passing run gives, for each write, a *procedure* (kind ``steps``): the
+  lookups before it, the write, then the first message tool it told the user
+  with, in order of first use (never another write of the run).
+- A passing run that handed off gives the procedure that led to the hand-off;
+  a passing run that only read, its lookups (kind ``steps`` for a lookup
+  concept). A run that changed nothing for a request with an action verb
+  gives an ``undone`` insight (an aside, a request rightly refused, or, when
+  it failed, one that needed an action), which the concepts stage folds into
+  a concept of the same action or drops.
+- A write that failed and was not done again by the run becomes a
+  *condition* (kind ``condition``): the error, and the lookup that could check
+  it first (the last one before it that shares an argument value with it).
+  A failed call the run recovered from becomes a *pitfall*: the error and what
+  the run did next.
+- A failing run whose calls all succeeded gives a pitfall: the change was
+  made with the wrong details.
+Each insight quotes the request as the user put it: the user turn that asks
+for its concept's action (synonyms folded; one that also names the object
+first), else the first turn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from brewkb.llm.requests import action_verb, first_line, lookup_concept, request_clause, request_concept, request_for
+from brewkb.llm.roles import DIAGNOSTIC, Insight, polarity_of
+from brewkb.trajectories.schema import ToolCall, Trajectory, tool_calls
+from brewkb.trajectories.tools import (
+    concept_of_tool,
+    is_handoff,
+    is_lookup,
+    is_talk,
+    is_write,
+    step_text,
+    user_turns,
+)
+
+__all__ = ["reflect", "concepts_of", "MAX_STEPS"]
+
+MAX_STEPS = 10
+A_RUN = {True: "A passing run", None: "A run whose outcome is unknown"}
+Add = Callable[..., None]
+
+
+def concepts_of(trajectory: Trajectory) -> list[tuple[str, int | None]]:
+    """Concept names and the index of the call that defines each (``None`` for
+    a concept named for the request)."""
+    calls = tool_calls(trajectory.messages)
+    found: dict[str, int] = {}
+    for i, call in enumerate(calls):
+        if is_write(call.name) and not (call.error and trajectory.success is True):
+            found.setdefault(concept_of_tool(call.name), i)
+    if found:
+        return list(found.items())
+    request = _request(trajectory, calls)
+    return [(request, None)] if request else []
+
+
+def _request(trajectory: Trajectory, calls: Sequence[ToolCall]) -> str | None:
+    named = request_concept(" ".join(user_turns(trajectory)) or trajectory.task, calls)
+    if named:
+        return named
+    handoff = next((c for c in calls if is_handoff(c.name) and not c.error), None)
+    return concept_of_tool(handoff.name) if handoff else lookup_concept(calls)
+
+
+def _lookups_before(calls: Sequence[ToolCall], index: int, start: int = 0) -> list[ToolCall]:
+    return [c for c in calls[start:index] if not c.error and is_lookup(c.name)]
+
+
+def _told_after(calls: Sequence[ToolCall], index: int) -> list[ToolCall]:
+    """The first message the run sent the user after the call at ``index``,
+    before its next write (what it told the user about it)."""
+    for call in calls[index + 1:]:
+        if is_write(call.name):
+            return []
+        if is_talk(call.name) and not call.error:
+            return [call]
+    return []
+
+
+def _steps(calls: Sequence[ToolCall]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(step_text(c) for c in calls))[-MAX_STEPS:]
+
+
+def _values(call: ToolCall) -> set[str]:
+    return {str(v) for v in (call.args() or {}).values() if isinstance(v, str | int) and str(v)}
+
+
+def _check(calls: Sequence[ToolCall], index: int) -> ToolCall | None:
+    """The lookup that could have checked the failed call at ``index``: the
+    last one before it that read something the failed call acted on."""
+    values = _values(calls[index])
+    return next((c for c in reversed(_lookups_before(calls, index)) if values & _values(c)), None)
+
+
+async def reflect(trajectory: Trajectory) -> list[Insight]:
+    calls = tool_calls(trajectory.messages)
+    concepts = concepts_of(trajectory)
+    turns = user_turns(trajectory) or [trajectory.task]
+    insights: list[Insight] = []
+
+    def add(concept: str, text: str, polarity: str, kind: str, steps: tuple[str, ...] = ()) -> None:
+        request = request_for(turns, concept, [c for c, _ in concepts if c != concept])
+        insights.append(Insight(concept, text, polarity, trajectory.id, trajectory.task_id,
+                                first_line(request_clause(request, concept), 400) if request else "", steps, kind))
+
+    for concept, index in concepts:
+        if index is None:
+            _request_insight(trajectory, calls, concept, add)
+        elif trajectory.success is not False:  # an unlabelled run's procedure, said as such
+            steps = _steps([*_lookups_before(calls, index), calls[index], *_told_after(calls, index)])
+            add(concept, f"{A_RUN[trajectory.success]} did: " + "; then ".join(f"`{s}`" for s in steps),
+                polarity_of(trajectory.success), "steps", steps)
+        elif not calls[index].error and not any(c.error for c in calls):
+            add(concept, f"A run that called `{step_text(calls[index])}` without errors still failed: check that "
+                         "every detail the request asks for is used, and nothing else", DIAGNOSTIC, "pitfall")
+    _handoff_after_writes(trajectory, calls, concepts, add)
+    _errors(trajectory, calls, concepts, add)
+    return insights
+
+
+def _request_insight(trajectory: Trajectory, calls: Sequence[ToolCall], concept: str, add: Add) -> None:
+    """What a run that changed nothing teaches about the request it was given."""
+    handoff = next((c for c in calls if is_handoff(c.name) and not c.error), None)
+    looked = [c for c in calls if not c.error and is_lookup(c.name)]
+    if trajectory.success is False:
+        if handoff:
+            add(concept, f"A run that handed the request to a person with `{step_text(handoff)}` failed", DIAGNOSTIC,
+                "pitfall")
+        else:
+            add(concept, "A run that changed nothing failed: the request needed an action, or a clear refusal that "
+                         "the rules support", DIAGNOSTIC, "undone")
+    elif handoff is not None:
+        steps = _steps([*[c for c in looked if calls.index(c) < calls.index(handoff)], handoff])
+        add(concept, f"{A_RUN[trajectory.success]} handed the request to a person: "
+            + "; then ".join(f"`{s}`" for s in steps), polarity_of(trajectory.success), "steps", steps)
+    else:
+        last = max((n for n, c in enumerate(calls) if not c.error and not is_talk(c.name)), default=-1)
+        steps = _steps([*looked, *_told_after(calls, last)])
+        checked = ", ".join(f"`{s}`" for s in steps) or "the request"
+        # a request nothing was done for is an aside or a refusal; a lookup concept's reads are its procedure
+        kind = "undone" if action_verb(concept.split()[0]) or not steps else "steps"
+        add(concept, f"{A_RUN[trajectory.success]} changed nothing: it checked {checked} and answered",
+            polarity_of(trajectory.success), kind, steps)
+
+
+def _handoff_after_writes(trajectory: Trajectory, calls: Sequence[ToolCall], concepts: list[tuple[str, int | None]],
+                          add: Add) -> None:
+    """A passing run that made its changes and then handed the rest to a
+    person teaches when to hand off: named for the request that followed."""
+    writes = [i for _, i in concepts if i is not None]
+    if trajectory.success is False or not writes:
+        return
+    handoff = next((i for i, c in enumerate(calls) if i > max(writes) and is_handoff(c.name) and not c.error), None)
+    if handoff is None:
+        return
+    later = _later_turns(trajectory, calls, max(writes))
+    concept = request_concept(" ".join(later), calls[: handoff + 1]) if later else None
+    if concept is None or any(concept == c for c, _ in concepts):
+        return
+    steps = _steps([*_lookups_before(calls, handoff, max(writes) + 1), calls[handoff]])
+    add(concept, f"{A_RUN[trajectory.success]} handed the request to a person: "
+        + "; then ".join(f"`{s}`" for s in steps), polarity_of(trajectory.success), "steps", steps)
+
+
+def _later_turns(trajectory: Trajectory, calls: Sequence[ToolCall], index: int) -> list[str]:
+    """The user turns after the call at ``index``."""
+    seen, after = 0, False
+    turns: list[str] = []
+    for message in trajectory.messages:
+        if message.get("role") == "assistant":
+            seen += len(message.get("tool_calls") or [])
+            after = seen > index
+        elif after and message.get("role") == "user" and isinstance(message.get("content"), str):
+            turns.append(str(message["content"]))
+    return turns
+
+
+def _errors(trajectory: Trajectory, calls: Sequence[ToolCall], concepts: list[tuple[str, int | None]],
+            add: Add) -> None:
+    """Conditions from failed writes the run did not do again; pitfalls from
+    failed calls it recovered from or that served a write."""
+    for i, call in enumerate(calls):
+        if not call.error or is_talk(call.name):
+            continue
+        text = f"`{step_text(call)}` failed with: \"{first_line(call.result)}\""
+        owner: str | None
+        if is_write(call.name):
+            owner = concept_of_tool(call.name)
+            if not any(c.name == call.name and not c.error for c in calls[i + 1:]):
+                check = _check(calls, i)
+                add(owner, text, DIAGNOSTIC, "condition", (*([step_text(check)] if check else []), step_text(call)))
+                continue
+        else:  # a failed lookup or hand-off: the next write it served, else the run's first concept
+            owner = next((c for c, w in concepts if w is not None and w > i), concepts[0][0] if concepts else None)
+            if owner is None:
+                continue
+        after = next((c for c in calls[i + 1:] if not c.error and not is_talk(c.name)), None)
+        if after is not None:
+            text += f"; the run went on with `{step_text(after)}`"
+        add(owner, text, DIAGNOSTIC, "pitfall")

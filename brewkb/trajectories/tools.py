@@ -1,0 +1,122 @@
+"""What a tool call does, told from the tool's name, and the step convention
+recipes write procedures in.
+
+A tool whose name starts with a read verb (``get``, ``find``, ``list``,
+``search``, ...) is a *lookup*; a tool that talks to the user (``respond``,
+``reply``, ...) is a *message*; a tool that hands the conversation to a person
+(``transfer_to_human_agents``, ``escalate``) is a *hand-off*; any other tool is
+a *write*: it changes state. A hand-off is an action too (it ends the agent's
+part of the case), so ``actions`` of a trajectory are its writes and hand-offs.
+Names split on ``_``, ``-``, ``.`` and camel case, so ``orders.cancel`` is a
+write and ``getOrder`` a lookup. ``[eval]`` in ``brewkb.toml`` can name tools
+these rules class wrongly (``ToolKinds``).
+
+A procedure step is a numbered line that starts with a backticked call:
+``1. `find_customer(email)` — why``. Alternatives share a line, each call
+backticked, joined by "or": ``2. `find_by_email(email)` or `find_by_name(name, zip)```.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+
+from brewkb.trajectories.schema import ToolCall, Trajectory, tool_calls
+
+__all__ = ["READ_VERBS", "used_tools", "is_lookup", "is_talk", "is_handoff", "is_write",
+           "concept_of_tool", "step_text", "parse_step", "parse_alternatives", "procedure", "name_words",
+           "user_turns", "writes_of"]
+
+READ_VERBS = frozenset({
+    "get", "find", "list", "search", "lookup", "look", "read", "fetch", "check", "calculate", "compute",
+    "think", "query", "show", "view", "describe", "retrieve", "count", "browse", "open", "inspect", "load",
+})
+TALK_VERBS = frozenset({"respond", "reply", "say", "send_message", "message", "ask", "answer", "final"})
+HANDOFF_VERBS = frozenset({"transfer", "escalate", "handoff", "hand", "route", "forward"})
+HANDOFF_TARGETS = frozenset({"human", "humans", "agent", "agents", "person", "operator", "support", "staff",
+                             "representative", "supervisor", "manager"})
+STEP_RE = re.compile(r"^\s*(?:\d+[.)]|[-*])\s*`([A-Za-z_][\w.]*)\(([^)`]*)\)`")
+CALL_RE = re.compile(r"`([A-Za-z_][\w.]*)\(([^)`]*)\)`")
+
+
+def name_words(name: str) -> list[str]:
+    """``cancelOrder`` / ``cancel_order`` / ``orders.cancel`` → its lowercase words."""
+    spaced = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name)
+    return [w for w in re.split(r"[_\W]+", spaced.lower()) if w]
+
+
+def is_lookup(name: str) -> bool:
+    words = name_words(name)
+    return bool(words) and words[0] in READ_VERBS
+
+
+def is_talk(name: str) -> bool:
+    words = name_words(name)
+    return bool(words) and (words[0] in TALK_VERBS or "_".join(words) in TALK_VERBS)
+
+
+def is_handoff(name: str) -> bool:
+    """A tool that hands the conversation to a person (``transfer_to_human_agents``,
+    ``escalate``): it ends the agent's part, it is not what the user wanted done."""
+    words = name_words(name)
+    return bool(words) and (words[0] in {"escalate", "handoff"} or
+                            (words[0] in HANDOFF_VERBS and bool(HANDOFF_TARGETS & set(words[1:]))))
+
+
+def is_write(name: str) -> bool:
+    """A tool that changes state (not a lookup, a message or a hand-off)."""
+    return not (is_lookup(name) or is_talk(name) or is_handoff(name))
+
+
+def concept_of_tool(name: str) -> str:
+    """``cancel_reservation`` → ``cancel reservation``."""
+    return " ".join(name_words(name)) or name
+
+
+def step_text(call: ToolCall) -> str:
+    """A call written in the recipe step convention: ``name(arg1, arg2)``."""
+    args = call.args() or {}
+    return f"{call.name}({', '.join(args)})"
+
+
+def parse_step(line: str) -> tuple[str, list[str]] | None:
+    """The tool and argument names of a step line like ``1. `find_customer(email)` — why``."""
+    match = STEP_RE.match(line)
+    if not match:
+        return None
+    return match.group(1), [a.strip() for a in match.group(2).split(",") if a.strip()]
+
+
+def parse_alternatives(line: str) -> list[tuple[str, list[str]]]:
+    """Every call a step line offers: the first, and those it joins with "or"."""
+    first = parse_step(line)
+    if first is None:
+        return []
+    found = [first]
+    rest = line[STEP_RE.match(line).end():]  # type: ignore[union-attr]
+    while (match := re.match(r"\s+or\s+" + CALL_RE.pattern, rest)) is not None:
+        found.append((match.group(1), [a.strip() for a in match.group(2).split(",") if a.strip()]))
+        rest = rest[match.end():]
+    return found
+
+
+def procedure(text: str) -> list[frozenset[str]]:
+    """The steps of a procedure text: for each step line, the tools it offers."""
+    return [frozenset(name for name, _ in alts) for line in text.splitlines()
+            if (alts := parse_alternatives(line))]
+
+
+def user_turns(trajectory: Trajectory) -> list[str]:
+    return [str(m["content"]) for m in trajectory.messages
+            if m.get("role") == "user" and isinstance(m.get("content"), str) and m["content"].strip()]
+
+
+def writes_of(calls: Iterable[ToolCall] | Trajectory) -> list[str]:
+    """The tools of the writes that were done (calls that did not fail), in order of first use."""
+    found = tool_calls(calls.messages) if isinstance(calls, Trajectory) else calls
+    return list(dict.fromkeys(c.name for c in found if not c.error and is_write(c.name)))
+
+
+def used_tools(calls: Sequence[ToolCall]) -> list[str]:
+    """The tools a conversation used without an error, messages left out, in order of first use."""
+    return list(dict.fromkeys(c.name for c in calls if not c.error and not is_talk(c.name)))

@@ -1,0 +1,187 @@
+"""A KB against its baselines on held-out logs: the measures, `brewkb eval
+--logs`, the distill PR's comparison, `--require-better`, the offline rules
+that write recipes from logs, and the gate's test of a leave-one-out effect."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from brewkb.config import Boosts
+from brewkb.llm.offline import OfflineBackend
+from brewkb.llm.offline_integrate import step_lines
+from brewkb.recipes import Recipe
+from brewkb.retrieval.index import RecipeIndex
+from brewkb.retrieval.logeval import cases_of, procedures_of, score
+from brewkb.search.final import leave_one_out
+from brewkb.trajectories.schema import Outcome, Trajectory
+from brewkb.trajectories.scrub import Scrubber
+from tests.conftest import git
+from tests.test_distill import brewkb, write_logs
+
+
+def _call(n: int, name: str, args: dict, result: str) -> list[dict]:
+    return [{"role": "assistant", "content": None, "tool_calls": [{"id": f"c{n}", "type": "function", "function": {
+                "name": name, "arguments": json.dumps(args)}}]},
+            {"role": "tool", "tool_call_id": f"c{n}", "content": result}]
+
+
+def conversation(ok: bool | None, *calls: list[dict],
+                 turns: tuple[str, ...] = ("Please cancel order 7.",)) -> Trajectory:
+    messages: list[dict] = [{"role": "user", "content": turns[0]}]
+    for part in calls:
+        messages += part
+    messages += [{"role": "user", "content": t} for t in turns[1:]]
+    return Trajectory(task_id=turns[0], task=turns[0], messages=tuple(messages),
+                      outcome=Outcome(ok, None if ok is None else float(ok)))
+
+
+def doc(name: str, text: str, steps: str) -> Recipe:
+    return Recipe(name=name, description=text, body=f"\n## How to perform\n\n{steps}\n")
+
+
+def test_the_measures_count_writes_of_passing_conversations_and_alternatives_as_one_step() -> None:
+    find = _call(1, "find_user", {"email": "a@b.c"}, '{"user": "u1"}')
+    cancel = _call(2, "cancel_order", {"order_id": 7}, "cancelled")
+    handoff = _call(3, "transfer_to_human_agents", {"summary": "x"}, "ok")
+    cases = cases_of([conversation(True, find, cancel),
+                      conversation(False, find, cancel),  # failed: its writes are no target
+                      conversation(True, find, handoff),  # a hand-off is not a write: not scored
+                      conversation(None, find, cancel)],  # outcome unknown: not scored
+                     lambda t: t)
+    assert [c.writes for c in cases] == [("cancel_order",)]
+    docs = [doc("cancel-order", "cancel an order", "1. `find_user(email)` or `find_by_name(name)`\n"
+                                                   "2. `cancel_order(order_id)`\n3. `reply(message)`"),
+            doc("refund", "refund an order", "1. `refund_order(order_id)`")]
+    index = RecipeIndex.build(docs, Boosts())
+    got = score(index, procedures_of(docs), cases, "conversation")
+    # rank 1 names the write; steps: 2 of 3 used (alternatives are one step), every tool used is offered
+    assert (got.cases, got.mrr, got.top1, got.cover3, got.step_f1) == (1, 1.0, 1.0, 1.0, 0.8)
+    assert score(None, {}, cases, "conversation").mrr == 0.0
+
+
+def test_offline_rules_learn_every_write_its_request_and_the_condition_an_error_ended() -> None:
+    find = _call(1, "get_order", {"order_id": "7"}, '{"status": "delivered"}')
+    exchange = _call(2, "exchange_items", {"order_id": "7"}, "Error: non-delivered order cannot be exchanged")
+    address = _call(3, "modify_address", {"order_id": "7", "address": "x"}, "ok")
+    cancel = _call(4, "cancel_order", {"order_id": "9"}, "ok")
+    run = conversation(True, find, exchange, address, cancel,
+                       turns=("Hi! I want to exchange a lamp and change the address of order 7.",
+                              "Also please cancel order 9."))
+    insights = asyncio.run(OfflineBackend().reflect(Scrubber.build().trajectory(run)))
+    by = {(i.concept, i.kind): i for i in insights}
+    # every write is a concept, each quoting the turn that asked for it
+    assert by[("cancel order", "steps")].task == "Also please cancel order 9."
+    # the sentences that ask, greetings left out
+    assert by[("modify address", "steps")].task == "I want to exchange a lamp and change the address of order 7."
+    condition = by[("exchange items", "condition")]
+    assert condition.steps == ("get_order(order_id)", "exchange_items(order_id)")  # the read that checks it
+    recipe = asyncio.run(OfflineBackend().integrate("exchange items", [], [condition], None, 0))
+    assert ("- Before `exchange_items(order_id)`, check with `get_order(order_id)`: it failed with "
+            '"Error: non-delivered order cannot be exchanged"') in recipe.section("Conditions")
+
+
+def test_alternatives_share_a_line_and_steps_keep_their_order() -> None:
+    runs = [("find_by_email(email)", "get_order(order_id)", "cancel_order(order_id)"),
+            ("find_by_name(name)", "get_order(order_id)", "cancel_order(order_id)"),
+            ("find_by_email(email)", "cancel_order(order_id)")]
+    lines = step_lines(runs, "cancel order")
+    assert [sorted(line) for line in lines] == [["find_by_email(email)", "find_by_name(name)"],
+                                                ["get_order(order_id)"], ["cancel_order(order_id)"]]
+
+
+def test_an_aside_is_no_action_and_a_request_left_undone_is_marked_so() -> None:
+    aside = conversation(True, _call(1, "get_account", {"id": "1"}, "{}"),
+                         turns=("I just created a new account, what is my balance?",))
+    insights = asyncio.run(OfflineBackend().reflect(aside))
+    assert [(i.concept, i.kind) for i in insights] == [("get account", "steps")]  # what it read, not "create"
+    refused = conversation(True, _call(1, "get_account", {"id": "1"}, "{}"),
+                           turns=("Please close my account today.",))
+    insights = asyncio.run(OfflineBackend().reflect(refused))
+    assert [(i.concept, i.kind) for i in insights] == [("close account", "undone")]
+
+
+def test_a_leave_one_out_effect_is_negative_beyond_noise_by_a_paired_t_test() -> None:
+    assert leave_one_out([(1.0, 0.0), (0.0, 1.0), (1.0, 1.0)]).harmful is False
+    assert leave_one_out([(0.0, 1.0)] * 3).harmful is True  # every task worse
+    assert leave_one_out([(0.0, 1.0)]).harmful is False  # one task is no evidence
+    noisy = leave_one_out([(0.0, 1.0), (0.0, 1.0), (1.0, 1.0), (1.0, 0.0)])
+    assert noisy.effect == -0.25 and noisy.harmful is False
+
+
+@pytest.fixture(scope="module")
+def distilled(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("logs")
+    root = tmp / "kb"
+    root.mkdir()
+    assert brewkb(root, "init").returncode == 0
+    _, chat = write_logs(tmp)
+    assert brewkb(root, "import", str(chat), "--format", "openai", "--run", "air").returncode == 0
+    done = brewkb(root, "distill", "air", "--iterations", "2")
+    assert done.returncode == 0, done.stderr
+    # nine tiny tasks asked the same way each time: the past conversations are as good a memory as it gets
+    assert "The new KB does not beat trajectories (MRR " in done.stdout
+    return root
+
+
+def test_eval_on_logs_puts_the_kb_beside_every_baseline(distilled: Path) -> None:
+    out = brewkb(distilled, "eval", "--logs", "air")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("Held-out conversations of air: 4; scored: 3 (passed, with a write)")
+    base = git(distilled, "rev-parse", "HEAD")[:12]
+    rows = [line.split()[0] for line in lines[4:9]]  # under "Query: the user's side of the conversation"
+    assert rows == ["none", "trajectories", "notes", base, "brew/air/pr"]
+    data = json.loads(brewkb(distilled, "eval", "--logs", "air", "--json").stdout)
+    assert [a["label"] for a in data["arms"]] == ["none", "trajectories", "notes", base, "brew/air/pr"]
+    assert set(data["arms"][0]["scores"]) == {"conversation", "first turn"}
+    assert data["arms"][0]["scores"]["conversation"]["mrr"] == 0.0
+    # learned from the same logs: the test split names the task ids no stage read
+    manifest = json.loads((distilled / "runs" / "air" / "manifest.json").read_text())
+    assert manifest["stages"]["rollouts-eval"]["test"] == ["t1", "t5"]
+    wrong = brewkb(distilled, "eval", "--logs", "air", "--split", "eval")
+    assert wrong.returncode == 2 and "--split run the agent; --logs measures retrieval" in wrong.stderr
+
+
+def test_the_distill_pr_states_the_comparison(distilled: Path) -> None:
+    body = git(distilled, "log", "-1", "--format=%B", "brew/air/pr")
+    assert "## Compared with the baselines (test split)" in body
+    assert "| trajectories |" in body and "| notes |" in body and "| new KB |" in body
+    shown = brewkb(distilled, "pr", "air", "--body-only").stdout
+    assert "Compared with the baselines" in shown
+    saved = json.loads((distilled / "runs" / "air" / "eval-logs.json").read_text())
+    assert saved["kind"] == "logs" and saved["cases"] == 3
+
+
+def test_require_better_fails_a_kb_that_does_not_beat_a_baseline(distilled: Path) -> None:
+    pr = git(distilled, "rev-parse", "brew/air/pr")
+    again = brewkb(distilled, "distill", "air", "--require-better")  # a finished run: its recorded result
+    assert again.returncode == 1
+    error = again.stderr.strip().splitlines()[-1]
+    assert error.startswith("brewkb: error: the distilled KB of run air does not beat trajectories (MRR ")
+    assert error.endswith("on the test split; brew/air/pr is written, review it with "
+                                         "`brewkb pr air --body-only`")
+    shown = ("show", "-s", "--format=%T%n%B")
+    assert git(distilled, *shown, "brew/air/pr") == git(distilled, *shown, pr.strip())
+    body = git(distilled, "log", "-1", "--format=%B", "brew/air/pr")
+    assert "The new KB does not beat trajectories" in body
+
+
+def test_require_better_fails_a_distill_that_could_not_be_compared(tmp_path: Path) -> None:
+    root = tmp_path / "kb"
+    root.mkdir()
+    assert brewkb(root, "init").returncode == 0
+    logs = tmp_path / "few.jsonl"
+    cancel = _call(1, "cancel_order", {"order_id": 7}, "cancelled")
+    logs.write_text("".join(json.dumps({"task_id": f"t{n}", "success": True, "messages": [
+        {"role": "user", "content": f"Please cancel order {n}."}, *cancel]}) + "\n" for n in range(3)))
+    assert brewkb(root, "import", str(logs), "--format", "openai", "--run", "few").returncode == 0
+    done = brewkb(root, "distill", "few", "--iterations", "1", "--require-better")
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1].endswith(
+        "was not compared: its logs have fewer than 5 tasks; brew/few/pr is written, review it with "
+        "`brewkb pr few --body-only`")
+    assert git(root, "rev-parse", "--verify", "brew/few/pr").strip()
