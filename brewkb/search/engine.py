@@ -222,9 +222,10 @@ class _Loop:
         self.state.gathers = iteration + 1
 
     async def roots(self, roots: Mapping[str, Recipe]) -> None:
-        for concept, doc in sorted(roots.items()):
-            if not self.state.trees[concept].nodes:
-                self._write(concept, None, 0, 0, doc)
+        with self.store.writing():
+            for concept, doc in sorted(roots.items()):
+                if not self.state.trees[concept].nodes:
+                    self._write(concept, None, 0, 0, doc)
         await self._evaluate(0, {c: self.doc((c, 0)) for c in self.state.trees})
         if self.state.gathers == 0:
             self._gather(0)
@@ -244,10 +245,11 @@ class _Loop:
                 requests[concept] = (self.doc((concept, parent)), missing, parent)
         if requests:
             docs = await self.expander.expand({c: (d, s) for c, (d, s, _) in requests.items()}, current)
-            for concept, (_, missing, parent) in sorted(requests.items()):
-                for sample in missing:
-                    if sample in docs[concept]:
-                        self._write(concept, parent, it, sample, docs[concept][sample])
+            with self.store.writing():
+                for concept, (_, missing, parent) in sorted(requests.items()):
+                    for sample in missing:
+                        if sample in docs[concept]:
+                            self._write(concept, parent, it, sample, docs[concept][sample])
         await self._evaluate(it, current)
         self._gather(it)
 
