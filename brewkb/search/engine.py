@@ -24,6 +24,7 @@ Strategies:
 from __future__ import annotations
 
 import dataclasses
+import gc
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -262,12 +263,21 @@ async def search(spec: SearchSpec, store: SearchStore, expander: Expands, evalua
     loop = _Loop(spec, store, expander, evaluator, state, events)
     events(Event("stage_started", "search", done=state.gathers, total=spec.rounds + 1))
     started = time.monotonic()
-    if state.gathers == 0 or any(not t.nodes or t.root.reward is None for t in state.trees.values()):
-        await loop.roots(roots)
-        events(Event("item_done", "search", done=1, total=spec.rounds + 1, message="iteration 0"))
-    for it in range(max(1, state.gathers), spec.rounds + 1):
-        await loop.iteration(it)
-        events(Event("item_done", "search", done=it + 1, total=spec.rounds + 1, message=f"iteration {it}"))
+    gc.freeze()
+    try:
+        if state.gathers == 0 or any(not t.nodes or t.root.reward is None for t in state.trees.values()):
+            await loop.roots(roots)
+            events(Event("item_done", "search", done=1, total=spec.rounds + 1, message="iteration 0"))
+            gc.freeze()
+        for it in range(max(1, state.gathers), spec.rounds + 1):
+            await loop.iteration(it)
+            events(Event("item_done", "search", done=it + 1, total=spec.rounds + 1, message=f"iteration {it}"))
+            # What an iteration leaves (nodes, documents, episodes) lives until the search ends:
+            # set aside, the garbage collector's full passes walk only the next iteration's
+            # objects instead of every node so far (at 30,000 nodes, passes of 0.4 s).
+            gc.freeze()
+    finally:
+        gc.unfreeze()  # back to the oldest generation: what became garbage can be collected
     events(Event("stage_finished", "search", message=f"in {time.monotonic() - started:.1f} s"))
     chosen = {c: _chosen(spec, t, loop.changed(c, t)).id for c, t in state.trees.items()}
     kb = store.git.read_ref(f"refs/heads/brew/{store.run}/kb")
