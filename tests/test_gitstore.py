@@ -283,3 +283,22 @@ def test_a_search_writes_its_nodes_branches_once_their_objects_are_on_disk(repo:
     with pytest.raises(GitError, match="exists with other content"), store.writing():
         store.write_node("b", 2, None, store.base, 1, 0, recipe_text("b", "changed"), ())
     git(repo, "fsck", "--strict")
+
+
+def test_objects_that_cannot_be_written_get_no_branch(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from brewkb.git import objects
+    from brewkb.search.store import SearchStore
+
+    def full_disk(*args: object) -> str:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(objects, "write_pack", full_disk)
+    git_store = GitStore(repo)
+    store = SearchStore(git_store, "r3", git_store.head_commit(), "recipes")
+    with pytest.raises(GitError, match="cannot write .* objects.*No space left"), store.writing():
+        for n in range(12):  # enough objects for a pack
+            store.write_node(f"c{n}", n, None, store.base, 1, 0, recipe_text(f"c{n}", f"version {n}"), ())
+    assert git(repo, "for-each-ref", "refs/heads/brew/r3/") == ""  # no branch names a missing object
+    monkeypatch.undo()
+    git_store.update_ref("refs/heads/brew/r3/later", git_store.head_commit(), expected=None)  # writes them first
+    git(repo, "fsck", "--strict")

@@ -109,6 +109,34 @@ def test_changed_chars_counts_what_difflib_counts() -> None:
     assert [changed_chars(a, b) for a, b in pairs] == [_difflib_changed(a, b) for a, b in pairs]
 
 
+def test_a_search_sets_its_objects_aside_from_the_collector_and_returns_them() -> None:
+    import gc
+
+    from brewkb.search.engine import _set_aside
+
+    def collected(obj: object) -> bool:  # in a generation the collector walks (not set aside)
+        return any(o is obj for o in gc.get_objects())
+
+    assert gc.get_freeze_count() == 0
+    with _set_aside() as keep:
+        early, late = [0], [1]
+        keep()
+        assert not collected(early) and not collected(late)
+        later = [2]
+        assert collected(later)
+    assert collected(early) and collected(later)  # all of it back once the search ends
+    mine = [3]
+    gc.freeze()  # a caller that froze objects of its own keeps the collector as it set it
+    try:
+        with _set_aside() as keep:
+            new = [4]
+            keep()
+            assert collected(new)
+        assert not collected(mine)
+    finally:
+        gc.unfreeze()
+
+
 def test_greedy_and_iterative_selection() -> None:
     greedy = SearchSpec(strategy="greedy", width=3, depth=2)
     tree = tree_with({0: (None, 0.5), 1: (0, 0.3), 2: (0, 0.9), 3: (0, 0.6)})

@@ -144,7 +144,7 @@ class Objects:
             else:
                 write_pack(f"{self._objects_str}/pack", pending)
         except OSError as exc:
-            self._written.difference_update(pending)
+            self._pending = pending  # still pending: no ref may name them, the next ref update tries again
             raise GitError(f"cannot write {len(pending)} objects into {self._objects_str}: {exc}") from None
 
     def read_raw(self, sha: str) -> tuple[str, bytes]:

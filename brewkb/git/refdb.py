@@ -83,7 +83,7 @@ class RefDB:
         try:
             try:
                 fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            except FileNotFoundError:  # its folder was removed since (`git pack-refs --prune` removes empty ones)
+            except (FileNotFoundError, NotADirectoryError):  # its folder was removed (or replaced) since
                 self._ref_dirs.discard(os.path.dirname(path))
                 self._ref_folder(os.path.dirname(path), name)
                 fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)

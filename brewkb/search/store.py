@@ -135,7 +135,7 @@ class SearchStore:
                 yield
         finally:
             deferred, self._deferred = self._deferred, None
-            for ref, commit in deferred:
+            for ref, commit in deferred:  # each update puts objects still pending on disk first, or raises
                 self._create_node_ref(ref, commit)
 
     def _create_node_ref(self, ref: str, commit: str) -> None:
