@@ -14,14 +14,16 @@ opens one connection per slot:
   the SDK and brewkb;
 - a bare httpx client (httpx2, the SDK's default transport), for comparison.
 
+It also prints each client's CPU time per request (this process only; the
+server runs in its own).
+
 Targets at concurrency 32: brewkb at least 0.9 of the ideal and at least
 0.95x the bare aiohttp client (medians). The default of 20 rounds measures
 sustained throughput (640 requests at concurrency 32, about 4 s), what a
 refine run's thousands of calls see. With 5 rounds two of the five waves
 are the first (every slot's request built at once) and the last (the run
-ends with its slowest reply), where the SDK's own work per request (about
-1.2 ms of CPU against 0.3 ms for bare aiohttp, measured at latency 0) is not
-hidden behind other requests' waiting.
+ends with its slowest reply), where the client's own CPU time per request
+(printed) is not hidden behind other requests' waiting.
 
     python bench/llm_throughput.py [--latency 0.2] [--rounds 20] [--repeats 3] [--check]
 """
@@ -59,8 +61,9 @@ def body(i: int) -> dict[str, object]:
             "max_tokens": 1024, "seed": 0}
 
 
-async def timed(n: int, concurrency: int, call: Callable[[int], Awaitable[object]]) -> float:
-    """Requests per second for ``n`` calls, at most ``concurrency`` in flight."""
+async def timed(n: int, concurrency: int, call: Callable[[int], Awaitable[object]], warm: int) -> float:
+    """Requests per second for ``n`` calls, at most ``concurrency`` in flight,
+    after ``warm`` calls."""
     semaphore = asyncio.Semaphore(concurrency)
 
     async def one(i: int) -> None:
@@ -69,17 +72,22 @@ async def timed(n: int, concurrency: int, call: Callable[[int], Awaitable[object
 
     # warm-up: one call per slot opens as many connections as the run keeps busy, as a
     # client that has been running for a while holds them
-    await asyncio.gather(*(one(-1 - i) for i in range(concurrency)))
-    start = time.perf_counter()
+    await asyncio.gather(*(one(-1 - i) for i in range(warm)))
+    start, cpu = time.perf_counter(), time.process_time()
     await asyncio.gather(*(one(i) for i in range(n)))
+    CPU_MS.append((time.process_time() - cpu) / n * 1000)
     return n / (time.perf_counter() - start)
+
+
+CPU_MS: list[float] = []  # the client's CPU milliseconds per request, one per measurement
 
 
 async def brewkb_client(base_url: str, concurrency: int, n: int) -> float:
     client = LLMClient(LLMConfig(backend="openai", base_url=base_url, concurrency=concurrency, max_retries=0),
                        environ={})
     try:  # the client's own semaphore bounds the calls; the bench's lets them all through
-        return await timed(n, n, lambda i: client.chat(client.request("agent", [{"role": "user", "content": f"q{i}"}])))
+        return await timed(n, n, lambda i: client.chat(client.request("agent", [{"role": "user", "content": f"q{i}"}])),
+                           concurrency)
     finally:
         await client.aclose()
 
@@ -92,7 +100,7 @@ async def bare_aiohttp(base_url: str, concurrency: int, n: int) -> float:
                 response.raise_for_status()
                 return json.loads(await response.read())
 
-        return await timed(n, concurrency, call)
+        return await timed(n, concurrency, call, concurrency)
 
 
 async def bare_httpx(base_url: str, concurrency: int, n: int) -> float:
@@ -104,7 +112,7 @@ async def bare_httpx(base_url: str, concurrency: int, n: int) -> float:
             response.raise_for_status()
             return json.loads(response.content)
 
-        return await timed(n, concurrency, call)
+        return await timed(n, concurrency, call, concurrency)
 
 
 CLIENTS = {"brewkb": brewkb_client, "bare aiohttp": bare_aiohttp, "bare httpx": bare_httpx}
@@ -121,6 +129,7 @@ def main() -> None:
     server = subprocess.Popen([sys.executable, "-m", "tests.fakes.openai_server", "--latency", str(args.latency)],
                               cwd=root, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     rates: dict[int, dict[str, list[float]]] = {c: {name: [] for name in CLIENTS} for c in CONCURRENCY}
+    cpu: dict[int, dict[str, list[float]]] = {c: {name: [] for name in CLIENTS} for c in CONCURRENCY}
     try:
         assert server.stdout is not None
         base_url = server.stdout.readline().strip()
@@ -130,6 +139,7 @@ def main() -> None:
                 names = list(CLIENTS) if r % 2 == 0 else list(CLIENTS)[::-1]
                 for name in names:
                     rates[concurrency][name].append(asyncio.run(CLIENTS[name](base_url, concurrency, n)))
+                    cpu[concurrency][name].append(CPU_MS[-1])
     finally:
         server.stdin.close()  # type: ignore[union-attr]
         server.wait(10)
@@ -145,8 +155,11 @@ def main() -> None:
             f"{medians[name]:>14.1f} ({medians[name] / ideal:.2f})" for name in CLIENTS)
               + f"{statistics.median(ratios):>16.3f}")
         figures[str(concurrency)] = {"ideal": ideal, **{
-            name: {"req_s": spread(v, 1), "of_ideal": spread([x / ideal for x in v], 3)}
+            name: {"req_s": spread(v, 1), "of_ideal": spread([x / ideal for x in v], 3),
+                   "client_cpu_ms_per_request": spread(cpu[concurrency][name], 3)}
             for name, v in rates[concurrency].items()}, "brewkb_over_aiohttp": spread(ratios, 3)}
+    print("client CPU per request, ms (median): " + ", ".join(
+        f"{name} {statistics.median(cpu[TARGET_AT][name]):.2f}" for name in CLIENTS) + f" (at concurrency {TARGET_AT})")
     at = figures[str(TARGET_AT)]
     assert isinstance(at, dict)
     finish("llm_throughput", figures, {
