@@ -9,9 +9,12 @@ x samples; greedy: depth x width; iterative: width x depth). Prints test success
 (mean ± standard deviation over seeds), nodes, agent episodes run and reused,
 and paired per-task tests between strategies (exact McNemar test on the
 (seed, task) pairs where the two disagree). The figures describe the simulation,
-not an LLM agent.
+not an LLM agent. Also prints the test success of the base KB (no recipes)
+on the same tasks. Target (``--check``): no arm's learned KB below the base
+KB's mean test success (the final gate keeps a recipe only when it helps).
+The seeds are the repetitions; nothing here is timed.
 
-    python bench/ablation.py [--seeds 0,1,2] [--budget 9] [--test 100]
+    python bench/ablation.py [--seeds 0,1,2] [--budget 9] [--test 100] [--check]
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchkit import add_check, finish, target  # noqa: E402
 from brewkb.agents import load_agent  # noqa: E402
 from brewkb.agents.executors import make_executor  # noqa: E402
 from brewkb.api.refine import refine  # noqa: E402
@@ -93,8 +98,10 @@ def one(strategy: str, relabel: bool, seed: int, budget: int, test: int) -> dict
             store.commit_all("start")
         result = refine(run="a", no_eval=True, start=root)
         outcomes = asyncio.run(per_task(root, "brew/a/pr"))
+        base = asyncio.run(per_task(root, "brew/a/pr~1"))  # the base commit: no recipes
         return {"success": sum(outcomes.values()) / len(outcomes), "nodes": result.nodes,
-                "run": result.episodes_run, "reused": result.episodes_reused, "outcomes": outcomes}
+                "run": result.episodes_run, "reused": result.episodes_reused, "outcomes": outcomes,
+                "base_success": sum(base.values()) / len(base)}
 
 
 def mcnemar(a: dict[tuple[int, str], bool], b: dict[tuple[int, str], bool]) -> tuple[int, int, float]:
@@ -113,6 +120,7 @@ def main() -> None:
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--budget", type=int, default=9, help="candidate documents evaluated per concept")
     parser.add_argument("--test", type=int, default=100, help="test tasks per seed")
+    add_check(parser, repeats=None)
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     arms = [(s, r) for r in (True, False) for s in ("mcts", "greedy", "iterative")]
@@ -130,6 +138,8 @@ def main() -> None:
         reused = statistics.mean(int(r["reused"]) for r in runs)  # type: ignore[call-overload]
         print(f"{strategy:10}{'yes' if relabel else 'no':>8}{statistics.mean(rates):>13.1%} ± {spread:4.1%}"
               f"{nodes:>8.0f}{run:>14.0f}{reused:>8.0f}")
+    base = statistics.mean(float(r["base_success"]) for r in found[arms[0]])  # type: ignore[arg-type]
+    print(f"{'base KB':10}{'':>8}{base:>13.1%}")
     print("\npaired per-task tests (McNemar, exact; pairs = seed x test task):")
 
     def pairs(arm: tuple[str, bool]) -> dict[tuple[int, str], bool]:
@@ -142,6 +152,14 @@ def main() -> None:
         only_l, only_r, p = mcnemar(pairs(left), pairs(right))
         name = f"{left[0]}{'+relabel' if left[1] else ''} vs {right[0]}{'+relabel' if right[1] else ''}"
         print(f"  {name:36} only left {only_l:4d}, only right {only_r:4d}, p = {p:.3f}")
+    figures = {"seeds": seeds, "budget": args.budget, "test": args.test, "base_success": round(base, 4), "arms": {
+        f"{strategy}{'+relabel' if relabel else ''}": {
+            "success": round(statistics.mean(float(r["success"]) for r in runs), 4),  # type: ignore[arg-type]
+            "nodes": statistics.mean(int(r["nodes"]) for r in runs)}  # type: ignore[call-overload]
+        for (strategy, relabel), runs in found.items()}}
+    finish("ablation", figures, {
+        f"{arm} over base": target(f["success"] - base, 0.0, at_most=False, what="test success minus the base KB's")
+        for arm, f in figures["arms"].items()}, args.check)  # type: ignore[union-attr]
 
 
 if __name__ == "__main__":

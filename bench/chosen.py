@@ -4,9 +4,11 @@ Refines the shop world (a simulation) with the offline backend and the
 scripted agent over several world seeds and prints, per seed, the concepts
 whose chosen document (the one in the ``pr`` commit) has a lower own reward
 than the root written before any search, and the largest such gap. These are
-figures of a simulation, not of an LLM.
+figures of a simulation, not of an LLM. Target (``--check``): none (the
+final choice never takes a candidate the search measured below its root).
+The seeds are the repetitions; nothing here is timed.
 
-    python bench/chosen.py [--seeds 0,1,2] [--iterations 10]
+    python bench/chosen.py [--seeds 0,1,2] [--iterations 10] [--check]
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchkit import add_check, finish, target  # noqa: E402
 from brewkb.api.refine import load_trees, refine  # noqa: E402
 from brewkb.git.store import GitStore  # noqa: E402
 
@@ -63,17 +67,21 @@ def one(seed: int, iterations: int) -> tuple[int, int, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--iterations", type=int, default=10)
+    add_check(parser, repeats=None)
     args = parser.parse_args()
     total = 0
+    per_seed = {}
     for seed in (int(s) for s in args.seeds.split(",")):
         worse, concepts, gap = one(seed, args.iterations)
         total += worse
+        per_seed[str(seed)] = {"below_root": worse, "concepts": concepts, "largest_gap": round(gap, 4)}
         print(f"seed {seed}: {worse} of {concepts} concepts chosen below their root (largest gap {gap:.3f})")
     print(f"total: {total}")
-
+    finish("chosen", {"iterations": args.iterations, "seeds": per_seed, "total": total},
+           {"below_root": target(total, 0, what="concepts chosen below their root, all seeds")}, args.check)
 
 if __name__ == "__main__":
     main()

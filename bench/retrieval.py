@@ -15,11 +15,17 @@ each shape it prints the median and p99 latency of a top-3 query from the raw
 text (each system analyses the text: brewkb with its query cache cleared,
 bm25s and rank_bm25 through ``brewkb.retrieval.index.analyze``, the same terms the index
 holds) and the MRR@100 of the recipe the query was drawn from. brewkb and
-bm25s are timed interleaved in one process, ``--reps`` times; the figures are
+bm25s are timed interleaved in one process, ``--repeats`` times; the figures are
 the medians over repetitions. rank_bm25 is scored on the first
 ``--rank-bm25-queries`` queries only at 30,000 recipes (it takes tens of ms a
 query), in one repetition. bm25s and rank_bm25 use BM25 with k1=1.2, b=0.75
-over each recipe's whole text, as brewkb does per field.
+over each recipe's whole text, as brewkb does per field. Build times include
+each system's analysis of the recipes' text (brewkb's index analyses as it
+builds; bm25s and rank_bm25 are given ``analyze``'s terms, timed with them).
+
+Targets (``--check``), bm25s being the strongest reference: for every size and
+query shape, brewkb's median latency at most bm25s's and its MRR at least
+bm25s's less 0.02.
 
 Then compares the hybrid-KB path of the search (one MultiIndex per iteration)
 with a fresh index per hybrid KB (skipped with ``--json``).
@@ -35,7 +41,7 @@ embedder (hashed character n-grams) by reciprocal rank fusion
 (``retrieval.mode = "hybrid"``). ``--hybrid`` prints that mode's query time and
 MRR against BM25 alone on the generated corpus.
 
-    python bench/retrieval.py [--sizes 1000,30000] [--queries 300] [--reps 3] [--boosts FIELD=B,...] [--json]
+    python bench/retrieval.py [--sizes 1000,30000] [--queries 300] [--repeats 3] [--boosts FIELD=B,...] [--json] [--check]
     python bench/retrieval.py --airline [--json]
     python bench/retrieval.py --hybrid [--sizes 1000,30000]
 """
@@ -60,6 +66,8 @@ from rank_bm25 import BM25Okapi
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchkit import add_check, checked_repeats, finish, target  # noqa: E402
 from brewkb.config import Boosts, parse_config  # noqa: E402
 from brewkb.errors import ConfigError  # noqa: E402
 from brewkb.kb import KB  # noqa: E402
@@ -72,6 +80,7 @@ SYLLABLES = ["ka", "lo", "mi", "ner", "tos", "vel", "ur", "pi", "sha", "dro", "e
              "ton", "ga", "fi", "mor", "sel", "tre", "zu", "ap", "wen", "cor", "li", "das", "em", "or"]
 SHAPES = ("desc", "desc5+noise2", "body4", "body4+noise2", "short3")
 SYSTEMS = ("brewkb", "bm25s", "rank_bm25")
+MRR_SLACK = 0.02
 
 
 def vocabulary(rng: random.Random, size: int) -> list[str]:
@@ -142,14 +151,15 @@ class Systems:
         t = time.perf_counter()
         self.ours = RecipeIndex.build(recipes, boosts)
         self.build_s["brewkb"] = time.perf_counter() - t
-        corpus = [analyze(full_text(r)) for r in recipes]
         t = time.perf_counter()
+        corpus = [analyze(full_text(r)) for r in recipes]
+        analysed = time.perf_counter() - t
         self.bm25s = bm25s.BM25(k1=1.2, b=0.75)
         self.bm25s.index(corpus, show_progress=False)
         self.build_s["bm25s"] = time.perf_counter() - t
         t = time.perf_counter()
         self.okapi = BM25Okapi(corpus, k1=1.2, b=0.75)
-        self.build_s["rank_bm25"] = time.perf_counter() - t
+        self.build_s["rank_bm25"] = time.perf_counter() - t + analysed
 
     def top(self, system: str, text: str, k: int) -> list[str]:
         if system == "brewkb":
@@ -183,7 +193,9 @@ def measure(systems: Systems, queries: list[tuple[str, str]], names: tuple[str, 
     out = {}
     for s in names:
         mrr = statistics.mean(rr(systems.top(s, text, 100), target) for text, target in queries)
-        out[s] = {"median_ms": round(statistics.median(statistics.median(r) for r in lat[s]) * 1e3, 4),
+        medians = [statistics.median(r) * 1e3 for r in lat[s]]
+        out[s] = {"median_ms": round(statistics.median(medians), 4),
+                  "median_ms_spread": [round(min(medians), 4), round(max(medians), 4)],
                   "p99_ms": round(statistics.median(percentile(r, 99) for r in lat[s]) * 1e3, 4),
                   "mrr": round(mrr, 4), "queries": len(queries), "reps": reps}
     return out
@@ -193,9 +205,10 @@ def bench_size(n: int, n_queries: int, reps: int, slow_queries: int, log: Callab
                boosts: Boosts = Boosts()) -> dict:
     rng = random.Random(n)
     systems = Systems(generate(n), boosts)
-    log(f"\n{n} recipes; build s: " + ", ".join(f"{s} {t:.2f}" for s, t in systems.build_s.items()))
+    log(f"\n{n} recipes; build s (analysis included): "
+        + ", ".join(f"{s} {t:.2f}" for s, t in systems.build_s.items()))
     picks = rng.sample(range(n), min(n_queries, n))
-    result: dict[str, dict] = {}
+    result: dict[str, dict] = {"build_s": {k: round(v, 3) for k, v in systems.build_s.items()}}
     for shape in SHAPES:
         queries = [(make_query(shape, systems.recipes[i], rng), f"r{i}") for i in picks]
         figures = measure(systems, queries, ("brewkb", "bm25s"), reps, rng)
@@ -330,14 +343,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1000,30000")
     parser.add_argument("--queries", type=int, default=300)
-    parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--rank-bm25-queries", type=int, default=40)
-    parser.add_argument("--json", action="store_true", help="print one JSON object and nothing else")
+    parser.add_argument("--json", action="store_true", help="print only the JSON line on stdout (the rest on stderr)")
     parser.add_argument("--airline", action="store_true", help="MRR on the tau-bench airline task texts")
     parser.add_argument("--hybrid", action="store_true", help="cost and MRR of retrieval.mode = hybrid")
     parser.add_argument("--boosts", default="", metavar="FIELD=B,...",
                         help="brewkb's retrieval.boosts on the generated corpus (e.g. summary=0.2)")
+    add_check(parser)
     args = parser.parse_args()
+    repeats = checked_repeats(args)
+    if args.check and (args.airline or args.hybrid):
+        parser.error("--check measures the default comparison with bm25s; drop --airline / --hybrid")
     if args.hybrid:
         bench_hybrid([int(x) for x in args.sizes.split(",")], min(args.queries, 200))
         return
@@ -355,12 +371,19 @@ def main() -> None:
         boosts = parse_config("[retrieval.boosts]\n" + args.boosts.replace(",", "\n")).retrieval.boosts
     except ConfigError as exc:
         sys.exit(f"bench/retrieval.py: --boosts: {exc}")
-    sizes = {str(n): bench_size(n, args.queries, args.reps, args.rank_bm25_queries, log, boosts)
+    sizes = {str(n): bench_size(n, args.queries, repeats, args.rank_bm25_queries, log, boosts)
              for n in (int(s) for s in args.sizes.split(","))}
-    if args.json:
-        print(json.dumps({"sizes": sizes}, indent=1))
-    else:
+    if not args.json:
         bench_hybrids()
+    targets = {}
+    for n, shapes in sizes.items():
+        for shape in SHAPES:
+            ours, theirs = shapes[shape]["brewkb"], shapes[shape]["bm25s"]
+            targets[f"{n}/{shape}/latency"] = target(ours["median_ms"] / theirs["median_ms"], 1.0,
+                                                     what="x bm25s's median latency")
+            targets[f"{n}/{shape}/mrr"] = target(ours["mrr"] - theirs["mrr"], -MRR_SLACK, at_most=False,
+                                                 what="MRR minus bm25s's")
+    finish("retrieval", {"sizes": sizes}, targets, args.check, lines=sys.stderr if args.json else None)
 
 
 if __name__ == "__main__":

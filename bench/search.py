@@ -2,17 +2,24 @@
 
 Runs EG-MCTS with an instant fake agent and an instant rule-based backend at the
 paper's size (25 concepts x 10 iterations x 3 candidates, about 750 nodes) and
-at 1,000 concepts (about 30,000 nodes), and prints the engine's milliseconds
-per node, wall and CPU: time minus the time spent inside the agent, the grader
-and the backend (which stand for episodes and LLM calls). The KB size (concepts)
-and the node count (which grows with iterations) are set apart, so
-``--concepts 1000 --iterations 3,10`` shows how the cost per node moves with
-the number of nodes at one KB size. Also prints the time to
-rebuild the trees from git (what `refine --resume` does first), and, on the
-shop world with the scripted agent and the offline backend, how many agent
-episodes rollout reuse saved.
+at 1,000 concepts (about 10,000 nodes after 3 iterations, 31,000 after 10),
+and prints the engine's milliseconds per node, CPU and wall: time minus the
+time spent inside the agent, the grader and the backend (which stand for
+episodes and LLM calls). The KB size (concepts) and the node count (which
+grows with iterations) are set apart, so ``--concepts 1000 --iterations 3,10``
+shows how the cost per node moves with the number of nodes at one KB size.
+Also prints the time to rebuild the trees from git (what `refine --resume`
+does first), and, on the shop world with the scripted agent and the offline
+backend, how many agent episodes rollout reuse saved.
 
-    python bench/search.py [--concepts 25,1000] [--iterations 10] [--no-shop]
+The engine has no outside equivalent to measure beside it; its reference is
+itself at fewer nodes, in the same run. Each size runs ``--repeats`` times
+(medians and spread). Targets, on CPU time (on a shared machine far steadier
+than wall time, which a quiet machine makes equal): at most 2 ms per node at
+the most nodes, and flat or falling as nodes grow (at the most nodes at most
+1.1x the cost at the fewest, for the same KB size).
+
+    python bench/search.py [--concepts 25,1000] [--iterations 3,10] [--repeats 3] [--no-shop] [--check]
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -32,6 +40,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchkit import add_check, checked_repeats, finish, spread, target  # noqa: E402
 from brewkb.agents.executors import LocalExecutor  # noqa: E402
 from brewkb.envs.base import Task  # noqa: E402
 from brewkb.git.store import GitStore  # noqa: E402
@@ -46,6 +56,8 @@ from brewkb.search.expand import Expander  # noqa: E402
 from brewkb.search.store import SearchStore  # noqa: E402
 from brewkb.trajectories.schema import Outcome, Trajectory  # noqa: E402
 
+TARGET_MS = 2.0
+FLAT = 1.1
 WORDS = "alpha beta gamma delta epsilon zeta theta kappa lambda sigma omega orbit comet nova pulse".split()
 OUTSIDE = 0.0  # wall seconds spent in the agent, the grader and the backend
 OUTSIDE_CPU = 0.0  # their CPU seconds (this process)
@@ -141,7 +153,7 @@ def setup(root: Path, concepts: int) -> tuple[SearchStore, Expander, Evaluator, 
     return store, expander, evaluator, roots
 
 
-def bench(concepts: int, iterations: int) -> None:
+def bench(concepts: int, iterations: int) -> dict[str, float]:
     global OUTSIDE, OUTSIDE_CPU
     with tempfile.TemporaryDirectory() as tmp:
         store, expander, evaluator, roots = setup(Path(tmp) / "kb", concepts)
@@ -159,9 +171,10 @@ def bench(concepts: int, iterations: int) -> None:
     print(f"KB of {concepts:>5} recipes x {iterations:>2} iterations: {nodes:>6} nodes in {total:.1f} s "
           f"(CPU {total_cpu:.1f} s); agent+grader+backend {OUTSIDE:.1f} s; engine {engine:.2f} ms/node wall, "
           f"{engine_cpu:.2f} ms/node CPU; rebuild from git {resume:.2f} s", flush=True)
+    return {"nodes": nodes, "engine_cpu_ms": engine_cpu, "engine_wall_ms": engine, "rebuild_s": resume}
 
 
-def shop_reuse() -> None:
+def shop_reuse() -> dict[str, int]:
     from brewkb.api.refine import refine
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -174,20 +187,43 @@ def shop_reuse() -> None:
     asked = result.episodes_run + result.episodes_reused
     print(f"shop world, default refine: {result.nodes} nodes; search episodes asked for {asked}, "
           f"reused {result.episodes_reused} ({result.episodes_reused / max(asked, 1):.0%}), run {result.episodes_run}")
+    return {"nodes": result.nodes, "episodes_asked": asked, "episodes_reused": result.episodes_reused}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--concepts", default="25,1000")
-    parser.add_argument("--iterations", default="10",
+    parser.add_argument("--iterations", default="3,10",
                         help="comma-separated; nodes grow with iterations at a fixed KB size")
     parser.add_argument("--no-shop", action="store_true", help="skip the shop-world reuse figure")
+    add_check(parser)
     args = parser.parse_args()
-    for n in (int(c) for c in args.concepts.split(",")):
-        for iterations in (int(i) for i in args.iterations.split(",")):
-            bench(n, iterations)
+    repeats = checked_repeats(args)
+    sizes = [(int(c), int(i)) for c in args.concepts.split(",") for i in args.iterations.split(",")]
+    runs: dict[tuple[int, int], list[dict[str, float]]] = {size: [] for size in sizes}
+    for _ in range(repeats):
+        for size in sizes:
+            runs[size].append(bench(*size))
+    figures: dict[str, object] = {}
+    for (concepts, iterations), values in runs.items():
+        figures[f"{concepts}x{iterations}"] = {
+            "concepts": concepts, "iterations": iterations, "nodes": values[0]["nodes"],
+            **{key: spread([v[key] for v in values], 3) for key in ("engine_cpu_ms", "engine_wall_ms", "rebuild_s")}}
+        print(f"median of {repeats}: {concepts} recipes x {iterations} iterations ({values[0]['nodes']} nodes): "
+              f"engine {figures[f'{concepts}x{iterations}']['engine_cpu_ms']['median']:.2f} ms/node CPU "
+              f"(spread {min(v['engine_cpu_ms'] for v in values):.2f}–{max(v['engine_cpu_ms'] for v in values):.2f})")
     if not args.no_shop:
-        shop_reuse()
+        figures["shop_reuse"] = shop_reuse()
+    largest = max(runs, key=lambda size: runs[size][0]["nodes"])
+    same_kb = [size for size in runs if size[0] == largest[0]]
+    fewest = min(same_kb, key=lambda size: runs[size][0]["nodes"])
+    at_most = statistics.median(v["engine_cpu_ms"] for v in runs[largest])
+    at_fewest = statistics.median(v["engine_cpu_ms"] for v in runs[fewest])
+    finish("search", figures, {
+        "engine_ms_per_node": target(at_most, TARGET_MS, what=f"ms of CPU per node at {runs[largest][0]['nodes']} nodes"),
+        "growth": target(at_most / at_fewest, FLAT, what=f"x the cost per node at {runs[fewest][0]['nodes']} nodes "
+                                                        f"({fewest[0]} recipes)"),
+    }, args.check)
 
 
 if __name__ == "__main__":

@@ -239,3 +239,66 @@ def test_unknown_revision_and_paths_outside(repo: Path, tmp_path: Path) -> None:
         store.relpath(tmp_path)
     assert store.relpath(repo / "recipes") == "recipes"
     assert os.path.isdir(repo / "recipes")
+
+
+def test_objects_written_in_a_batch_land_in_one_pack_that_git_reads(repo: Path) -> None:
+    store = GitStore(repo)
+    base = store.head_commit()
+    packs = repo / ".git" / "objects" / "pack"
+    loose_before = set((repo / ".git" / "objects").glob("??/*"))
+    with store.packed():
+        trees = [store.replace_file(store.commit_tree(base), f"recipes/x{i}.md", b"v" * (i * 300)) for i in range(40)]
+        commits = [store.write_commit(tree, [base], f"n{i}\n", timestamp=T0) for i, tree in enumerate(trees)]
+        assert not list(packs.glob("*.pack"))  # nothing on disk yet; reads see the objects all the same
+        entry = store.lookup(store.commit_tree(commits[39]), "recipes/x39.md")
+        assert entry is not None and store.read_blob(entry.sha) == b"v" * 39 * 300
+        store.update_ref("refs/heads/brew/r1/x/n1", commits[1], expected=None)
+        # the ref moved inside the batch names objects already on disk
+        assert git(repo, "cat-file", "-t", "brew/r1/x/n1").strip() == "commit"
+        late = [store.write_blob(b"written after the ref %d\n" % i) for i in range(40)]
+    assert git(repo, "cat-file", "-p", late[7]) == "written after the ref 7\n"
+    assert set((repo / ".git" / "objects").glob("??/*")) == loose_before
+    assert len(list(packs.glob("*.pack"))) == len(list(packs.glob("*.idx"))) == 2
+    assert git(repo, "show", f"{commits[39]}:recipes/x39.md") == "v" * 39 * 300
+    git(repo, "fsck", "--strict", "--full")
+    # a handful of objects stays loose rather than piling up small packs
+    with store.packed():
+        small = store.write_blob(b"one small object\n")
+    assert (repo / ".git" / "objects" / small[:2] / small[2:]).is_file()
+
+
+def test_a_search_writes_its_nodes_branches_once_their_objects_are_on_disk(repo: Path) -> None:
+    from brewkb.search.store import SearchStore
+
+    git_store = GitStore(repo)
+    store = SearchStore(git_store, "r2", git_store.head_commit(), "recipes")
+    with pytest.raises(RuntimeError), store.writing():
+        first, _ = store.write_node("a", 1, None, store.base, 1, 0, recipe_text("a", "first"), ())
+        assert git_store.read_ref("refs/heads/brew/r2/a/n1") is None  # not before the batch is on disk
+        raise RuntimeError("the block fails after one node")
+    assert git(repo, "rev-parse", "brew/r2/a/n1").strip() == first  # a node written is kept
+    with store.writing():
+        store.write_node("a", 1, None, store.base, 1, 0, recipe_text("a", "first"), ())  # the same node: no-op
+        store.write_node("b", 2, None, store.base, 1, 0, recipe_text("b", "other"), ())
+    with pytest.raises(GitError, match="exists with other content"), store.writing():
+        store.write_node("b", 2, None, store.base, 1, 0, recipe_text("b", "changed"), ())
+    git(repo, "fsck", "--strict")
+
+
+def test_objects_that_cannot_be_written_get_no_branch(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from brewkb.git import objects
+    from brewkb.search.store import SearchStore
+
+    def full_disk(*args: object) -> str:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(objects, "write_pack", full_disk)
+    git_store = GitStore(repo)
+    store = SearchStore(git_store, "r3", git_store.head_commit(), "recipes")
+    with pytest.raises(GitError, match="cannot write .* objects.*No space left"), store.writing():
+        for n in range(12):  # enough objects for a pack
+            store.write_node(f"c{n}", n, None, store.base, 1, 0, recipe_text(f"c{n}", f"version {n}"), ())
+    assert git(repo, "for-each-ref", "refs/heads/brew/r3/") == ""  # no branch names a missing object
+    monkeypatch.undo()
+    git_store.update_ref("refs/heads/brew/r3/later", git_store.head_commit(), expected=None)  # writes them first
+    git(repo, "fsck", "--strict")

@@ -324,3 +324,19 @@ def test_cache_clear_by_run_and_by_role(make_repo: MakeRepo) -> None:
     assert cli("--run", "a") == "Deleted 1 entries."  # key 2, b's use of it included
     assert cache_stats(start=root).by_role == {"agent": 1, "judge": 1}
     assert cache_clear(role="agent", start=root) == 1 and cache_stats(start=root).entries == 1
+
+
+def test_the_sdk_sends_through_its_aiohttp_transport(fake: FakeOpenAI) -> None:
+    import openai
+
+    client = client_for(fake)
+
+    async def transport() -> Any:
+        try:
+            await client.chat(client.request("reflector", USER))
+            return client._clients[fake.base_url]._client  # the SDK's HTTP client
+        finally:
+            await client.aclose()
+
+    assert isinstance(run(transport()), openai.DefaultAioHttpClient)
+    assert fake.count == 1

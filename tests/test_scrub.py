@@ -72,6 +72,16 @@ def test_values_named_by_tool_schema_keys_are_scrubbed_everywhere() -> None:
     assert out.id == traj.id  # the same episode, told without names
 
 
+def test_one_scrubber_gives_each_trajectory_its_own_values_for_the_same_text() -> None:
+    scrubber = Scrubber.build()
+    said = "Thanks ZFA04Y, write to omar@mail.example.org"
+    first = scrubber.text(said, {"ZFA04Y": "reservation_id"})
+    assert first == "Thanks <reservation_id>, write to <email>"
+    assert scrubber.text(said) == "Thanks ZFA04Y, write to <email>"  # a text seen before, with other values
+    assert scrubber.text(said, {"ZFA04Y": "ticket_id"}) == "Thanks <ticket_id>, write to <email>"
+    assert scrubber.text(said, {"ZFA04Y": "reservation_id"}) == first
+
+
 def test_configured_patterns_and_keys_are_added_and_bad_regex_names_its_key() -> None:
     config = parse_config('[scrub]\npatterns = { employee_id = "EMP-\\\\d{6}", phone = "" }\nkeys = ["badge"]\n')
     scrubber = scrubber_of(config.scrub)

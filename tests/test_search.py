@@ -1,9 +1,11 @@
 from __future__ import annotations
 
 import asyncio
+import difflib
 import json
 import math
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -26,7 +28,7 @@ from brewkb.retrieval.ranking import Retriever
 from brewkb.search.engine import SAMPLE_STRIDE, SearchSpec, _chosen, _select
 from brewkb.search.episodes import EpisodeCache
 from brewkb.search.evaluate import Evaluator
-from brewkb.search.tree import Tree, best_node, ranked, reward, uct_select
+from brewkb.search.tree import Tree, best_node, changed_chars, ranked, reward, uct_select
 from brewkb.trajectories.schema import Outcome, Trajectory
 from tests.conftest import MakeRepo, git
 
@@ -78,6 +80,61 @@ def test_best_node_by_own_reward_with_deterministic_ties() -> None:
     assert best_node(deep, changed={1: 5, 2: 5}).id == 1  # then the shallower
     assert [n.id for n in ranked(deep)] == [1, 2, 0]
     assert reward(0.5, 1.0, 0.5, 0.5) == 0.75
+
+
+def _difflib_changed(parent: str, child: str) -> int:
+    ops = difflib.SequenceMatcher(None, parent, child, autojunk=False).get_opcodes()
+    return sum(max(i2 - i1, j2 - j1) for tag, i1, i2, j1, j2 in ops if tag != "equal")
+
+
+def test_changed_chars_counts_what_difflib_counts() -> None:
+    rng = random.Random(7)
+    pairs = [("", ""), ("", "abc"), ("abc", ""), ("abxcd", "abcd"), ("aaaa", "aa"), ("ab" * 20, "ba" * 20)]
+    for _ in range(3000):  # few letters: many equal-length matches, so the tie-breaks are exercised
+        alphabet = rng.choice(["ab", "abc", "ab \n", "abcdefghij"])
+        a = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
+        b = list(a)
+        for _ in range(rng.randint(0, 6)):
+            at = rng.randint(0, len(b))
+            if rng.random() < 0.5:
+                b.insert(at, rng.choice(alphabet))
+            elif b:
+                del b[min(at, len(b) - 1)]
+        pairs.append((a, "".join(b)))
+        pairs.append((a, "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))))
+    recipes = sorted((Path(__file__).parent / "fixtures" / "shop-recipes").glob("*.md"))
+    texts = [p.read_text() for p in recipes]
+    pairs += [(x, y) for x in texts for y in texts]
+    pairs += [(t, t.replace("order", "purchase", 2) + "\n## Pitfalls\n\n- Check twice.\n") for t in texts]
+    assert [changed_chars(a, b) for a, b in pairs] == [_difflib_changed(a, b) for a, b in pairs]
+
+
+def test_a_search_sets_its_objects_aside_from_the_collector_and_returns_them() -> None:
+    import gc
+
+    from brewkb.search.engine import _set_aside
+
+    def collected(obj: object) -> bool:  # in a generation the collector walks (not set aside)
+        return any(o is obj for o in gc.get_objects())
+
+    assert gc.get_freeze_count() == 0
+    with _set_aside() as keep:
+        early, late = [0], [1]
+        keep()
+        assert not collected(early) and not collected(late)
+        later = [2]
+        assert collected(later)
+    assert collected(early) and collected(later)  # all of it back once the search ends
+    mine = [3]
+    gc.freeze()  # a caller that froze objects of its own keeps the collector as it set it
+    try:
+        with _set_aside() as keep:
+            new = [4]
+            keep()
+            assert collected(new)
+        assert not collected(mine)
+    finally:
+        gc.unfreeze()
 
 
 def test_greedy_and_iterative_selection() -> None:

@@ -115,6 +115,24 @@ def test_a_wrong_item_list_fails() -> None:
     assert not outcome.success and outcome.detail["state_matches"] is False and outcome.score < 1.0
 
 
+def test_worlds_are_fresh_copies_and_grades_repeat_for_a_task_and_differ_for_its_gold() -> None:
+    state = generate(11)
+    state["orders"].clear()
+    state["products"]["P100"]["variants"][0]["price"] = -1
+    fresh = generate(11)
+    assert fresh["orders"] and fresh["products"]["P100"]["variants"][0]["price"] > 0
+    assert state_hash(generate(11)) == state_hash(fresh)
+    env = ShopEnvironment()
+    task = next(t for t in env.tasks("train") if t.data["family"] == "cancel")
+    done = as_trajectory(task, [(n, a) for n, a in task.data["gold"]], " ".join(task.data["facts"]))
+    grades = [env.grade(task, done) for _ in range(3)]
+    assert grades[0].success and grades[1:] == grades[:-1]
+    # the same world, another gold: what the agent did no longer matches it
+    other = Task(task.id, task.text, task.split, {**task.data, "gold": task.data["gold"][:1]})
+    assert not env.grade(other, done).success
+    assert env.grade(task, done) == grades[0]
+
+
 def test_facts_must_be_said() -> None:
     task = next(t for t in ENV.tasks("train") if t.data["family"] == "status")
     silent = ENV.grade(task, as_trajectory(task, [(n, a) for n, a in task.data["gold"]], "Bye."))

@@ -71,21 +71,22 @@ class Notes(RefDB, Objects):
         Retries when another process moved the notes ref meanwhile."""
         if not notes:
             return None
-        blobs = {c: self.write_blob(json.dumps(n, indent=2, sort_keys=True).encode() + b"\n")
-                 for c, n in notes.items()}
-        for _ in range(attempts):
-            head = self.read_ref(ref)
-            root = self.commit_tree(head) if head else None
-            taken = {c for c in blobs if root and self._has_note(root, c)}
-            if taken:
-                raise GitError(f"{len(taken)} commit(s) already have a note, e.g. {min(taken)}; "
-                               "notes are written once")
-            changes = {f"{c[:2]}/{c[2:]}": Entry(FILE_MODE, "", b) for c, b in blobs.items()}
-            tree = self.update_tree(root, changes)
-            commit = self.write_commit(tree, [head] if head else [], message, timestamp=timestamp)
-            try:
-                self.update_ref(ref, commit, expected=head)
-                return commit
-            except RefConflictError:
-                continue
+        with self.packed():  # the notes, their trees and the commit: one pack, on disk before the ref moves
+            blobs = {c: self.write_blob(json.dumps(n, indent=2, sort_keys=True).encode() + b"\n")
+                     for c, n in notes.items()}
+            for _ in range(attempts):
+                head = self.read_ref(ref)
+                root = self.commit_tree(head) if head else None
+                taken = {c for c in blobs if root and self._has_note(root, c)}
+                if taken:
+                    raise GitError(f"{len(taken)} commit(s) already have a note, e.g. {min(taken)}; "
+                                   "notes are written once")
+                changes = {f"{c[:2]}/{c[2:]}": Entry(FILE_MODE, "", b) for c, b in blobs.items()}
+                tree = self.update_tree(root, changes)
+                commit = self.write_commit(tree, [head] if head else [], message, timestamp=timestamp)
+                try:
+                    self.update_ref(ref, commit, expected=head)
+                    return commit
+                except RefConflictError:
+                    continue
         raise RefConflictError(f"{ref} kept moving under {attempts} attempts; retry later")

@@ -1,6 +1,7 @@
 """Git objects: blobs, trees and commits read through GitPython's persistent
-``git cat-file --batch`` process and written in-process as loose objects, and
-the tree arithmetic a search needs (replace one file, diff, merge)."""
+``git cat-file --batch`` process and written in-process, as loose objects or,
+inside ``packed()``, as one pack; and the tree arithmetic a search needs
+(replace one file, diff, merge)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import os
 import re
 import subprocess
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,11 +19,13 @@ import git
 from gitdb.exc import BadObject
 
 from brewkb.errors import GitError, MergeConflictError
+from brewkb.git.pack import write_pack
 
 __all__ = ["Objects", "Entry", "Identity", "format_message", "parse_trailers", "blob_id", "FILE_MODE", "TREE_MODE"]
 
 FILE_MODE = "100644"
 TREE_MODE = "40000"
+LOOSE_LIMIT = 32  # a batch of fewer objects is written loose: a pack per handful of objects would pile up
 
 
 @dataclass(frozen=True)
@@ -108,9 +112,44 @@ class Objects:
     _folders: set[str]
     _written: set[str]
     _trees: dict[str, list[Entry]]
+    _names: dict[str, dict[str, Entry]]
+    """Tree id → its entries by name, for the trees ``lookup`` went through."""
     _identity: tuple[str, str] | None
+    _pending: dict[str, tuple[str, bytes]]
+    """Objects written inside ``packed()`` and not yet on disk: id → (kind, content)."""
+    _packing: int
+
+    @contextmanager
+    def packed(self) -> Iterator[None]:
+        """Objects written inside go to disk together, as one pack, when the
+        outermost ``packed()`` ends (or earlier, before a ref is moved or git
+        is asked to read them). Reads inside see them."""
+        self._packing += 1
+        try:
+            yield
+        finally:
+            self._packing -= 1
+            if not self._packing:
+                self.flush_objects()
+
+    def flush_objects(self) -> None:
+        """Put the objects written inside ``packed()`` on disk."""
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, {}
+        try:
+            if len(pending) < LOOSE_LIMIT:
+                for sha, (kind, data) in pending.items():
+                    self._write_loose(sha, f"{kind} {len(data)}\0".encode() + data)
+            else:
+                write_pack(f"{self._objects_str}/pack", pending)
+        except OSError as exc:
+            self._pending = pending  # still pending: no ref may name them, the next ref update tries again
+            raise GitError(f"cannot write {len(pending)} objects into {self._objects_str}: {exc}") from None
 
     def read_raw(self, sha: str) -> tuple[str, bytes]:
+        if sha in self._pending:
+            return self._pending[sha]
         try:
             stream = self._repo.odb.stream(bytes.fromhex(sha))
         except (BadObject, ValueError, git.GitCommandError) as exc:
@@ -151,6 +190,7 @@ class Objects:
         one ``git cat-file --batch`` (``None`` for a name that does not resolve)."""
         if not names:
             return []
+        self.flush_objects()  # git reads them from disk
         if any("\n" in n for n in names):
             raise GitError("object names cannot contain newlines")
         try:
@@ -179,7 +219,10 @@ class Objects:
         for part in parts:
             if entry is None or not entry.is_tree:
                 return None
-            entry = next((e for e in self.read_tree(entry.sha) if e.name == part), None)
+            names = self._names.get(entry.sha)
+            if names is None:  # by name, the first of equals as a scan would find (notes look up thousands)
+                names = self._names[entry.sha] = {e.name: e for e in reversed(self.read_tree(entry.sha))}
+            entry = names.get(part)
         return entry
 
     def read_folder(self, commit: str, folder: str, suffix: str = ".md") -> dict[str, bytes]:
@@ -200,7 +243,15 @@ class Objects:
         sha = hashlib.sha1(raw).hexdigest()
         if sha in self._written:
             return sha
-        # plain strings and os calls: this runs for every object a search writes
+        if self._packing:
+            self._pending[sha] = (kind, data)
+        else:
+            self._write_loose(sha, raw)
+        self._written.add(sha)
+        return sha
+
+    def _write_loose(self, sha: str, raw: bytes) -> None:
+        # plain strings and os calls: this runs for every object a search writes outside a pack
         folder = f"{self._objects_str}/{sha[:2]}"
         target = f"{folder}/{sha[2:]}"
         if not os.path.exists(target):
@@ -214,8 +265,6 @@ class Objects:
             finally:
                 os.close(fd)
             os.replace(tmp, target)
-        self._written.add(sha)
-        return sha
 
     def write_blob(self, data: bytes) -> str:
         return self._write_object("blob", data)

@@ -30,24 +30,39 @@ class RefDB:
     common_dir: Path
     _cwd: Path
     """Where git commands run: the working tree, or the git folder of a bare repository."""
+    _ref_dirs: set[str]
+    """Ref folders known to exist (a search creates a ref for every node: plain strings and os calls)."""
+    _packed: tuple[tuple[int, int, int], dict[str, str]] | None
+    """``packed-refs`` as last parsed, with the (inode, size, mtime) it had."""
 
     def _packed_refs(self) -> dict[str, str]:
-        path = self.common_dir / "packed-refs"
+        path = f"{self.common_dir}/packed-refs"
+        try:
+            stat = os.stat(path)
+        except FileNotFoundError:
+            return {}
+        # git rewrites packed-refs through a lock file and a rename: a new inode each time
+        signature = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        if self._packed is not None and self._packed[0] == signature:
+            return self._packed[1]
         found: dict[str, str] = {}
         try:
-            text = path.read_text()
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
         except FileNotFoundError:
             return found
         for line in text.splitlines():
             if line and line[0] not in "#^":
                 sha, _, name = line.partition(" ")
                 found[name] = sha
+        self._packed = (signature, found)
         return found
 
     def read_ref(self, name: str) -> str | None:
         """The commit a ref points at, or ``None``. Follows one level of symref."""
         try:
-            value = (self.common_dir / name).read_text().strip()
+            with open(f"{self.common_dir}/{name}", encoding="utf-8") as f:
+                value = f.read().strip()
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             return self._packed_refs().get(name)
         if value.startswith("ref: "):
@@ -60,18 +75,18 @@ class RefDB:
         concurrent brewkb or git process either waits its turn or is refused."""
         if not name.startswith("refs/") or ".." in name or name.endswith((".lock", "/")):
             raise GitError(f"{name!r} is not a valid ref name")
-        path = self.common_dir / name
-        lock = path.with_name(path.name + ".lock")
-        clash = GitError(f"cannot create {name}: a ref with a conflicting name exists "
-                         "(git cannot have both `a/b` and `a/b/c`)")
+        path = f"{self.common_dir}/{name}"
+        lock = path + ".lock"
+        self._ref_folder(os.path.dirname(path), name)
+        if os.path.isdir(path):
+            raise _clash(name)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        except (NotADirectoryError, FileExistsError):
-            raise clash from None
-        if path.is_dir():
-            raise clash
-        try:
-            fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except (FileNotFoundError, NotADirectoryError):  # its folder was removed (or replaced) since
+                self._ref_dirs.discard(os.path.dirname(path))
+                self._ref_folder(os.path.dirname(path), name)
+                fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError:
             raise RefConflictError(
                 f"{name} is locked by another process ({lock} exists); retry, or delete the "
@@ -91,8 +106,20 @@ class RefDB:
         except BaseException:
             if fd >= 0:
                 os.close(fd)
-            lock.unlink(missing_ok=True)
+            try:
+                os.unlink(lock)
+            except FileNotFoundError:
+                pass
             raise
+
+    def _ref_folder(self, folder: str, name: str) -> None:
+        if folder in self._ref_dirs:
+            return
+        try:
+            os.makedirs(folder, exist_ok=True)
+        except (NotADirectoryError, FileExistsError):
+            raise _clash(name) from None
+        self._ref_dirs.add(folder)
 
     def _git(self, *args: str, stdin: str | None = None) -> str:
         try:
@@ -138,3 +165,8 @@ class RefDB:
         script = "".join(f"delete {name} {sha}\n" for name, sha in refs.items())
         self._git("update-ref", "--stdin", stdin=script)
         return len(refs)
+
+
+def _clash(name: str) -> GitError:
+    return GitError(f"cannot create {name}: a ref with a conflicting name exists "
+                    "(git cannot have both `a/b` and `a/b/c`)")

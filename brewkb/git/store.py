@@ -1,9 +1,11 @@
 """The one object that talks to a KB repository: ``GitStore``.
 
 Everything a search writes goes straight into the object database: blobs,
-trees and commits are written as loose objects in-process, refs are moved with
-git's own lock-file protocol and a compare-and-swap on the old value, and notes
-are written in batches (many nodes, one notes commit). Nothing here reads or
+trees and commits are written in-process, as loose objects or, a batch at a
+time (``packed()``), as one pack; refs are moved with git's own lock-file
+protocol and a compare-and-swap on the old value, never before the objects
+they name are on disk; and notes are written in batches (many nodes, one
+notes commit). Nothing here reads or
 writes the working tree or the index. Reading uses GitPython's persistent
 ``git cat-file --batch`` process.
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import git
 from gitdb.exc import BadName, BadObject
@@ -51,7 +54,12 @@ class GitStore(Notes):
         self._folders: set[str] = set()
         self._written: set[str] = set()
         self._trees: dict[str, list[Entry]] = {}
+        self._names: dict[str, dict[str, Entry]] = {}
         self._identity: tuple[str, str] | None = None
+        self._pending: dict[str, tuple[str, bytes]] = {}
+        self._packing = 0
+        self._ref_dirs: set[str] = set()
+        self._packed: tuple[tuple[int, int, int], dict[str, str]] | None = None
 
     @classmethod
     def init(cls, path: Path) -> GitStore:
@@ -107,6 +115,7 @@ class GitStore(Notes):
             raise GitError(f"{path} is outside the repository {root}; pass a path inside it") from None
 
     def close(self) -> None:
+        self.flush_objects()
         self._repo.close()
 
     def __enter__(self) -> GitStore:
@@ -115,9 +124,14 @@ class GitStore(Notes):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def update_ref(self, name: str, new: str, expected: str | None | Any = ANY) -> None:
+        self.flush_objects()  # a ref never names an object that is not on disk yet
+        super().update_ref(name, new, expected)
+
     # ----------------------------------------------------------------- reading
     def resolve(self, rev: str) -> str:
         """Commit id of ``rev`` (a branch, tag, id, ``HEAD~2``...)."""
+        self.flush_objects()  # GitPython reads through git
         try:
             obj = self._repo.rev_parse(rev)
             while obj.type == "tag":

@@ -151,7 +151,7 @@ class LLMClient:
 
             self._clients[key] = openai.AsyncOpenAI(
                 base_url=base_url, api_key=self._api_key(base_url), timeout=self.config.timeout,
-                max_retries=self.config.max_retries,
+                max_retries=self.config.max_retries, http_client=_http_client(openai),
             )
         return self._clients[key]
 
@@ -209,7 +209,7 @@ class LLMClient:
 
     async def _reply(self, request: ChatRequest) -> tuple[ChatResult, str | None]:
         """The reply and what is wrong with it (``None``: a good reply)."""
-        key = request.cache_key(self.endpoint(request.role))
+        key = request.cache_key(self.endpoint(request.role)) if self.cache is not None else ""
         if self.cache is not None:
             hit = self.cache.get(key)
             if hit is not None:
@@ -482,6 +482,16 @@ def _check(content: str, schema: Mapping[str, Any]) -> str | None:
         return f"it is not JSON ({exc.msg} at character {exc.pos})"
     errors = validate(value, schema)
     return "; ".join(errors[:5]) if errors else None
+
+
+def _http_client(openai: Any) -> Any:
+    """The SDK's aiohttp transport, faster than its default one with many
+    requests in flight (``bench/llm_throughput.py``); ``None`` (the default
+    one) when the SDK or aiohttp lacks it."""
+    try:
+        return openai.DefaultAioHttpClient()
+    except (AttributeError, RuntimeError):  # an SDK before it, or installed without its aiohttp extra
+        return None
 
 
 def _short(text: str, limit: int = 300) -> str:

@@ -24,8 +24,10 @@ Strategies:
 from __future__ import annotations
 
 import dataclasses
+import gc
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -222,9 +224,10 @@ class _Loop:
         self.state.gathers = iteration + 1
 
     async def roots(self, roots: Mapping[str, Recipe]) -> None:
-        for concept, doc in sorted(roots.items()):
-            if not self.state.trees[concept].nodes:
-                self._write(concept, None, 0, 0, doc)
+        with self.store.writing():
+            for concept, doc in sorted(roots.items()):
+                if not self.state.trees[concept].nodes:
+                    self._write(concept, None, 0, 0, doc)
         await self._evaluate(0, {c: self.doc((c, 0)) for c in self.state.trees})
         if self.state.gathers == 0:
             self._gather(0)
@@ -244,12 +247,37 @@ class _Loop:
                 requests[concept] = (self.doc((concept, parent)), missing, parent)
         if requests:
             docs = await self.expander.expand({c: (d, s) for c, (d, s, _) in requests.items()}, current)
-            for concept, (_, missing, parent) in sorted(requests.items()):
-                for sample in missing:
-                    if sample in docs[concept]:
-                        self._write(concept, parent, it, sample, docs[concept][sample])
+            with self.store.writing():
+                for concept, (_, missing, parent) in sorted(requests.items()):
+                    for sample in missing:
+                        if sample in docs[concept]:
+                            self._write(concept, parent, it, sample, docs[concept][sample])
         await self._evaluate(it, current)
         self._gather(it)
+
+
+@contextmanager
+def _set_aside() -> Iterator[Callable[[], None]]:
+    """Yields ``keep``, which sets every object alive now aside from the
+    garbage collector's passes (``gc.freeze``) until the block ends. What an
+    iteration leaves (nodes, documents, episodes) lives until the search ends:
+    set aside, the full passes walk only the next iteration's objects instead
+    of every node so far (at 30,000 nodes, passes of 0.4 s). At the end they
+    go back to the oldest generation, so what became garbage is collected. A
+    caller that froze objects of its own (before a fork, say) keeps the
+    collector as it set it."""
+    active = gc.get_freeze_count() == 0
+
+    def keep() -> None:
+        if active:
+            gc.freeze()
+
+    keep()
+    try:
+        yield keep
+    finally:
+        if active:
+            gc.unfreeze()
 
 
 async def search(spec: SearchSpec, store: SearchStore, expander: Expands, evaluator: Evaluates,
@@ -260,12 +288,15 @@ async def search(spec: SearchSpec, store: SearchStore, expander: Expands, evalua
     loop = _Loop(spec, store, expander, evaluator, state, events)
     events(Event("stage_started", "search", done=state.gathers, total=spec.rounds + 1))
     started = time.monotonic()
-    if state.gathers == 0 or any(not t.nodes or t.root.reward is None for t in state.trees.values()):
-        await loop.roots(roots)
-        events(Event("item_done", "search", done=1, total=spec.rounds + 1, message="iteration 0"))
-    for it in range(max(1, state.gathers), spec.rounds + 1):
-        await loop.iteration(it)
-        events(Event("item_done", "search", done=it + 1, total=spec.rounds + 1, message=f"iteration {it}"))
+    with _set_aside() as keep:
+        if state.gathers == 0 or any(not t.nodes or t.root.reward is None for t in state.trees.values()):
+            await loop.roots(roots)
+            events(Event("item_done", "search", done=1, total=spec.rounds + 1, message="iteration 0"))
+            keep()
+        for it in range(max(1, state.gathers), spec.rounds + 1):
+            await loop.iteration(it)
+            events(Event("item_done", "search", done=it + 1, total=spec.rounds + 1, message=f"iteration {it}"))
+            keep()
     events(Event("stage_finished", "search", message=f"in {time.monotonic() - started:.1f} s"))
     chosen = {c: _chosen(spec, t, loop.changed(c, t)).id for c, t in state.trees.items()}
     kb = store.git.read_ref(f"refs/heads/brew/{store.run}/kb")

@@ -9,7 +9,8 @@ repeated with the same seed on the same base writes the same commit ids.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,6 +85,7 @@ class SearchStore:
         self._t0 = int(committer.rsplit(" ", 2)[-2])
         self._texts: dict[str, str] = {}
         self._sources: dict[str, list[str]] = {}
+        self._deferred: list[tuple[str, str]] | None = None  # node branches to create when ``writing()`` ends
 
     def timestamp(self, iteration: int) -> int:
         return self._t0 + 60 * (iteration + 1)
@@ -100,6 +102,7 @@ class SearchStore:
         if len(sources) > SOURCES_SHOWN:
             text = render_for_file(parse_recipe(text))
         blob = self.git.write_blob(text.encode())
+        self._texts.setdefault(blob, text)  # what `text` would read back from the blob
         tree = self.git.update_tree(self.base_tree, {self.path(concept): Entry(FILE_MODE, "", blob)})
         shown = ", ".join(sources)
         trailers = {"Brew-Run": self.run, "Brew-Concept": concept, "Brew-Node": f"n{node_id}",
@@ -110,13 +113,38 @@ class SearchStore:
         commit = self.git.write_commit(tree, [parent_commit], message, timestamp=self.timestamp(iteration))
         self._sources[commit] = list(sources)
         ref = str(BrewRef.for_node(self.run, concept, node_id))
+        if self._deferred is not None:
+            self._deferred.append((ref, commit))
+        else:
+            self._create_node_ref(ref, commit)
+        return commit, blob
+
+    @contextmanager
+    def writing(self) -> Iterator[None]:
+        """Nodes written inside go to disk as one pack, and their branches are
+        created when it is (also when the block raises: a node written is
+        kept). A process killed inside leaves none of them behind: a resumed
+        run writes them again, as it does the nodes of an iteration it had not
+        reached."""
+        if self._deferred is not None:
+            yield
+            return
+        self._deferred = []
+        try:
+            with self.git.packed():
+                yield
+        finally:
+            deferred, self._deferred = self._deferred, None
+            for ref, commit in deferred:  # each update puts objects still pending on disk first, or raises
+                self._create_node_ref(ref, commit)
+
+    def _create_node_ref(self, ref: str, commit: str) -> None:
         try:
             self.git.update_ref(ref, commit, expected=None)
         except RefConflictError:
             if self.git.read_ref(ref) != commit:
                 raise GitError(f"{ref} exists with other content; the run's history differs from this "
                                "search (was the base or the config changed?)") from None
-        return commit, blob
 
     def write_notes(self, notes: Mapping[str, Any], iteration: int) -> None:
         """One notes commit for the iteration's evaluations (a note is written

@@ -9,7 +9,6 @@ back-propagation maintains and what a rebuild from git derives.
 
 from __future__ import annotations
 
-import difflib
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -102,11 +101,69 @@ def _expandable(tree: Tree, node: Node, width: int, max_depth: int) -> bool:
 
 
 def changed_chars(parent: str, child: str) -> int:
-    """Characters inserted or deleted from ``parent`` to ``child``."""
+    """Characters inserted or deleted from ``parent`` to ``child``: the sum,
+    over the gaps between the blocks ``difflib.SequenceMatcher(None, parent,
+    child, autojunk=False)`` matches, of the longer side of the gap.
+
+    The same blocks as difflib's, found faster: difflib visits every pair of
+    equal characters (quadratic on prose, where a few letters are most of the
+    text), this asks ``str.find`` (C) whether a window of ``parent`` occurs in
+    ``child`` (see ``_longest_match``)."""
     if parent == child:
         return 0
-    ops = difflib.SequenceMatcher(None, parent, child, autojunk=False).get_opcodes()
-    return sum(max(i2 - i1, j2 - j1) for tag, i1, i2, j1, j2 in ops if tag != "equal")
+    queue = [(0, len(parent), 0, len(child))]
+    blocks = []
+    while queue:  # difflib's get_matching_blocks: the longest match, then each side of it
+        alo, ahi, blo, bhi = queue.pop()
+        i, j, k = _longest_match(parent, child, alo, ahi, blo, bhi)
+        if k:
+            blocks.append((i, j, k))
+            if alo < i and blo < j:
+                queue.append((alo, i, blo, j))
+            if i + k < ahi and j + k < bhi:
+                queue.append((i + k, ahi, j + k, bhi))
+    changed = i = j = 0
+    for bi, bj, k in sorted(blocks) + [(len(parent), len(child), 0)]:
+        changed += max(bi - i, bj - j)
+        i, j = bi + k, bj + k
+    return changed
+
+
+def _longest_match(a: str, b: str, alo: int, ahi: int, blo: int, bhi: int) -> tuple[int, int, int]:
+    """``SequenceMatcher.find_longest_match(alo, ahi, blo, bhi)`` without junk:
+    the longest common substring of ``a[alo:ahi]`` and ``b[blo:bhi]``, the
+    one starting first in ``a`` among equals, at its first place in ``b``;
+    ``(alo, blo, 0)`` when they share no character.
+
+    The scan keeps the longest match so far (``best``) and asks of each start
+    in ``a`` only whether its window one longer than ``best`` occurs in ``b``
+    (one search per start); a start that passes is measured by doubling its
+    window, then bisecting (a window that occurs has every prefix occurring)."""
+    best, besti = 0, alo
+    find = b.find
+    i = alo
+    while i + best < ahi:
+        if find(a[i:i + best + 1], blo, bhi) < 0:
+            i += 1
+            continue
+        low, high, step = best + 1, ahi - i, 1  # a window of length low occurs; none longer than high fits
+        while low < high:
+            probe = min(low + step, high)
+            if find(a[i:i + probe], blo, bhi) < 0:
+                high = probe - 1
+                break
+            low, step = probe, step * 2
+        while low < high:
+            middle = (low + high + 1) // 2
+            if find(a[i:i + middle], blo, bhi) < 0:
+                high = middle - 1
+            else:
+                low = middle
+        best, besti = low, i
+        i += 1
+    if not best:
+        return alo, blo, 0
+    return besti, find(a[besti:besti + best], blo, bhi), best
 
 
 def best_node(tree: Tree, changed: Mapping[int, int] | None = None) -> Node:

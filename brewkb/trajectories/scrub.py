@@ -27,7 +27,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any
 
 from brewkb.config import ScrubConfig
@@ -63,6 +63,7 @@ PERSON_FIELDS = frozenset({"name", "address", "street", "city", "zip_code", "pos
 NAME_KEYS = frozenset({"name", "full_name"})
 
 MIN_VALUE = 2  # a one-character value is too common to replace everywhere
+DONE_CACHE = 20_000  # texts whose scrubbed form a scrubber keeps
 _PLACEHOLDER = re.compile(r"<[a-z_]+>")
 
 
@@ -87,6 +88,9 @@ class Scrubber:
     known: Mapping[str, str] = field(default_factory=dict)
     """Personal values other trajectories of the run named (value → kind), replaced
     in every trajectory too: one user's name or address may appear in another's words."""
+    # Texts already passed through the patterns: the episodes of one task repeat most
+    # of their messages (tool results, the task text), run after run.
+    _done: dict[str, str] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def knowing(self, trajectories: Iterable[Trajectory]) -> Scrubber:
         """This scrubber, also replacing every personal value ``trajectories`` name."""
@@ -126,12 +130,19 @@ class Scrubber:
     def text(self, text: str, values: Mapping[str, str] | None = None) -> str:
         """``text`` with every pattern match and every known personal value replaced."""
         for value, kind in sorted((values or {}).items(), key=lambda kv: -len(kv[0])):
-            text = re.sub(rf"(?<![\w@.]){re.escape(value)}(?![\w@])", f"<{kind}>", text)
+            if value in text:  # most of a trajectory's values are not in a given message
+                text = _value_pattern(value).sub(f"<{kind}>", text)
         if self._known is not None:
             text = self._known.sub(lambda m: f"<{self.known[m.group(0)]}>", text)
-        for kind, rx in self.patterns:
-            text = rx.sub(lambda m, k=kind: _replace(m, k), text)  # type: ignore[misc]
-        return text
+        done = self._done.get(text)
+        if done is None:
+            done = text
+            for kind, rx in self.patterns:
+                done = rx.sub(lambda m, k=kind: _replace(m, k), done)  # type: ignore[misc]
+            if len(self._done) >= DONE_CACHE:
+                self._done.clear()
+            self._done[text] = done
+        return done
 
     def find(self, text: str) -> list[Finding]:
         """Pattern matches in ``text`` (placeholders themselves never match)."""
@@ -211,6 +222,11 @@ def _replace(match: re.Match[str], kind: str) -> str:
     whole = match.group(0)
     offset = match.start(0)
     return whole[: start - offset] + f"<{kind}>" + whole[end - offset :]
+
+
+@lru_cache(maxsize=4096)
+def _value_pattern(value: str) -> re.Pattern[str]:
+    return re.compile(rf"(?<![\w@.]){re.escape(value)}(?![\w@])")
 
 
 def _loads(text: Any) -> Any:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,18 @@ from brewkb.trajectories.schema import Outcome, Trajectory, tool_calls
 __all__ = ["ShopEnvironment", "DEFAULT_COUNTS"]
 
 DEFAULT_COUNTS = {"train": 40, "eval": 24, "test": 40}
+GOLD_CACHE = 4096  # tasks whose gold outcome is kept (a few kB each)
+
+
+@dataclass(frozen=True)
+class _Expected:
+    """A task's world after its gold actions (read only): the state's hash,
+    its orders and transfers, and the orders the world started with."""
+
+    hash: str
+    orders: Mapping[str, Any]
+    transfers: list[Any]
+    start_orders: Mapping[str, Any]
 
 
 def _replay(state: State, calls: Sequence[tuple[str, Mapping[str, Any] | None]]) -> ShopSession:
@@ -55,6 +68,7 @@ class ShopEnvironment:
         self.seed = seed
         self.counts = {**DEFAULT_COUNTS, **(counts or {})}
         self._cache: dict[str, list[Task]] = {}
+        self._gold: dict[tuple[Any, str], _Expected] = {}
 
     @classmethod
     def from_config(cls, config: EnvConfig, root: Path) -> ShopEnvironment:
@@ -82,16 +96,15 @@ class ShopEnvironment:
     def grade(self, task: Task, trajectory: Trajectory) -> Outcome:
         calls = [(c.name, c.args()) for c in tool_calls(trajectory.messages)]
         done = _replay(generate(task.data["seed"]), calls)
-        gold = _replay(generate(task.data["seed"]), [(n, a) for n, a in task.data["gold"]])
-        same = state_hash(done.state) == state_hash(gold.state)
+        gold = self._expected(task)
+        same = state_hash(done.state) == gold.hash
         said = _said(trajectory, done)
         facts = task.data.get("facts", [])
         facts_said = [f for f in facts if f.lower() in said]
-        start = generate(task.data["seed"])
-        touched = [o for o in start["orders"]
-                   if done.state["orders"][o] != start["orders"][o] or gold.state["orders"][o] != start["orders"][o]]
-        touched_ok = sum(done.state["orders"][o] == gold.state["orders"][o] for o in touched)
-        transfers_ok = done.state["transfers"] == gold.state["transfers"]
+        start = gold.start_orders
+        touched = [o for o in start if done.state["orders"][o] != start[o] or gold.orders[o] != start[o]]
+        touched_ok = sum(done.state["orders"][o] == gold.orders[o] for o in touched)
+        transfers_ok = done.state["transfers"] == gold.transfers
         parts = touched_ok + transfers_ok
         state_score = 1.0 if same else parts / (len(touched) + 1)
         fact_score = len(facts_said) / len(facts) if facts else 1.0
@@ -99,6 +112,21 @@ class ShopEnvironment:
             "state_matches": same, "facts_missing": [f for f in facts if f not in facts_said],
             "family": task.data.get("family"), "errors": sum(r.startswith("Error") for r in _results(trajectory)),
         })
+
+    def _expected(self, task: Task) -> _Expected:
+        # A task is graded once per episode, and the search runs its tasks again and again: what
+        # its gold actions lead to is worked out once (keyed by the repr, which tells a tuple
+        # from a list and 1 from True, as the tools do).
+        key = (task.data["seed"], repr(task.data["gold"]))
+        found = self._gold.get(key)
+        if found is None:
+            gold = _replay(generate(task.data["seed"]), [(n, a) for n, a in task.data["gold"]]).state
+            found = _Expected(state_hash(gold), gold["orders"], gold["transfers"],
+                              generate(task.data["seed"])["orders"])
+            if len(self._gold) >= GOLD_CACHE:
+                self._gold.clear()
+            self._gold[key] = found
+        return found
 
     def relabel_task(self, task: Task, actions: Sequence[tuple[str, Mapping[str, Any]]], text: str) -> Task | None:
         """A task whose gold is what the run did: the state-changing calls that
