@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from brewkb.config import CONFIG_FILE, DEFAULT_TOML, load_config
+from brewkb.config import CONFIG_FILE, DEFAULT_TOML, KBConfig, load_config
 from brewkb.errors import BrewError, GitError
 from brewkb.fsutil import write_atomic
 from brewkb.git.store import GitStore
@@ -106,17 +106,20 @@ def lint(paths: list[Path], *, start: Path = Path("."), fix: bool = False) -> li
     """Lint recipe files or folders; without paths, the KB's recipes folder.
     ``fix`` removes UTF-8 byte-order marks first (the only change lint makes)."""
     scrubber = None
+    max_kb = KBConfig().max_recipe_kb
     if not paths:
         with KB.open(start) as kb:
             paths = [Path(os.path.relpath(kb.recipes_dir))]
             if not kb.recipes_dir.is_dir():
                 raise BrewError(f"{kb.recipes_dir} does not exist; run `brewkb init` or pass paths")
             scrubber = scrubber_of(kb.config.scrub)
+            max_kb = kb.config.kb.max_recipe_kb
     elif (Path(start) / CONFIG_FILE).is_file():
-        scrubber = scrubber_of(load_config(Path(start)).scrub)
+        config = load_config(Path(start))
+        scrubber, max_kb = scrubber_of(config.scrub), config.kb.max_recipe_kb
     if fix:
         fix_bom(paths)
-    return lint_paths(paths, scrubber)
+    return lint_paths(paths, scrubber, max_kb)
 
 
 def show(name: str, *, rev: str | None = None, start: Path = Path(".")) -> Recipe:

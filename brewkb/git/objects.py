@@ -22,6 +22,7 @@ __all__ = ["Objects", "Entry", "Identity", "format_message", "parse_trailers", "
 
 FILE_MODE = "100644"
 TREE_MODE = "40000"
+REGULAR = ("100644", "100755")
 
 
 @dataclass(frozen=True)
@@ -183,8 +184,8 @@ class Objects:
         return entry
 
     def read_folder(self, commit: str, folder: str, suffix: str = ".md") -> dict[str, bytes]:
-        """Files directly in ``folder`` at ``commit`` whose name ends in ``suffix``,
-        keyed by their path in the repository."""
+        """Regular files directly in ``folder`` at ``commit`` whose name ends in
+        ``suffix``, keyed by their path in the repository."""
         entry = self.lookup(self.commit_tree(commit), folder)
         if entry is None or not entry.is_tree:
             return {}
@@ -192,7 +193,7 @@ class Objects:
         return {
             f"{prefix}/{e.name}" if prefix else e.name: self.read_blob(e.sha)
             for e in self.read_tree(entry.sha)
-            if not e.is_tree and e.name.endswith(suffix)
+            if e.mode in REGULAR and e.name.endswith(suffix)  # a symbolic link's blob is where it leads
         }
 
     def _write_object(self, kind: str, data: bytes) -> str:
