@@ -16,6 +16,7 @@ Every message says what went wrong and what to do next. The CLI prints a
     ├── AgentError         an agent adapter is misconfigured
     ├── RunError           a run folder is missing or inconsistent
     │   └── AllFailedError every item of a stage (or every episode of a batch) failed
+    ├── DiskFullError      no space left on the device brewkb was writing to
     └── BudgetExhausted    a run reached --max-episodes/--max-llm-calls/--max-cost (exit 75, not a failure)
 """
 
@@ -78,6 +79,19 @@ class RunError(BrewError):
 class AllFailedError(RunError):
     """Every item of a stage, or every episode of a batch, failed: nothing of
     it is recorded as done, and running again retries the items."""
+
+
+class DiskFullError(BrewError):
+    """A write found no room (a full disk, a quota, a file size limit); the
+    message names the file and how to continue once there is room."""
+
+    @classmethod
+    def of(cls, exc: OSError, retry: str = "run the same command again") -> DiskFullError:
+        where = f" writing {exc.filename}" if exc.filename else ""
+        return cls(f"no space left on the device{where} ({exc.strerror}); free some space, then {retry} "
+                   "(finished work is kept)")
+
+
 class BudgetExhausted(BrewError):
     """A run reached a limit; ``option`` names it (``--max-llm-calls``). What
     finished is saved; ``refine --resume`` with a higher limit continues."""

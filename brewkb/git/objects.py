@@ -4,6 +4,7 @@ the tree arithmetic a search needs (replace one file, diff, merge)."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import re
@@ -211,9 +212,14 @@ class Objects:
             tmp = f"{folder}/tmp_obj_{os.getpid()}_{sha[2:]}"
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o444)
             try:
-                os.write(fd, zlib.compress(raw, 1))
-            finally:
+                packed = zlib.compress(raw, 1)
+                if os.write(fd, packed) != len(packed):  # a full disk: never an object cut short
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), self._objects_str)
+            except OSError as exc:
                 os.close(fd)
+                os.unlink(tmp)
+                raise OSError(exc.errno, exc.strerror, exc.filename or self._objects_str) from None
+            os.close(fd)
             os.replace(tmp, target)
         self._written.add(sha)
         return sha
