@@ -61,6 +61,8 @@ class KBConfig:
     """Indexes, the LLM cache and logs; git-ignored."""
     rubric_file: str = ""
     """Markdown file of behaviour rubrics for the judge; empty: brewkb's default."""
+    max_recipe_kb: int = field(default=256, metadata=_min(1))
+    """A recipe file larger than this is reported by ``brewkb lint`` and left out of the index."""
 
 
 @dataclass(frozen=True)
@@ -364,6 +366,7 @@ recipes_dir = "recipes"
 runs_dir = "runs"
 cache_dir = ".brewkb"
 rubric_file = ""          # empty: brewkb's built-in behaviour rubrics
+max_recipe_kb = 256       # larger recipe files are reported by `brewkb lint` and left out of the index
 
 [llm]
 backend = "offline"       # "offline" (deterministic rules, no model) or "openai"

@@ -19,6 +19,7 @@ Every message says what went wrong and what to do next. The CLI prints a
     │   ├── AllFailedError every item of a stage (or every episode of a batch) failed
     │   └── PartlyFailedError  some items of a stage failed (stages.accept_failed goes on without them)
     ├── NotBetterError     a distilled KB does not beat a baseline (`distill --require-better`)
+    ├── DiskFullError      no space left on the device brewkb was writing to
     └── BudgetExhausted    a run reached --max-episodes/--max-llm-calls/--max-cost (exit 75, not a failure)
 """
 
@@ -107,6 +108,17 @@ class PartlyFailedError(RunError):
 class NotBetterError(BrewError):
     """The new KB does not beat every baseline on the test split; the PR
     branch is written all the same."""
+
+
+class DiskFullError(BrewError):
+    """A write found no room (a full disk, a quota, a file size limit); the
+    message names the file and how to continue once there is room."""
+
+    @classmethod
+    def of(cls, exc: OSError, retry: str = "run the same command again") -> DiskFullError:
+        where = f" writing {exc.filename}" if exc.filename else ""
+        return cls(f"no space left on the device{where} ({exc.strerror}); free some space, then {retry} "
+                   "(finished work is kept)")
 
 
 class BudgetExhausted(BrewError):

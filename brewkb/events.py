@@ -19,7 +19,9 @@ __all__ = ["Event", "EventSink", "Events", "null_sink"]
 @dataclass(frozen=True)
 class Event:
     """``kind``: ``stage_started``, ``item_done``, ``item_failed``,
-    ``stage_skipped``, ``stage_finished`` or ``note``."""
+    ``stage_skipped``, ``stage_finished``, ``note``, or ``step`` (a step of
+    an item that git or the run folder now holds, such as a search
+    iteration's candidates committed or their rewards noted)."""
 
     kind: str
     stage: str

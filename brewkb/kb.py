@@ -1,7 +1,9 @@
 """A knowledge base: a git repository, its ``brewkb.toml`` and its recipes.
 
 Recipes are read from the working tree (hand edits show at once) or from any
-revision through the git store, never by checking anything out.
+revision through the git store, never by checking anything out. A recipe is
+a regular file of the recipes folder: a link that leads outside the folder
+(or, in a revision, any symbolic link) is never read, by any reader.
 """
 
 from __future__ import annotations
@@ -103,10 +105,19 @@ class KB:
             return self.config.kb.recipes_dir.strip("/")
         return self.store.relpath(self.recipes_dir)
 
-    def recipe_files(self) -> list[Path]:
+    def _md_files(self) -> list[Path]:
         if not self.recipes_dir.is_dir():
             return []
-        return sorted(p for p in self.recipes_dir.glob("*.md") if p.is_file())
+        return sorted(p for p in self.recipes_dir.glob("*.md") if p.is_file() or p.is_symlink())
+
+    def outside(self, path: Path) -> Path | None:
+        """Where ``path`` leads when that is outside the recipes folder (a link), else ``None``."""
+        target = path.resolve()
+        return None if target.is_relative_to(self.recipes_dir.resolve()) and target.is_file() else target
+
+    def recipe_files(self) -> list[Path]:
+        """The recipe files of the working tree that can be read (not links leading outside the folder)."""
+        return [p for p in self._md_files() if self.outside(p) is None]
 
     def nested_recipe_files(self) -> list[Path]:
         """Markdown files in sub-folders of the recipes folder (relative to
@@ -119,9 +130,9 @@ class KB:
 
     def recipe_file_names(self, rev: str | None = None) -> list[str]:
         """The names of the recipe files (``x.md``) of the working tree or a
-        revision, read or not (badly named ones included)."""
+        revision, read or not (badly named ones and links included)."""
         if rev is None:
-            return [p.name for p in self.recipe_files()]
+            return [p.name for p in self._md_files()]
         entry = self.store.lookup(self.store.commit_tree(self.store.resolve(rev)), self.recipes_prefix())
         return sorted(e.name for e in self.store.read_tree(entry.sha) if e.name.endswith(".md")) if entry else []
 
@@ -133,7 +144,11 @@ class KB:
         found: list[Recipe] = []
         if rev is None:
             self.store.require_work_tree()
-            for path in self.recipe_files():
+            for path in self._md_files():
+                if (target := self.outside(path)) is not None:
+                    log.warning("skipping %s: it leads to %s, outside %s; recipes are files of that folder (run "
+                                "`brewkb lint`)", path, target, self.config.kb.recipes_dir)
+                    continue
                 try:
                     recipe = read_recipe(path)
                 except RecipeError as exc:
@@ -146,7 +161,11 @@ class KB:
                             self.recipes_dir / nested, self.config.kb.recipes_dir.strip("/"), nested.name)
             return found
         commit = self.store.resolve(rev)
-        for name, data in sorted(self.store.read_folder(commit, self.recipes_prefix()).items()):
+        files = self.store.read_folder(commit, self.recipes_prefix())
+        for name in sorted(set(self.recipe_file_names(rev)) - {Path(f).name for f in files}):
+            log.warning("skipping %s at %s: it is a symbolic link or not a file; recipes are files of %s",
+                        name, rev, self.config.kb.recipes_dir)
+        for name, data in sorted(files.items()):
             try:
                 recipe = parse_recipe(data.decode("utf-8"))
             except (RecipeError, UnicodeDecodeError) as exc:
@@ -172,7 +191,11 @@ class KB:
         hint = (f"; did you mean {', '.join(close)}?" if close else
                 f"; recipes: {', '.join(sorted(by_name)[:10])}{' …' if len(by_name) > 10 else ''}" if by_name else
                 f"; there are no recipes yet: write one in {self.config.kb.recipes_dir}/ or run `brewkb refine`")
-        if rev is None and (self.recipes_dir / f"{name}.md").is_file():
+        link = self.recipes_dir / f"{name}.md"
+        if rev is None and (link.is_file() or link.is_symlink()) and self.outside(link) is not None:
+            hint = (f"; {self.config.kb.recipes_dir}/{name}.md leads to {self.outside(link)}, outside the recipes "
+                    "folder, and is not read: put the recipe's text in the file itself")
+        elif rev is None and (self.recipes_dir / f"{name}.md").is_file():
             hint = (f"; {self.config.kb.recipes_dir}/{name}.md was skipped because its front matter is not "
                     "valid or its name is not the file's name: run `brewkb lint` to see why")
         where = f"at {rev}" if rev else "in the working tree"

@@ -32,11 +32,11 @@ class Problem:
 
 
 def recipe_files(paths: Iterable[Path]) -> list[Path]:
-    """Expand folders to the ``*.md`` files below them; a missing path is an error."""
+    """Expand folders to the ``*.md`` files below them (links included); a missing path is an error."""
     files: list[Path] = []
     for path in paths:
         if path.is_dir():
-            files.extend(sorted(p for p in path.rglob("*.md") if p.is_file()))
+            files.extend(sorted(p for p in path.rglob("*.md") if p.is_file() or p.is_symlink()))
         elif path.is_file():
             files.append(path)
         else:
@@ -99,12 +99,33 @@ def _split_hint(message: str) -> tuple[str, str]:
     return message, "see docs/recipes.md for the format"
 
 
-def lint_paths(paths: Iterable[Path], scrubber: Scrubber | None = None) -> list[Problem]:
-    """Lint recipe files and folders, including names duplicated across files
-    and (as warnings) personal data by ``scrubber``'s patterns (default ones when ``None``)."""
+def _escapes(file: Path, folders: list[Path]) -> Path | None:
+    """Where ``file`` leads when that is outside the folder it was found in (or, for a
+    file named on its own, outside its own folder) or is not a file, else ``None``."""
+    target = file.resolve()
+    inside = [f for f in folders if file.absolute().is_relative_to(f.absolute())] or [file.absolute().parent]
+    return None if target.is_file() and any(target.is_relative_to(f.resolve()) for f in inside) else target
+
+
+def lint_paths(paths: Iterable[Path], scrubber: Scrubber | None = None, max_kb: int = 256) -> list[Problem]:
+    """Lint recipe files and folders, including names duplicated across files,
+    links that lead outside their folder, files over ``max_kb`` and (as
+    warnings) personal data by ``scrubber``'s patterns (default ones when ``None``)."""
     problems: list[Problem] = []
     seen: dict[str, list[tuple[str, int]]] = defaultdict(list)
+    paths = list(paths)
+    folders = [p for p in paths if p.is_dir()]
     for file in recipe_files(paths):
+        if (target := _escapes(file, folders)) is not None:
+            problems.append(Problem(str(file), 1, "error", f"leads to {target}, outside the recipes folder; "
+                                    "brewkb does not read it", "put the recipe's text in the file itself"))
+            continue
+        size = file.stat().st_size
+        if size > max_kb * 1024:
+            problems.append(Problem(str(file), 1, "error", f"is {size // 1024} KB, over kb.max_recipe_kb "
+                                    f"({max_kb} KB); the index leaves it out",
+                                    "split it into recipes of one concept each, or raise kb.max_recipe_kb"))
+            continue
         try:
             text = file.read_bytes().decode("utf-8")
         except UnicodeDecodeError:
@@ -126,7 +147,11 @@ def lint_paths(paths: Iterable[Path], scrubber: Scrubber | None = None) -> list[
 def fix_bom(paths: Iterable[Path]) -> list[Path]:
     """Remove a UTF-8 byte-order mark from the given recipe files; returns the files fixed."""
     fixed = []
+    paths = list(paths)
+    folders = [p for p in paths if p.is_dir()]
     for file in recipe_files(paths):
+        if _escapes(file, folders) is not None:
+            continue  # never read nor rewritten; lint reports it
         raw = file.read_bytes()
         if raw.startswith(BOM.encode("utf-8")):
             write_atomic(file, raw[len(BOM.encode("utf-8")) :])

@@ -113,7 +113,7 @@ def test_hanging_agent_and_its_children_are_killed(tmp_path: Path) -> None:
     pid_file = tmp_path / "child.pid"
     argv = script(tmp_path, "hang.py", f"""
         import subprocess, sys, time
-        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", {str(tmp_path)!r}])
         open({str(pid_file)!r}, "w").write(str(child.pid))
         time.sleep(300)
     """)
@@ -121,24 +121,31 @@ def test_hanging_agent_and_its_children_are_killed(tmp_path: Path) -> None:
     result = run_episode(CommandAgent(argv, timeout=1.5), TASK, "", CounterEnv(), KBUse())
     assert time.monotonic() - start < 20
     assert "timed out after 1.5 s" in result.meta["error"]
-    child = int(pid_file.read_text())
+    assert pid_file.exists() and not survivors(str(tmp_path))
+
+
+def survivors(marker: str) -> list[int]:
+    """The processes (zombies waiting for init aside) whose command line holds
+    ``marker``, after giving the kernel a moment to end a PID namespace. Agents
+    see their own namespace's process ids, so processes are found by their
+    command line, not by an id the agent wrote down."""
+    found: list[int] = []
     for _ in range(50):
-        try:
-            os.kill(child, 0)
-        except ProcessLookupError:
-            break
+        found = []
+        for entry in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    argv = f.read()
+                with open(f"/proc/{entry}/stat") as f:
+                    state = f.read().rsplit(")", 1)[1].split()[0]
+            except (FileNotFoundError, ProcessLookupError, NotADirectoryError, PermissionError):
+                continue
+            if marker.encode() in argv and state not in ("Z", "X") and int(entry) != os.getpid():
+                found.append(int(entry))
+        if not found:
+            return []
         time.sleep(0.1)
-    else:
-        pytest.fail("the agent's child process survived the timeout")
-
-
-def gone(pid: int) -> bool:
-    """Whether ``pid`` no longer runs (a zombie waiting for init counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except FileNotFoundError:
-        return True
+    return found
 
 
 DETACH = """
@@ -167,7 +174,7 @@ def test_detached_children_do_not_outlive_the_episode(tmp_path: Path) -> None:
     # the grandchild still holds the agent's stdout, yet the episode ended with the agent
     assert time.monotonic() - start < 60
     assert "error" not in result.meta and result.messages[-1]["content"] == "ok"
-    assert gone(int(Path(pid_file).read_text()))
+    assert Path(pid_file).exists() and not survivors(str(tmp_path))
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the reaper needs Linux prctl")
@@ -177,7 +184,7 @@ def test_timeout_kills_detached_children_too(tmp_path: Path) -> None:
                                                                               "    print(json.dumps(")
     result = run_episode(CommandAgent(script(tmp_path, "hang.py", body), timeout=3), TASK, "", CounterEnv(), KBUse())
     assert "timed out after 3 s" in result.meta["error"]
-    assert gone(int(Path(pid_file).read_text()))
+    assert Path(pid_file).exists() and not survivors(str(tmp_path))
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the reaper needs Linux prctl")
@@ -187,7 +194,7 @@ def test_an_agent_that_kills_its_reaper_leaves_nothing_behind(tmp_path: Path) ->
         "print(json.dumps(", "import signal\n    os.kill(os.getppid(), signal.SIGKILL)\n    print(json.dumps(")
     result = run_episode(CommandAgent(script(tmp_path, "escape.py", body), timeout=60), TASK, "", CounterEnv(),
                          KBUse())
-    assert gone(int(Path(pid_file).read_text()))
+    assert Path(pid_file).exists() and not survivors(str(tmp_path))
     assert not result.success
 
 

@@ -189,7 +189,7 @@ async def _distill(kb: KB, folder: Run, strategy: str | None, iterations: int | 
         raise RunError(f"run {run} is a refine run: its search re-ran tasks in the environment and its PR is "
                        f"brew/{run}/pr; continue it with `brewkb refine --resume {run}`, or distill logs imported "
                        "into a run of their own")
-    spec = SearchSpec(**recorded["spec"]) if recorded else SearchSpec.from_config(
+    spec = SearchSpec.from_record(recorded["spec"]) if recorded else SearchSpec.from_config(
         kb.config.search, strategy=strategy, iterations=iterations, width=width, depth=depth, lambda_corr=0.0,
         lambda_ret=1.0)
     base = recorded["base"] if recorded else kb.store.head_commit()
@@ -232,6 +232,8 @@ async def _distill(kb: KB, folder: Run, strategy: str | None, iterations: int | 
         choices = await finalize(store, evaluator, result.trees, candidates=kb.config.search.final_candidates,
                                  min_gain=kb.config.search.min_gain,
                                  lambdas=(spec.lambda_corr, spec.lambda_ret), iteration=spec.rounds + 1)
+        # the KB the PR holds: the final gather, whether this process or an interrupted one wrote it
+        result = dataclasses.replace(result, kb_commit=store.final_commit() or result.kb_commit)
         comparison = _compare(kb, store, logged, split, retriever, scrub) if split[1] else None
     pr = store.write_pr(pr_message(run, source, spec, result, choices, concepts, split, logged, grades,
                                    kb.config.llm.backend, comparison, left_out(folder.manifest().get("stages", {}))),

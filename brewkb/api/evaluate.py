@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from brewkb.llm import open_backend
 from brewkb.retrieval.context import MemoryContext, NoContext, RecipeContext
 from brewkb.retrieval.memory import MEMORIES
 from brewkb.retrieval.ranking import Retriever, open_index, retriever_of
-from brewkb.run.folder import FILES, Run
+from brewkb.run.folder import FILES, Journal, Run
 from brewkb.run.record import EVAL_FILE
 from brewkb.stages.rollouts import make_jobs
 from brewkb.trajectories.schema import Trajectory, read_jsonl
@@ -187,11 +188,12 @@ async def aevaluate(*, revs: Sequence[str] = (), contexts: Sequence[str] = (), s
 async def evaluate_arms(kb: KB, agent: Any, env: Any, executor: Any, *, revs: Sequence[str] = (),
                         contexts: Sequence[str] = (), split: str = "test", repeats: int = 1,
                         from_run: str | None = None, effects: Sequence[str] = (),
-                        client: Any = None) -> tuple[list[Column], list[Effect]]:
+                        client: Any = None, journal: Journal | None = None) -> tuple[list[Column], list[Effect]]:
     """The columns of ``aevaluate`` run with the caller's agent, environment,
     executor and LLM client (``refine`` passes its run's, so the calls are
     charged to the run), and the leave-one-recipe-out effect of each recipe in
-    ``effects`` (recipes of the first revision)."""
+    ``effects`` (recipes of the first revision). With a ``journal``, episodes
+    it holds are not run again (an evaluation resumed after a crash)."""
     config = kb.config
     retriever = retriever_of(kb, client)
     tasks = env.tasks(split) * repeats
@@ -218,16 +220,34 @@ async def evaluate_arms(kb: KB, agent: Any, env: Any, executor: Any, *, revs: Se
     found: list[Effect] = []
     for label, provider, n_recipes in arms:
         jobs = make_jobs(tasks, provider, retrieves_per_turn(agent))
-        results: dict[int, Trajectory] = {}
-        await executor.run(agent, env, jobs, lambda i, t: results.__setitem__(i, t))
+        results = await _run(executor, agent, env, jobs, [f"{label}#{i}" for i in range(len(jobs))], journal)
         columns.append(_column(label, [results[i] for i in range(len(jobs))], n_recipes))
         if effects and label == revs[0]:
-            found = await _effects(kb, revs[0], effects, jobs, results, executor, agent, env, retriever)
+            found = await _effects(kb, revs[0], effects, jobs, results, executor, agent, env, retriever, journal)
     return columns, found
 
 
+async def _run(executor: Any, agent: Any, env: Any, jobs: Sequence[Job], keys: Sequence[str],
+               journal: Journal | None) -> dict[int, Trajectory]:
+    """A trajectory per job: the journal's, or run now (and journalled)."""
+    results: dict[int, Trajectory] = {}
+    for i, key in enumerate(keys):
+        if journal is not None and (done := journal.get(key)) is not None:
+            results[i] = done
+    todo = [i for i in range(len(jobs)) if i not in results]
+
+    def finished(n: int, trajectory: Trajectory) -> None:
+        results[todo[n]] = trajectory
+        if journal is not None:
+            journal.put(keys[todo[n]], trajectory)
+
+    await executor.run(agent, env, [jobs[i] for i in todo], finished)
+    return results
+
+
 async def _effects(kb: KB, rev: str, names: Sequence[str], jobs: Sequence[Job], results: dict[int, Trajectory],
-                   executor: Any, agent: Any, env: Any, retriever: Retriever) -> list[Effect]:
+                   executor: Any, agent: Any, env: Any, retriever: Retriever,
+                   journal: Journal | None = None) -> list[Effect]:
     """Leave-one-recipe-out on the tasks whose episode retrieved each recipe
     (at any turn, with per-turn retrieval). An episode is run again only
     where removing the recipe changes the context; identical (task, context)
@@ -256,8 +276,8 @@ async def _effects(kb: KB, rev: str, names: Sequence[str], jobs: Sequence[Job], 
             else:
                 todo[key] = without
     keys = list(todo)
-    runs: dict[int, Trajectory] = {}
-    await executor.run(agent, env, [todo[k] for k in keys], lambda i, t: runs.__setitem__(i, t))
+    names_of = [f"without#{k[0]}#{hashlib.sha256(k[1].encode()).hexdigest()[:16]}" for k in keys]
+    runs = await _run(executor, agent, env, [todo[k] for k in keys], names_of, journal)
     known.update({k: runs[i] for i, k in enumerate(keys)})
     out = []
     for name in names:

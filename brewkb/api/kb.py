@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from brewkb.config import CONFIG_FILE, DEFAULT_TOML, load_config
+from brewkb.config import CONFIG_FILE, DEFAULT_TOML, KBConfig, load_config
 from brewkb.errors import BrewError, GitError
 from brewkb.fsutil import write_atomic
 from brewkb.git.store import GitStore
@@ -110,6 +110,7 @@ def lint(paths: list[Path], *, start: Path = Path("."), fix: bool = False,
     the files it changed are appended to ``fixed`` when it is given."""
     scrubber = None
     nested: list[Problem] = []
+    max_kb = KBConfig().max_recipe_kb
     if not paths:
         with KB.open(start) as kb:
             paths = [Path(os.path.relpath(kb.recipes_dir))]
@@ -120,13 +121,15 @@ def lint(paths: list[Path], *, start: Path = Path("."), fix: bool = False,
             nested = [Problem(str(paths[0] / path), 1, "warning",
                               f"in a sub-folder of {folder}/: brewkb reads only the files directly in {folder}/",
                               f"move it to {folder}/{path.name}") for path in kb.nested_recipe_files()]
+            max_kb = kb.config.kb.max_recipe_kb
     elif (Path(start) / CONFIG_FILE).is_file():
-        scrubber = scrubber_of(load_config(Path(start)).scrub)
+        config = load_config(Path(start))
+        scrubber, max_kb = scrubber_of(config.scrub), config.kb.max_recipe_kb
     if fix:
         changed = fix_bom(paths)
         if fixed is not None:
             fixed.extend(changed)
-    return sorted(lint_paths(paths, scrubber) + nested, key=lambda p: (p.path, p.line, p.message))
+    return sorted(lint_paths(paths, scrubber, max_kb) + nested, key=lambda p: (p.path, p.line, p.message))
 
 
 def show(name: str, *, rev: str | None = None, start: Path = Path(".")) -> Recipe:

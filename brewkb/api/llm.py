@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 from pathlib import Path
 
 from brewkb.config import RolesConfig
-from brewkb.errors import ConfigError, RunError
+from brewkb.errors import ConfigError, LLMError, RunError
 from brewkb.kb import KB
 from brewkb.llm import cache_path
 from brewkb.llm.cache import CacheStats, ResponseCache
@@ -15,6 +16,8 @@ from brewkb.llm.ledger import RoleTotals, read_ledger, summarise
 __all__ = ["cache_stats", "cache_clear", "ledger_totals", "LEDGER_FILE"]
 
 LEDGER_FILE = "ledger.jsonl"
+
+log = logging.getLogger(__name__)
 
 
 def cache_stats(*, start: Path = Path(".")) -> CacheStats:
@@ -39,13 +42,27 @@ def cache_clear(*, run: str | None = None, role: str | None = None, start: Path 
         path = cache_path(kb.cache_dir)
         if not path.exists():
             return 0
-        cache = ResponseCache(path)
+        try:
+            cache = ResponseCache(path)
+        except LLMError:
+            if run is not None or role is not None:
+                raise
+            ResponseCache.remove(path)  # damaged: nothing in it can be read, so all of it goes
+            log.warning("the LLM cache %s was damaged; deleted it", path)
+            return 0
         try:
             if run is not None and run not in cache.runs() and not (kb.runs_dir / run).is_dir():
                 raise RunError(f"no run {run!r} in {kb.runs_dir} and no cached reply of it; `brewkb runs` lists runs")
-            return cache.clear(run=run, role=role)
+            try:
+                return cache.clear(run=run, role=role)
+            except LLMError:
+                if run is not None or role is not None:
+                    raise
         finally:
             cache.close()
+        ResponseCache.remove(path)
+        log.warning("the LLM cache %s was damaged; deleted it", path)
+        return 0
 
 
 def ledger_totals(run: str, *, start: Path = Path(".")) -> dict[str, RoleTotals]:

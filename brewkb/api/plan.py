@@ -62,7 +62,7 @@ def refine_plan(*, run: str | None = None, resume: str | None = None, strategy: 
         if run and (kb.runs_dir / run / "manifest.json").exists():
             raise RunError(f"run {run} already exists; plan the rest of it with `brewkb refine --resume {run} --plan`")
         recorded = folder.manifest().get("search_spec") if folder else None
-        spec = SearchSpec(**recorded["spec"]) if recorded is not None else SearchSpec.from_config(
+        spec = SearchSpec.from_record(recorded["spec"]) if recorded is not None else SearchSpec.from_config(
             config.search, strategy=strategy, iterations=iterations, width=width, depth=depth)
         env = load_environment(config.env, kb.root)
         check_agent_name(config.agent.name)  # refused here as the run would refuse it

@@ -16,15 +16,15 @@ from brewkb.api.distill import imported_source
 from brewkb.api.evaluate import evaluate_arms
 from brewkb.api.loop import run_command
 from brewkb.api.plan import limits_of, open_budget
-from brewkb.errors import AllFailedError, RunError
-from brewkb.events import EventSink, null_sink
-from brewkb.fsutil import write_atomic
+from brewkb.errors import AllFailedError, DiskFullError, RunError
+from brewkb.events import Event, EventSink, null_sink
+from brewkb.fsutil import is_disk_full, write_atomic
 from brewkb.git.refs import BrewRef
 from brewkb.kb import KB
 from brewkb.llm.ledger import Ledger, LedgerEntry, read_ledger, summarise
 from brewkb.retrieval.ranking import retriever_of
 from brewkb.run.budget import Limits
-from brewkb.run.folder import Run, new_run_id
+from brewkb.run.folder import Journal, Run, new_run_id
 from brewkb.run.pipeline import Pipeline
 from brewkb.run.record import EVAL_FILE, effects_table, eval_table, final_rows, left_out
 from brewkb.search.engine import SearchResult, SearchSpec, note_of, rebuild, search
@@ -93,8 +93,21 @@ async def arefine(*, run: str | None = None, resume: str | None = None, base: st
                   no_eval: bool = False, limits: Limits = Limits(), events: EventSink = null_sink,
                   start: Path = Path(".")) -> RefineResult:
     """``refine`` on the caller's event loop."""
+    run_id = resume or run or new_run_id("refine")
+    try:
+        return await _refine(run_id, resume=resume, base=base, strategy=strategy, iterations=iterations,
+                             width=width, depth=depth, relabel=relabel, no_cache=no_cache, no_eval=no_eval,
+                             limits=limits, events=events, start=start)
+    except OSError as exc:
+        if is_disk_full(exc):
+            raise DiskFullError.of(exc, f"continue with `brewkb refine --resume {run_id}`") from None
+        raise
+
+
+async def _refine(run_id: str, *, resume: str | None, base: str | None, strategy: str | None,
+                  iterations: int | None, width: int | None, depth: int | None, relabel: bool | None,
+                  no_cache: bool, no_eval: bool, limits: Limits, events: EventSink, start: Path) -> RefineResult:
     with KB.open(start, require_config=True) as kb, contextlib.ExitStack() as held:
-        run_id = resume or run or new_run_id("refine")
         if base and resume is None:
             kb.store.resolve(base)  # an unknown revision is refused before the run folder exists
         folder = Run.at(kb.runs_dir, run_id, create=resume is None)
@@ -114,7 +127,7 @@ async def arefine(*, run: str | None = None, resume: str | None = None, base: st
         if relabel is not None:
             kb.config = dataclasses.replace(kb.config, stages=dataclasses.replace(kb.config.stages, relabel=relabel))
         base_commit = recorded["base"] if recorded else kb.store.resolve(base) if base else kb.store.head_commit()
-        spec = SearchSpec(**recorded["spec"]) if recorded else SearchSpec.from_config(
+        spec = SearchSpec.from_record(recorded["spec"]) if recorded else SearchSpec.from_config(
             kb.config.search, strategy=strategy, iterations=iterations, width=width, depth=depth)
         if not recorded:
             folder.set_manifest("search_spec", {"base": base_commit, "spec": dataclasses.asdict(spec)})
@@ -139,7 +152,8 @@ async def arefine(*, run: str | None = None, resume: str | None = None, base: st
             except AllFailedError as exc:
                 raise AllFailedError(f"{exc}; {pipeline.retry}") from None
             changed = sorted(c for c, ch in choices.items() if ch.node is not None)
-            held_out = None if no_eval else await _held_out(kb, pipeline, result.kb_commit, base_commit, changed)
+            held_out = None if no_eval else await _held_out(kb, pipeline, result.kb_commit, base_commit, changed,
+                                                            events)
         store = SearchStore(kb.store, run_id, base_commit, kb.recipes_prefix())
         pr = store.write_pr(pr_message(run_id, spec, result, base_commit, choices,
                                        _evidence(kb, folder, held_out)), spec.rounds)
@@ -174,29 +188,49 @@ async def _search(kb: KB, pipeline: Pipeline, folder: Run, spec: SearchSpec, bas
                           lambda_corr=spec.lambda_corr, lambda_ret=spec.lambda_ret)
     store = SearchStore(kb.store, folder.id, base, kb.recipes_prefix())
     result = await search(spec, store, expander, evaluator, {c.slug: roots[c.slug] for c in concepts}, events)
+    events(Event("stage_started", "final", total=len(result.trees)))
     choices = await finalize(store, evaluator, result.trees, candidates=config.search.final_candidates,
                              min_gain=config.search.min_gain, lambdas=(spec.lambda_corr, spec.lambda_ret),
                              iteration=spec.rounds + 1)
+    # the KB the PR holds: the final gather, whether this process or an interrupted one wrote it
+    result = dataclasses.replace(result, kb_commit=store.final_commit() or result.kb_commit)
+    events(Event("stage_finished", "final", message=f"{sum(not c.kept for c in choices.values())} recipes change"))
     ledger = Ledger(folder.file("ledger.jsonl"))  # episodes run are recorded as they finish (BudgetedExecutor)
     ledger.record(LedgerEntry("agent", "episodes", cached=True, kind="episode", count=result.episodes_reused))
     return result, choices
 
 
 async def _held_out(kb: KB, pipeline: Pipeline, kb_commit: str | None, base: str,
-                    changed: list[str]) -> dict[str, Any]:
+                    changed: list[str], events: EventSink = null_sink) -> dict[str, Any]:
     """The test split with the new KB (the final gather), the base KB and no KB,
     and each changed recipe's leave-one-recipe-out effect, saved as the run's
     ``eval.json``; the test split never enters a stage. Its episodes and calls
-    are the run's: in its ledger, its cache entries and its budget."""
+    are the run's: in its ledger, its cache entries and its budget. A run
+    resumed after it is saved does not evaluate again, and one resumed in the
+    middle of it runs only the episodes that had not finished."""
+    revs = (kb_commit or base, base)
+    path = pipeline.run.file(EVAL_FILE)
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        saved = None  # damaged: evaluated again
+    if isinstance(saved, dict) and saved.get("revisions") == list(revs) and saved.get("effects_of") == changed:
+        events(Event("stage_skipped", "held-out", message="already done"))
+        return saved
+    journal = Journal(pipeline.run.file("eval.partial.jsonl"),
+                      lambda n: events(Event("item_done", "held-out", done=n)))
+    events(Event("stage_started", "held-out", done=len(journal.done), total=3 * len(pipeline.env.tasks("test"))))
     columns, effects = await evaluate_arms(kb, pipeline.agent, pipeline.env, pipeline.executor,
-                                           revs=(kb_commit or base, base), contexts=("none",), split="test",
-                                           effects=changed, client=pipeline.client)
+                                           revs=revs, contexts=("none",), split="test",
+                                           effects=changed, client=pipeline.client, journal=journal)
     labelled = [dataclasses.replace(c, label=label) for c, label in zip(
         columns, ("no KB", "new KB (this PR)", f"base KB ({base[:12]})"), strict=True)]
     evaluation = {"split": "test", "repeats": 1, "columns": [c.to_json() for c in (labelled[1], labelled[2],
                                                                                   labelled[0])],
-                  "effects": [e.to_json() for e in effects]}
-    write_atomic(pipeline.run.file(EVAL_FILE), json.dumps(evaluation, indent=2) + "\n")
+                  "effects": [e.to_json() for e in effects], "revisions": list(revs), "effects_of": changed}
+    write_atomic(path, json.dumps(evaluation, indent=2) + "\n")
+    journal.close()
+    events(Event("stage_finished", "held-out", message=f"{len(columns)} columns"))
     return evaluation
 
 
@@ -244,6 +278,7 @@ def load_trees(run: str, *, start: Path = Path(".")) -> tuple[dict[str, Tree], d
         base = find_base(kb.store, run)
         store = SearchStore(kb.store, run, base, kb.recipes_prefix())
         stored = store.load()
+        store.report()
         state = rebuild(store, sorted(stored.nodes), stored)
         return state.trees, chosen_nodes(state.trees, recorded_choices(store))
 

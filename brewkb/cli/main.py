@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 from brewkb import __version__
-from brewkb.errors import BrewError, BudgetExhausted
+from brewkb.errors import BrewError, BudgetExhausted, DiskFullError
 
 EXIT_ERROR, EXIT_BUG, EXIT_INTERRUPTED, EXIT_BUDGET = 1, 3, 130, 75
 
@@ -156,14 +156,37 @@ def _log_folder() -> Path:
 
 
 def _crash_log() -> Path:
+    """Write the traceback to the log folder, else to the temporary folder;
+    raises ``OSError`` when neither can be written (a full disk)."""
+    import tempfile
     import time
     import traceback
 
-    folder = _log_folder()
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"brewkb-crash-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
-    path.write_text(f"brewkb {__version__}\nargv: {sys.argv}\n\n{traceback.format_exc()}")
-    return path
+    text = f"brewkb {__version__}\nargv: {sys.argv}\n\n{traceback.format_exc()}"
+    name = f"brewkb-crash-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+    error: OSError | None = None
+    for folder in dict.fromkeys([_log_folder(), Path(tempfile.gettempdir())]):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / name).write_text(text)
+            return folder / name
+        except OSError as exc:
+            error = exc
+    assert error is not None
+    raise error
+
+
+def _bug() -> None:
+    """Report the exception being handled as a bug, its traceback in a log file."""
+    problem = sys.exc_info()[1]
+    try:
+        path = _crash_log()
+    except OSError as exc:
+        click.echo(f"brewkb: this is a bug ({type(problem).__name__}: {problem}); its traceback could not be "
+                   f"written either ({exc.strerror}) — please report it", err=True)
+    else:
+        click.echo(f"brewkb: this is a bug; the traceback is in {path} — please report it", err=True)
+    sys.exit(EXIT_BUG)
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -194,8 +217,13 @@ def main(argv: list[str] | None = None) -> None:
     except BrokenPipeError:
         sys.stderr.close()
         sys.exit(EXIT_ERROR)
+    except OSError as exc:
+        from brewkb.fsutil import is_disk_full
+
+        if not is_disk_full(exc):
+            _bug()
+        click.echo(f"brewkb: error: {DiskFullError.of(exc)}", err=True)
+        sys.exit(EXIT_ERROR)
     except Exception:
-        path = _crash_log()
-        click.echo(f"brewkb: this is a bug; the traceback is in {path} — please report it", err=True)
-        sys.exit(EXIT_BUG)
+        _bug()
     sys.exit(0)

@@ -4,6 +4,8 @@ and stderr is a terminal, plain lines otherwise, JSON lines with ``--json``."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 from typing import Any
 
@@ -84,7 +86,35 @@ def json_renderer(event: Event) -> None:
     click.echo(json.dumps(event.to_json(), sort_keys=True))
 
 
+KILL_AFTER = "BREWKB_KILL_AFTER_EVENT"
+"""Set to N, a command sends itself SIGKILL right after its N-th progress event
+is written: the way to check the crash guarantee (docs/pipeline.md) at any point."""
+
+
+class KillAfter:
+    """Renders events with ``inner``, then kills this process after the ``limit``-th."""
+
+    def __init__(self, inner: EventSink, limit: int) -> None:
+        self.inner, self.limit, self.seen = inner, limit, 0
+
+    def __call__(self, event: Event) -> None:
+        self.inner(event)
+        self.seen += 1
+        if self.seen == self.limit:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
 def renderer(as_json: bool) -> EventSink:
+    sink = _renderer(as_json)
+    limit = os.environ.get(KILL_AFTER, "")
+    if limit.isdigit() and int(limit) > 0:
+        return KillAfter(sink, int(limit))
+    return sink
+
+
+def _renderer(as_json: bool) -> EventSink:
     if as_json:
         return json_renderer
     if sys.stderr.isatty():
@@ -96,5 +126,7 @@ def renderer(as_json: bool) -> EventSink:
 
 
 def close(sink: EventSink) -> None:
+    if isinstance(sink, KillAfter):
+        sink = sink.inner
     if isinstance(sink, RichRenderer):
         sink.close()

@@ -16,30 +16,29 @@ re-implemented from the benchmark's description:
 
 Formulas written without cached values (openpyxl writes none) are recalculated
 first: with headless LibreOffice when ``soffice`` is installed, otherwise with
-the ``formulas`` package; the outcome says which.
+the ``formulas`` package; the outcome says which. Reading and recalculating
+run in a child process with a time and memory limit (``brewkb.envs.sheetgrade``:
+``grade_timeout`` and ``grade_memory_mb`` of ``env.options``); a case over
+either fails with the reason.
 
 The environment's one tool, ``run_python(code)``, runs the agent's code in the
 bubblewrap sandbox of ``brewkb.isolation.sandbox`` on a private copy of the task's first
 input workbook, with only ``INPUT_PATH`` and ``OUTPUT_PATH`` in its environment.
 The grader runs the last submitted code on every test case in the same way and
 copies the output out without following links; the dataset is never visible to
-the code. Workbooks read or recalculated are memoised by content.
+the code. A case graded once (the same output and answer) is not graded again.
+Every temporary folder goes with its tool call or its grading.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import json
-import logging
 import os
 import random
 import shutil
 import stat
-import subprocess
 import tempfile
-import threading
-import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,12 +47,20 @@ from typing import Any
 from brewkb.config import EnvConfig
 from brewkb.envs.base import SPLITS, Task
 from brewkb.errors import ConfigError
+from brewkb.envs.sheetgrade import (
+    GradeLimits,
+    grade_case,
+    grade_isolated,
+    normalise,
+    parse_positions,
+    workbook_values,
+)
 from brewkb.isolation.sandbox import Limits, check_mode, run_python
 from brewkb.trajectories.schema import Outcome, Trajectory, tool_calls
 
-__all__ = ["SpreadsheetBench", "load_dataset", "parse_positions", "normalise", "grade_case", "Case"]
+__all__ = ["SpreadsheetBench", "load_dataset", "parse_positions", "normalise", "grade_case", "workbook_values",
+           "Case", "GradeLimits"]
 
-EXCEL_EPOCH = dt.datetime(1899, 12, 30)
 TOOL = {"type": "function", "function": {
     "name": "run_python",
     "description": "Run Python code on a copy of the task's workbook. The input workbook's path is in the "
@@ -63,13 +70,6 @@ TOOL = {"type": "function", "function": {
     "parameters": {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"],
                    "additionalProperties": False}}}
 
-
-def _openpyxl() -> Any:
-    try:
-        import openpyxl
-    except ImportError:
-        raise ConfigError("SpreadsheetBench needs openpyxl: pip install 'brewkb[spreadsheet]'") from None
-    return openpyxl
 
 
 @dataclass(frozen=True)
@@ -127,206 +127,6 @@ def load_dataset(root: Path) -> list[SheetTask]:
 
 
 # ----------------------------------------------------------------- grading
-def parse_positions(position: str) -> list[tuple[str | None, str]]:
-    """``"'Sheet1'!A1:B2,C3"`` → ``[("Sheet1", "A1:B2"), (None, "C3")]``."""
-    parts: list[tuple[str | None, str]] = []
-    for part in position.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        if "!" in part:
-            sheet, _, cells = part.partition("!")
-            parts.append((sheet.strip().strip("'"), cells.strip().strip("'").replace("$", "")))
-        else:
-            parts.append((None, part.strip("'").replace("$", "")))
-    return parts
-
-
-def expand(cells: str) -> list[str]:
-    from openpyxl.utils import get_column_letter, range_boundaries
-
-    if ":" not in cells:
-        return [cells.upper()]
-    min_col, min_row, max_col, max_row = range_boundaries(cells.upper())
-    return [f"{get_column_letter(c)}{r}" for r in range(min_row, max_row + 1) for c in range(min_col, max_col + 1)]
-
-
-def normalise(value: Any) -> Any:
-    if isinstance(value, bool | int | float):
-        return round(float(value), 2)
-    if isinstance(value, dt.datetime):
-        return float(round((value - EXCEL_EPOCH).total_seconds() / 86400, 0))
-    if isinstance(value, dt.date):
-        return float((value - EXCEL_EPOCH.date()).days)
-    if isinstance(value, dt.time):
-        return value.strftime("%H:%M")
-    if isinstance(value, str):
-        try:
-            return round(float(value), 2)
-        except ValueError:
-            return value
-    return value
-
-
-def same(a: Any, b: Any) -> bool:
-    a, b = normalise(a), normalise(b)
-    if (a is None and b == "") or (a == "" and b is None):
-        return True
-    return type(a) is type(b) and a == b
-
-
-Values = dict[str, dict[str, Any]]
-
-
-def _read(path: Path) -> tuple[Values, set[tuple[str, str]], str]:
-    """Cached values of every sheet, the cells whose formula lacks its value, and a
-    digest of the workbook's cell contents (formulas included, file metadata not)."""
-    openpyxl = _openpyxl()
-    with warnings.catch_warnings():  # openpyxl warns about extensions it drops; they hold no cell values
-        warnings.simplefilter("ignore", UserWarning)
-        values = openpyxl.load_workbook(path, data_only=True)
-        formulas = openpyxl.load_workbook(path, data_only=False)
-    out: Values = {}
-    missing: set[tuple[str, str]] = set()
-    digest = hashlib.sha256()
-    for ws in values.worksheets:
-        cells = out.setdefault(ws.title, {})
-        raw_sheet = formulas[ws.title]
-        digest.update(repr(ws.title).encode())
-        for row in ws.iter_rows():
-            for cell in row:
-                cells[cell.coordinate] = cell.value
-                raw = raw_sheet[cell.coordinate].value
-                digest.update(repr((cell.coordinate, raw, cell.value)).encode())
-                if cell.value is None and isinstance(raw, str) and raw.startswith("="):
-                    missing.add((ws.title, cell.coordinate))
-    return out, missing, digest.hexdigest()
-
-
-class _Memo:
-    """A bounded, thread-safe memo: a workbook read or recalculated once (an
-    answer graded for every episode, a solution graded twice) is not read or
-    recalculated again."""
-
-    def __init__(self, size: int = 512) -> None:
-        self.size = size
-        self.entries: dict[str, Any] = {}
-        self.lock = threading.Lock()
-
-    def get(self, key: str) -> Any:
-        with self.lock:
-            return self.entries.get(key)
-
-    def put(self, key: str, entry: Any) -> None:
-        with self.lock:
-            if len(self.entries) >= self.size:
-                self.entries.pop(next(iter(self.entries)))
-            self.entries[key] = entry
-
-
-RECALCULATED = _Memo()  # by cell contents
-READ = _Memo()  # by file bytes
-
-
-def _libreoffice(path: Path, work: Path) -> Path | None:
-    soffice = shutil.which("soffice") or shutil.which("libreoffice")
-    if soffice is None:
-        return None
-    out = work / "recalculated"
-    out.mkdir(exist_ok=True)
-    subprocess.run([soffice, "--headless", "--calc", "--convert-to", "xlsx", "--outdir", str(out), str(path)],
-                   capture_output=True, timeout=180, check=False)
-    result = out / path.name
-    return result if result.is_file() else None
-
-
-def _formulas(path: Path, work: Path) -> Values | None:
-    os.environ.setdefault("TQDM_DISABLE", "1")  # formulas draws progress bars on stderr for every workbook
-    try:
-        import formulas
-    except ImportError:
-        return None
-    out = work / "formulas"
-    # links to other workbooks and unsupported extensions are the workbook's own: not the user's to act on
-    logging.getLogger("formulas").setLevel(logging.CRITICAL)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model = formulas.ExcelModel().loads(str(path)).finish()
-        model.calculate()
-        model.write(dirpath=str(out))
-    written = next(out.glob("*"), None)
-    if written is None:
-        return None
-    return _read(written)[0]
-
-
-def workbook_values(path: Path, work: Path,
-                    positions: Sequence[tuple[str | None, str]] | None = None) -> tuple[Values, str]:
-    """Cell values of a workbook, recalculated when a formula lacks its cached value
-    (only a formula inside ``positions`` counts when they are given; a ``None``
-    sheet is the workbook's first); returns the values (do not modify them: they
-    may be shared) and how (``cached``, ``libreoffice``, ``formulas`` or
-    ``uncalculated``; `` (reused)`` is appended when an earlier recalculation of
-    the same cells is reused)."""
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    read = READ.get(digest)
-    if read is None:
-        read = _read(path)
-        READ.put(digest, read)
-    values, missing, key = read
-    if positions is not None:
-        first = next(iter(values), None)
-        wanted = {(sheet or first, coord) for sheet, cells in positions for coord in expand(cells)}
-        missing = missing & wanted
-    if not missing:
-        return values, "cached"
-    known = RECALCULATED.get(key)
-    if known is not None:
-        return known[0], f"{known[1]} (reused)"
-    values, method = _recalculate(path, work, values)
-    RECALCULATED.put(key, (values, method))
-    return values, method
-
-
-def _recalculate(path: Path, work: Path, values: Values) -> tuple[Values, str]:
-    converted = _libreoffice(path, work)
-    if converted is not None:
-        return _read(converted)[0], "libreoffice"
-    computed = _formulas(path, work)
-    if computed is None:
-        return values, "uncalculated"
-    by_upper = {name.upper(): cells for name, cells in computed.items()}
-    values = {sheet: dict(cells) for sheet, cells in values.items()}  # the read values are shared
-    for sheet, cells in values.items():  # formulas upper-cases sheet names; keep the originals
-        for coord, value in by_upper.get(sheet.upper(), {}).items():
-            if cells.get(coord) is None:
-                cells[coord] = value
-    return values, "formulas"
-
-
-def grade_case(output: Path, answer: Path, position: str, work: Path) -> tuple[bool, dict[str, Any]]:
-    """Whether ``output`` matches ``answer`` at ``position``, with the reason."""
-    if not output.is_file():
-        return False, {"reason": "no output workbook was written"}
-    try:
-        positions = parse_positions(position)
-        expected, _ = workbook_values(answer, work / "answer", positions)
-        first = next(iter(expected), None)
-        resolved = [(sheet or first, cells) for sheet, cells in positions]
-        got, method = workbook_values(output, work, resolved)
-    except Exception as exc:  # openpyxl raises many types for a damaged file
-        return False, {"reason": f"unreadable workbook: {type(exc).__name__}: {exc}"}
-    for sheet, cells in resolved:
-        name = sheet or first
-        if name not in got:
-            return False, {"reason": f"sheet {name!r} is missing from the output", "recalc": method}
-        for coord in expand(cells):
-            want, have = expected.get(name, {}).get(coord), got[name].get(coord)
-            if not same(want, have):
-                return False, {"reason": f"{name}!{coord}: expected {want!r}, got {have!r}", "recalc": method}
-    return True, {"recalc": method}
-
-
 # --------------------------------------------------------------- execution
 def run_code(code: str, source: Path, work: Path, *, sandbox: str, limits: Limits) -> tuple[str, Path]:
     """Run ``code`` in the sandbox on a private copy of ``source`` in ``work/job``;
@@ -370,13 +170,14 @@ def _digest(path: Path) -> str:
 class _Session:
     def __init__(self, env: SpreadsheetBench, task: SheetTask) -> None:
         self.env, self.task = env, task
-        self.work = Path(tempfile.mkdtemp(prefix="brewkb-sheet-"))
 
     def call(self, name: str, arguments: Mapping[str, Any]) -> str:
         if name != "run_python" or not isinstance(arguments.get("code"), str):
             return "Error: the only tool is run_python(code: str)"
-        observation, _ = run_code(arguments["code"], self.task.cases[0].input, self.work / "session",
-                                  sandbox=self.env.sandbox, limits=self.env.limits)
+        # each call runs on a fresh copy, in a folder that goes with the call
+        with tempfile.TemporaryDirectory(prefix="brewkb-sheet-") as tmp:
+            observation, _ = run_code(arguments["code"], self.task.cases[0].input, Path(tmp) / "session",
+                                      sandbox=self.env.sandbox, limits=self.env.limits)
         return observation
 
 
@@ -386,11 +187,11 @@ class SpreadsheetBench:
     name = "spreadsheetbench"
 
     def __init__(self, root: Path, *, seed: int = 0, fractions: tuple[float, float] = (0.5, 0.2),
-                 limits: Limits = Limits(), sandbox: str = "bwrap") -> None:
+                 limits: Limits = Limits(), sandbox: str = "bwrap", grading: GradeLimits = GradeLimits()) -> None:
         check_mode(sandbox)
         self.root = root
         self.sheet_tasks = {t.id: t for t in load_dataset(root)}
-        self.limits, self.sandbox = limits, sandbox
+        self.limits, self.sandbox, self.grading = limits, sandbox, grading
         ids = sorted(self.sheet_tasks)
         random.Random(seed).shuffle(ids)
         n_train, n_eval = round(len(ids) * fractions[0]), round(len(ids) * fractions[1])
@@ -407,7 +208,9 @@ class SpreadsheetBench:
                    fractions=(float(opts.get("train", 0.5)), float(opts.get("eval", 0.2))),
                    limits=Limits(timeout=float(opts.get("timeout", 60.0)), memory_mb=int(opts.get("memory_mb", 2048)),
                                  processes=int(opts.get("processes", 64))),
-                   sandbox=str(opts.get("sandbox", "bwrap")))
+                   sandbox=str(opts.get("sandbox", "bwrap")),
+                   grading=GradeLimits(timeout=_positive(opts, "grade_timeout", 300.0),
+                                       memory_mb=int(_positive(opts, "grade_memory_mb", 4096))))
 
     def describe(self) -> dict[str, Any]:
         """The seeded split, for the run's manifest."""
@@ -442,7 +245,8 @@ class SpreadsheetBench:
             for n, case in enumerate(sheet.cases):
                 work = Path(tmp) / f"case{n}"
                 observation, output = run_code(code, case.input, work, sandbox=self.sandbox, limits=self.limits)
-                ok, detail = grade_case(output, case.answer, sheet.answer_position, work / "recalc")
+                ok, detail = grade_isolated(output, case.answer, sheet.answer_position, work / "recalc",
+                                            self.grading)
                 results.append({"case": n + 1, "passed": ok, **detail,
                                 **({} if ok else {"run": observation[-500:]})})
         if [_digest(c.input) for c in sheet.cases] != before:  # guards the dataset itself
@@ -457,3 +261,9 @@ class SpreadsheetBench:
     def relabel_task(self, task: Task, actions: Sequence[tuple[str, Mapping[str, Any]]], text: str) -> Task | None:
         return None  # a free-form task has no answer workbook to grade against
 
+
+def _positive(options: Mapping[str, Any], key: str, default: float) -> float:
+    value = options.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ConfigError(f"env.options.{key}: expected a number > 0, got {value!r}")
+    return float(value)

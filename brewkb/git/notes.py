@@ -1,11 +1,14 @@
 """Notes: one JSON note per node commit under ``refs/notes/brew``, written
-in batches (many nodes, one notes commit) and once per commit."""
+in batches (many nodes, one notes commit) and once per commit; the history
+of the notes ref tells which notes a batch wrote, so a note damaged or
+removed later can be found again."""
 
 from __future__ import annotations
 
 import json
 import re
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from brewkb.errors import GitError, RefConflictError
@@ -13,7 +16,7 @@ from brewkb.git.objects import FILE_MODE, Entry, Objects
 from brewkb.git.refdb import RefDB
 from brewkb.git.refs import NOTES_REF
 
-__all__ = ["Notes"]
+__all__ = ["Notes", "NotesCommit"]
 
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
 
@@ -22,6 +25,15 @@ def _note_paths(commit: str) -> tuple[str, ...]:
     """Where git may keep the note of ``commit``: flat or with 1 or 2 fan-out levels."""
     return (commit, f"{commit[:2]}/{commit[2:]}", f"{commit[:2]}/{commit[2:4]}/{commit[4:]}")
 
+
+
+@dataclass(frozen=True)
+class NotesCommit:
+    """A commit of the notes ref and the notes it added or changed (annotated commit → blob)."""
+
+    commit: str
+    subject: str
+    notes: dict[str, str]
 
 
 class Notes(RefDB, Objects):
@@ -90,3 +102,42 @@ class Notes(RefDB, Objects):
                 except RefConflictError:
                     continue
         raise RefConflictError(f"{ref} kept moving under {attempts} attempts; retry later")
+
+    def notes_history(self, subject_prefix: str, ref: str = NOTES_REF) -> list[NotesCommit]:
+        """The commits of ``ref``'s history whose subject starts with
+        ``subject_prefix``, oldest first, each with the notes it wrote."""
+        head = self.read_ref(ref)
+        if not head:
+            return []
+        found: list[NotesCommit] = []
+        ours = False
+        # one git process for the whole history: each commit's header, then its changed files
+        log = self._git("log", "--raw", "-r", "--no-abbrev", "--no-renames", "--format=%x1e%H%x1f%s", head, "--")
+        for line in log.split("\n"):  # not splitlines(): it splits at \x1e too
+            if line.startswith("\x1e"):
+                commit, _, subject = line[1:].partition("\x1f")
+                ours = subject.startswith(subject_prefix)
+                if ours:
+                    found.append(NotesCommit(commit, subject, {}))
+            elif ours and line.startswith(":"):
+                fields, _, path = line.partition("\t")
+                blob, status = fields.split()[3], fields.split()[4]
+                name = path.replace("/", "")
+                if status != "D" and _HEX40.match(name):
+                    found[-1].notes[name] = blob
+        return found[::-1]
+
+    def restore_notes(self, blobs: Mapping[str, str], message: str, *, timestamp: int,
+                      ref: str = NOTES_REF) -> str:
+        """One notes commit that sets the note of each commit to a blob that
+        already exists (replacing a damaged note, or putting back a removed one)."""
+        head = self.read_ref(ref)
+        root = self.commit_tree(head) if head else None
+        changes: dict[str, Entry | None] = {}
+        for commit, blob in blobs.items():
+            changes.update(dict.fromkeys(_note_paths(commit)))  # one note per commit, whatever the fan-out
+            changes[f"{commit[:2]}/{commit[2:]}"] = Entry(FILE_MODE, "", blob)
+        tree = self.update_tree(root, changes)
+        commit = self.write_commit(tree, [head] if head else [], message, timestamp=timestamp)
+        self.update_ref(ref, commit, expected=head)
+        return commit

@@ -5,6 +5,7 @@ inside ``packed()``, as one pack; and the tree arithmetic a search needs
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import re
@@ -26,6 +27,7 @@ __all__ = ["Objects", "Entry", "Identity", "format_message", "parse_trailers", "
 FILE_MODE = "100644"
 TREE_MODE = "40000"
 LOOSE_LIMIT = 32  # a batch of fewer objects is written loose: a pack per handful of objects would pile up
+REGULAR = ("100644", "100755")
 
 
 @dataclass(frozen=True)
@@ -226,8 +228,8 @@ class Objects:
         return entry
 
     def read_folder(self, commit: str, folder: str, suffix: str = ".md") -> dict[str, bytes]:
-        """Files directly in ``folder`` at ``commit`` whose name ends in ``suffix``,
-        keyed by their path in the repository."""
+        """Regular files directly in ``folder`` at ``commit`` whose name ends in
+        ``suffix``, keyed by their path in the repository."""
         entry = self.lookup(self.commit_tree(commit), folder)
         if entry is None or not entry.is_tree:
             return {}
@@ -235,7 +237,7 @@ class Objects:
         return {
             f"{prefix}/{e.name}" if prefix else e.name: self.read_blob(e.sha)
             for e in self.read_tree(entry.sha)
-            if not e.is_tree and e.name.endswith(suffix)
+            if e.mode in REGULAR and e.name.endswith(suffix)  # a symbolic link's blob is where it leads
         }
 
     def _write_object(self, kind: str, data: bytes) -> str:
@@ -261,9 +263,14 @@ class Objects:
             tmp = f"{folder}/tmp_obj_{os.getpid()}_{sha[2:]}"
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o444)
             try:
-                os.write(fd, zlib.compress(raw, 1))
-            finally:
+                packed = zlib.compress(raw, 1)
+                if os.write(fd, packed) != len(packed):  # a full disk: never an object cut short
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), self._objects_str)
+            except OSError as exc:
                 os.close(fd)
+                os.unlink(tmp)
+                raise OSError(exc.errno, exc.strerror, exc.filename or self._objects_str) from None
+            os.close(fd)
             os.replace(tmp, target)
 
     def write_blob(self, data: bytes) -> str:

@@ -3,6 +3,7 @@ compare-and-swap on the old value, list, delete and push them."""
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -99,17 +100,21 @@ class RefDB:
                     f"{name} moved: expected {expected or 'no ref'}, found {current or 'no ref'}; "
                     "another process updated it — reload and retry"
                 )
-            os.write(fd, (new + "\n").encode())
+            line = (new + "\n").encode()
+            if os.write(fd, line) != len(line):  # a full disk: the ref keeps its old value
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(lock))
             os.close(fd)
             fd = -1
             os.replace(lock, path)
-        except BaseException:
+        except BaseException as exc:
             if fd >= 0:
                 os.close(fd)
             try:
                 os.unlink(lock)
             except FileNotFoundError:
                 pass
+            if isinstance(exc, OSError) and exc.filename is None and exc.errno is not None:
+                raise OSError(exc.errno, exc.strerror, str(path)) from None
             raise
 
     def _ref_folder(self, folder: str, name: str) -> None:
@@ -128,7 +133,9 @@ class RefDB:
                 text=True, check=True,
             ).stdout
         except subprocess.CalledProcessError as exc:
-            raise GitError(f"git {' '.join(args)} failed: {exc.stderr.strip()}") from None
+            said = exc.stderr.strip()
+            hint = "; free some space and run the command again" if "No space left" in said else ""
+            raise GitError(f"git {' '.join(args)} failed: {said}{hint}") from None
 
     def list_refs(self, prefix: str) -> dict[str, str]:
         """Refs under ``prefix`` (e.g. ``refs/heads/brew/run1/``) and their commits."""

@@ -1,6 +1,7 @@
 """Run a program and, when it exits, kill everything it started.
 
-Usage: ``python -I -S reaper.py ARGV...`` (Linux). The reaper makes itself a
+Usage: ``python -I -S reaper.py [--in-namespace] ARGV...`` (Linux);
+``--in-namespace`` when it runs in a PID namespace whose init is its parent. The reaper makes itself a
 *child subreaper* (``prctl(PR_SET_CHILD_SUBREAPER)``), so every orphaned
 descendant of the program — double-forked, ``setsid``, in another process
 group — is re-parented to it rather than to init. When the program exits, or
@@ -56,6 +57,9 @@ def _kill_descendants() -> None:
 
 
 def main(argv: list[str]) -> int:
+    # in a PID namespace the parent is the namespace's init, pid 1: that is no sign of an orphan
+    orphan_parent = 0 if argv[:1] == ["--in-namespace"] else 1
+    argv = argv[1:] if orphan_parent == 0 else argv
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
@@ -72,7 +76,7 @@ def main(argv: list[str]) -> int:
             pass
 
     signal.signal(signal.SIGTERM, stop)
-    if os.getppid() == 1:  # the parent died before the death signal was armed
+    if os.getppid() == orphan_parent:  # the parent died before the death signal was armed
         stop(signal.SIGTERM, None)
     while True:  # reap orphans as they come, until the program itself exits
         pid, status = os.waitpid(-1, 0)

@@ -90,7 +90,7 @@ def _probe(bwrap: str) -> str:
     """bwrap's complaint when a sandbox like the real one cannot start, else ``""``."""
     with tempfile.TemporaryDirectory(prefix="brewkb-probe-") as tmp:
         done = run_capped(_argv("bwrap", Path(JOB), ("i", "o"), Limits(), Path(tmp), ["/usr/bin/true"]), b"",
-                          timeout=60, max_output=10_000, env={})
+                          timeout=60, max_output=10_000, env={}, namespace=False)
     if done.returncode == 0:
         return ""
     lines = done.stderr.decode("utf-8", "replace").strip().splitlines()
@@ -162,6 +162,6 @@ def run_python(code: str, work: Path, input_name: str, *, mode: str, limits: Lim
     if mode == "none":
         env = {"INPUT_PATH": str(work / names[0]), "OUTPUT_PATH": str(work / names[1])}
         return run_capped(_argv(mode, work, names, limits, work), b"", timeout=limits.timeout,
-                          max_output=limits.max_output, cwd=work, env=env)
+                          max_output=limits.max_output, cwd=work, env=env, namespace=False)
     return run_capped(_argv(mode, Path(JOB), names, limits, work), b"", timeout=limits.timeout,
-                      max_output=limits.max_output, env={})
+                      max_output=limits.max_output, env={}, namespace=False)

@@ -4,18 +4,26 @@ capped, a deadline, and no process left behind.
 On Linux the program runs under ``reaper.py``, a child subreaper that kills every
 descendant when the program exits or the deadline passes — including ones that
 left the process group with ``setsid`` — so a child that still holds stdout
-cannot keep a finished program's output waiting. A program that kills the reaper
-itself orphans its descendants; each run therefore also marks the environment of
-everything it starts with a token of its own (``BREWKB_EPISODE``), and when the
-reaper is gone every process still carrying the token is killed. Elsewhere the
-process group is killed.
+cannot keep a finished program's output waiting. The reaper itself runs in a
+PID namespace of its own (bubblewrap's ``--unshare-pid``): when the reaper ends,
+however it ends, the namespace's init ends and the kernel kills every process
+left in it, so a program that kills its reaper, detaches and clears its
+environment still ends with its episode. Where the kernel or a missing
+bubblewrap refuses a namespace, brewkb says so once and falls back to marking
+the environment of everything it starts with a token of its own
+(``BREWKB_EPISODE``): when the reaper is gone every process still carrying the
+token is killed (a process that clears its environment escapes that). Elsewhere
+the process group is killed.
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
 import secrets
 import selectors
+import shutil
 import signal
 import subprocess
 import sys
@@ -24,7 +32,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Completed", "run_capped", "stop_all"]
+__all__ = ["Completed", "run_capped", "stop_all", "namespace_problem"]
+
+log = logging.getLogger(__name__)
 
 STDERR_KEEP = 64_000
 REAPER = Path(__file__).with_name("reaper.py")
@@ -74,28 +84,69 @@ def stop_all() -> None:
             pass
 
 
-def _contained(argv: Sequence[str]) -> list[str]:
-    if sys.platform.startswith("linux"):
-        return [sys.executable, "-I", "-S", str(REAPER), *argv]
-    return list(argv)
+NAMESPACE = ("--dev-bind", "/", "/", "--unshare-pid", "--die-with-parent", "--proc", "/proc", "--")
+"""bwrap options that change nothing but the PID namespace (and the /proc that shows it)."""
+
+
+@functools.lru_cache(maxsize=1)
+def namespace_problem() -> str:
+    """Why programs cannot run in a PID namespace of their own here, or ``""``
+    when they can (tried once per process)."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return "bubblewrap is not installed (apt-get install -y bubblewrap)"
+    try:
+        done = subprocess.run([bwrap, *NAMESPACE, "true"], capture_output=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bwrap cannot run: {exc}"
+    said = done.stderr.decode("utf-8", "replace").strip().splitlines()
+    return "" if done.returncode == 0 else f"bwrap: {said[-1] if said else f'exit status {done.returncode}'}"
+
+
+def _contained(argv: Sequence[str], namespace: bool) -> tuple[list[str], bool]:
+    """The command line that runs ``argv`` under the reaper, in a PID
+    namespace when asked and possible; and whether it is in one."""
+    if not sys.platform.startswith("linux"):
+        return list(argv), False
+    reaper = [sys.executable, "-I", "-S", str(REAPER)]
+    if namespace:
+        problem = namespace_problem()
+        if not problem:
+            return [shutil.which("bwrap") or "bwrap", *NAMESPACE, *reaper, "--in-namespace", *argv], True
+        _warn_once(problem)
+    return [*reaper, *argv], False
+
+
+@functools.lru_cache(maxsize=1)
+def _warn_once(problem: str) -> None:
+    log.warning("agent programs do not run in a PID namespace of their own here (%s); each episode's processes "
+                "are ended by its reaper and an environment marker instead, which a process that kills the reaper "
+                "and clears its environment escapes (see docs/agent-protocol.md)", problem)
 
 
 def run_capped(argv: Sequence[str], stdin: bytes, *, timeout: float, max_output: int,
-               cwd: Path | None = None, env: Mapping[str, str] | None = None) -> Completed:
+               cwd: Path | None = None, env: Mapping[str, str] | None = None, namespace: bool = True) -> Completed:
     """Run ``argv`` with ``stdin``; kill it and all its descendants at ``timeout``
     seconds or when stdout exceeds ``max_output`` bytes, and its descendants
-    anyway when it exits."""
+    anyway when it exits. ``namespace``: in a PID namespace of its own (a
+    caller whose program makes its own, like the sandbox, passes ``False``)."""
     start = time.monotonic()
     token = secrets.token_hex(8)
+    command, isolated = _contained(argv, namespace)
     try:
-        proc = subprocess.Popen(_contained(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 cwd=cwd, env={**(os.environ if env is None else env), TOKEN_VAR: token},
                                 start_new_session=True)
     except OSError as exc:
         return Completed(b"", b"", None, f"cannot start {argv[0]!r}: {exc.strerror}", 0.0)
     _LIVE.add(proc)
     try:
-        return _collect(proc, stdin, start, timeout, max_output, token)
+        done = _collect(proc, stdin, start, timeout, max_output, token)
+        code = done.returncode
+        if isolated and code is not None and 128 < code <= 128 + 64:
+            # bwrap reports a child killed by a signal as 128 + the signal, as a shell does
+            done = Completed(done.stdout, done.stderr, -(code - 128), done.problem, done.seconds)
+        return done
     finally:
         _LIVE.discard(proc)
         if sys.platform.startswith("linux"):

@@ -6,16 +6,24 @@ cache replays exactly. The client stores good replies only. Each entry keeps
 the role that asked, and ``uses`` records which runs used which entry, so one
 run's or one role's entries can be dropped. No key, header or endpoint address
 is stored in clear.
+
+A damaged database file raises ``LLMError`` naming it; ``remove`` deletes
+it (``brewkb cache clear``), which always works whatever the damage. A full
+disk raises ``OSError`` (``ENOSPC``) naming the file.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
+import os
 import sqlite3
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 from brewkb.errors import LLMError
@@ -52,7 +60,7 @@ class ResponseCache:
             self._db.execute("CREATE TABLE IF NOT EXISTS uses (key TEXT NOT NULL, run TEXT NOT NULL, "
                              "PRIMARY KEY (key, run))")
         except sqlite3.DatabaseError as exc:
-            raise LLMError(f"the LLM cache {path} is unusable ({exc}); delete it or run `brewkb cache clear`") from None
+            raise _problem(path, exc) from None
         self._lock = threading.Lock()
         self.run = run
 
@@ -66,9 +74,23 @@ class ResponseCache:
     def digest(canonical: str) -> str:
         return hashlib.sha256(canonical.encode()).hexdigest()
 
+    @contextlib.contextmanager
+    def _using(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            try:
+                yield self._db
+            except sqlite3.DatabaseError as exc:
+                raise _problem(self.path, exc) from None
+
+    @staticmethod
+    def remove(path: Path) -> None:
+        """Delete the cache file (and SQLite's journal files next to it)."""
+        for name in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+            name.unlink(missing_ok=True)
+
     def get(self, canonical: str) -> str | None:
         key = self.digest(canonical)
-        with self._lock:
+        with self._using():
             row = self._db.execute("SELECT value FROM responses WHERE key = ?", (key,)).fetchone()
             if row and self.run:
                 self._db.execute("INSERT OR IGNORE INTO uses VALUES (?, ?)", (key, self.run))
@@ -76,14 +98,14 @@ class ResponseCache:
 
     def put(self, canonical: str, kind: str, value: str, role: str = "") -> None:
         key = self.digest(canonical)
-        with self._lock:
+        with self._using():
             self._db.execute("INSERT OR REPLACE INTO responses (key, kind, value, created, role) "
                              "VALUES (?, ?, ?, ?, ?)", (key, kind, value, time.time(), role))
             if self.run:
                 self._db.execute("INSERT OR IGNORE INTO uses VALUES (?, ?)", (key, self.run))
 
     def stats(self) -> CacheStats:
-        with self._lock:
+        with self._using():
             rows = self._db.execute("SELECT kind, COUNT(*), COALESCE(SUM(LENGTH(value)), 0) "
                                     "FROM responses GROUP BY kind").fetchall()
             roles = self._db.execute("SELECT role, COUNT(*) FROM responses GROUP BY role").fetchall()
@@ -102,7 +124,7 @@ class ResponseCache:
             where.append("role = ?")
             args.append(role)
         condition = " WHERE " + " AND ".join(where) if where else ""
-        with self._lock:
+        with self._using():
             count = self._db.execute(f"SELECT COUNT(*) FROM responses{condition}", args).fetchone()[0]
             self._db.execute(f"DELETE FROM responses{condition}", args)
             self._db.execute("DELETE FROM uses WHERE key NOT IN (SELECT key FROM responses)")
@@ -112,8 +134,15 @@ class ResponseCache:
 
     def runs(self) -> set[str]:
         """The runs recorded as using an entry."""
-        with self._lock:
+        with self._using():
             return {row[0] for row in self._db.execute("SELECT DISTINCT run FROM uses")}
 
     def close(self) -> None:
         self._db.close()
+
+
+def _problem(path: Path, exc: sqlite3.DatabaseError) -> Exception:
+    if "full" in str(exc):  # SQLITE_FULL: the disk, not the file
+        return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+    return LLMError(f"the LLM cache {path} is damaged ({exc}); delete it with `brewkb cache clear --yes` "
+                    "(the next run pays for its calls again)")

@@ -80,14 +80,32 @@ def retriever_of(kb: KB, client: Any = None) -> Retriever:
 
 def _state_key(kb: KB, rev: str | None) -> tuple[str, list[Recipe]]:
     if rev is None:
-        recipes = kb.recipes()
+        recipes = _within_limit(kb, kb.recipes(), {p.stem: p.stat().st_size for p in kb.recipe_files()}, None)
         digest = hashlib.sha256()
         for recipe in recipes:
             digest.update(render_recipe(recipe).encode() + b"\0")
         return "wt-" + digest.hexdigest()[:40], recipes
     commit = kb.store.resolve(rev)
     entry = kb.store.lookup(kb.store.commit_tree(commit), kb.recipes_prefix())
-    return "tree-" + (entry.sha if entry else "empty"), kb.recipes(commit)
+    sizes = {Path(name).stem: len(data) for name, data in kb.store.read_folder(commit, kb.recipes_prefix()).items()}
+    key = f"tree-{entry.sha if entry else 'empty'}-max{kb.config.kb.max_recipe_kb}"
+    return key, _within_limit(kb, kb.recipes(commit), sizes, rev)
+
+
+def _within_limit(kb: KB, recipes: list[Recipe], sizes: Mapping[str, int], rev: str | None) -> list[Recipe]:
+    """The recipes whose file is within ``kb.max_recipe_kb``; the others are left out with a warning."""
+    limit = kb.config.kb.max_recipe_kb * 1024
+    kept = []
+    for recipe in recipes:
+        size = sizes.get(recipe.name, 0)
+        if size > limit:
+            where = f" at {rev}" if rev else ""
+            log.warning("leaving %s/%s.md%s out of the index: it is %d KB, over kb.max_recipe_kb (%d KB); split "
+                        "it, or raise the limit in brewkb.toml", kb.config.kb.recipes_dir, recipe.name, where,
+                        size // 1024, kb.config.kb.max_recipe_kb)
+        else:
+            kept.append(recipe)
+    return kept
 
 
 def open_index(kb: KB, rev: str | None = None, retriever: Retriever | None = None) -> Searchable:

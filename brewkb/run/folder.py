@@ -13,17 +13,17 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from brewkb.errors import RunError
-from brewkb.fsutil import write_atomic
+from brewkb.fsutil import append_line, write_atomic
 from brewkb.git.refs import check_run_id
 from brewkb.trajectories.schema import Trajectory, read_jsonl, write_jsonl
 
-__all__ = ["Run", "new_run_id", "STAGES", "FILES", "LOCK"]
+__all__ = ["Run", "Journal", "new_run_id", "STAGES", "FILES", "LOCK"]
 
 log = logging.getLogger(__name__)
 LOCK = "run.lock"
@@ -82,8 +82,12 @@ class Run:
                     "a process whose lock file is unreadable"
                 raise RunError(f"run {self.id} is in use by {who}; wait for it to finish, or delete {path} "
                                "if that process is gone") from None
-            with os.fdopen(fd, "w", encoding="utf-8") as out:
-                out.write(json.dumps(owner) + "\n")
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as out:
+                    out.write(json.dumps(owner) + "\n")
+            except BaseException:  # e.g. a full disk: no lock without its owner is left behind
+                path.unlink(missing_ok=True)
+                raise
             break
         try:
             yield
@@ -91,13 +95,26 @@ class Run:
             path.unlink(missing_ok=True)
 
     def manifest(self) -> dict[str, Any]:
+        path = self.file(MANIFEST)
         try:
-            return json.loads(self.file(MANIFEST).read_text(encoding="utf-8"))  # type: ignore[no-any-return]
+            data = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return {"run": self.id, "stages": {}}
-        except json.JSONDecodeError as exc:
-            raise RunError(f"{self.file(MANIFEST)} is not JSON ({exc.msg}); restore it from git or delete "
-                           "the run folder") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            problem = exc.msg if isinstance(exc, json.JSONDecodeError) else "not UTF-8 text"
+            raise RunError(f"{path} is not JSON ({problem}); restore it from git (`git checkout -- {path}`) or "
+                           "delete the run folder") from None
+        except IsADirectoryError:
+            raise RunError(f"{path} is a folder, not the run's manifest; remove it or delete the run folder") from None
+        spec = data.get("search_spec") if isinstance(data, dict) else None
+        if not isinstance(data, dict) or not isinstance(data.get("stages", {}), dict) or (
+                spec is not None and not (isinstance(spec, dict) and isinstance(spec.get("base"), str)
+                                          and isinstance(spec.get("spec"), dict))):
+            raise RunError(f"{path} is damaged (not the object brewkb writes: a `stages` table and a "
+                           "`search_spec` with `base` and `spec`); restore it from git (`git checkout -- "
+                           f"{path}`) or delete the run folder")
+        data.setdefault("stages", {})
+        return data
 
     def record_stage(self, stage: str, **info: Any) -> None:
         stages = self.manifest().get("stages", {})
@@ -138,3 +155,33 @@ def _alive(pid: int) -> bool:
     except PermissionError:  # exists, owned by someone else
         return True
     return True
+
+
+class Journal:
+    """Episodes of one step by key, appended as each finishes, so a step that
+    a crash interrupted runs only the episodes it had not finished (and counts
+    none twice against a budget). ``on_put`` hears how many are kept."""
+
+    def __init__(self, path: Path, on_put: Callable[[int], None] | None = None) -> None:
+        self.path, self.on_put = path, on_put
+        self.done: dict[str, Trajectory] = {}
+        if path.exists():
+            for line in path.read_text(encoding="utf-8").splitlines():
+                try:
+                    record = json.loads(line)
+                    self.done[str(record["key"])] = Trajectory.from_json(record["trajectory"])
+                except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+                    continue  # a line cut short by a crash or a full disk: its episode runs again
+
+    def get(self, key: str) -> Trajectory | None:
+        return self.done.get(key)
+
+    def put(self, key: str, trajectory: Trajectory) -> None:
+        append_line(self.path, json.dumps({"key": key, "trajectory": trajectory.to_json()}))
+        self.done[key] = trajectory
+        if self.on_put is not None:
+            self.on_put(len(self.done))
+
+    def close(self) -> None:
+        """Forget the journal once its step's result is saved."""
+        self.path.unlink(missing_ok=True)

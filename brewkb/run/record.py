@@ -110,6 +110,7 @@ def load_run(kb: KB, run: str) -> RunView:
     base = find_base(store, run)
     search = SearchStore(store, run, base, kb.recipes_prefix())
     stored = search.load()
+    search.report()
     state = rebuild(search, sorted(stored.nodes), stored)
     choices = recorded_choices(search)
     best = chosen_nodes(state.trees, choices)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import difflib
 import html
-import json
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from brewkb.errors import RunError
 from brewkb.fsutil import write_atomic
 from brewkb.kb import KB
 from brewkb.llm.ledger import read_ledger, summarise
+from brewkb.run.folder import Run
 from brewkb.run.record import RunView, change_table, eval_table, final_label, load_run
 from brewkb.search.render import mermaid
 from brewkb.search.tree import Tree
@@ -229,7 +229,7 @@ def write_report(run: str, *, start: Path = Path(".")) -> list[Path]:
         if not folder.is_dir():
             raise RunError(f"no run {run!r} in {kb.runs_dir}")
         view = load_run(kb, run)
-        manifest = json.loads((folder / "manifest.json").read_text()) if (folder / "manifest.json").exists() else {}
+        manifest = Run(run, folder).manifest()
         config = (folder / "config.toml").read_text() if (folder / "config.toml").exists() else ""
         plot = folder / "plots" / "rewards.svg"
         plotted = plot_rewards(view, plot)

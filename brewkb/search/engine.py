@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from brewkb.config import SearchConfig
+from brewkb.errors import GitError, RunError
 from brewkb.events import Event, EventSink, null_sink
 from brewkb.recipes import Recipe, parse_recipe, render_recipe
 from brewkb.search.evaluate import Evaluates
@@ -62,6 +63,15 @@ class SearchSpec:
                    samples=config.samples, exploration=config.exploration, lambda_corr=config.lambda_corr,
                    lambda_ret=config.lambda_ret)
         return dataclasses.replace(spec, **{k: v for k, v in overrides.items() if v is not None})
+
+    @classmethod
+    def from_record(cls, data: Mapping[str, Any]) -> SearchSpec:
+        """The spec a run's manifest recorded."""
+        try:
+            return cls(**data)
+        except TypeError as exc:
+            raise RunError(f"the run's manifest.json records a search this brewkb cannot read ({exc}); restore the "
+                           "manifest from git, or start a new run") from None
 
     @property
     def rounds(self) -> int:
@@ -109,8 +119,8 @@ def rebuild(store: SearchStore, concepts: list[str], stored: StoredRun | None = 
             continue
         tree = state.trees[concept]
         for n in nodes:
-            if n.id != max(tree.nodes, default=-1) + 1:
-                raise ValueError(f"{concept}: node ids of the run are not contiguous (n{n.id})")
+            if n.id != max(tree.nodes, default=-1) + 1:  # SearchStore.load refuses a gap it cannot fill
+                raise GitError(f"{concept}: node n{max(tree.nodes, default=-1) + 1} of run {store.run} is missing")
             tree.add(n.parent, n.iteration)
             state.commits[(concept, n.id)] = (n.commit, n.blob)
             state.samples[(concept, n.id)] = n.sample
@@ -121,6 +131,21 @@ def rebuild(store: SearchStore, concepts: list[str], stored: StoredRun | None = 
                 state.eval_run += usage.get("episodes_run", 0)
                 state.eval_reused += usage.get("episodes_reused", 0)
     return state
+
+
+def _as_of(tree: Tree, iteration: int) -> Tree:
+    """``tree`` as it was when ``iteration`` was gathered (itself, unless a
+    resumed run gathers again iterations whose successors exist already)."""
+    if all(n.iteration <= iteration for n in tree.nodes.values()):
+        return tree
+    past = Tree(tree.concept)
+    for node in sorted(tree.nodes.values(), key=lambda n: n.id):
+        if node.iteration <= iteration:
+            past.add(node.parent, node.iteration)
+    for node in sorted(tree.nodes.values(), key=lambda n: n.id):
+        if node.iteration <= iteration and node.reward is not None:
+            past.backpropagate(node.id, node.reward)
+    return past
 
 
 def _greedy_end(tree: Tree) -> Node:
@@ -189,7 +214,12 @@ class _Loop:
         commit, blob = self.store.write_node(concept, node.id, parent, parent_commit, iteration, sample,
                                              render_recipe(doc), doc.sources)
         key = (concept, node.id)
-        self.state.docs[key], self.state.commits[key], self.state.samples[key] = doc, (commit, blob), sample
+        self.state.commits[key], self.state.samples[key] = (commit, blob), sample
+        # the document as git holds it, as a resumed run reads it back
+        self.state.docs[key] = parse_recipe(self.store.text(blob))
+
+    def _step(self, message: str) -> None:
+        self.events(Event("step", "search", message=message))
 
     async def _evaluate(self, iteration: int, current: Mapping[str, Recipe]) -> None:
         keys = [(c, n.id) for c, t in sorted(self.state.trees.items()) for n in t.nodes.values()
@@ -199,7 +229,9 @@ class _Loop:
         if not pending:
             return
         candidates = {name[k]: (k[0], self.doc(k)) for k in keys}
+        self.evaluator.cache.begin(f"{iteration}/evaluate")
         results = await self.evaluator.evaluate(candidates, current, only=[name[k] for k in pending])
+        self._step(f"iteration {iteration}: {len(pending)} candidates evaluated")
         notes = {}
         for k in pending:
             e = results[name[k]]
@@ -207,6 +239,7 @@ class _Loop:
                                                      run=self.store.run, concept=k[0], node=k[1],
                                                      iteration=iteration)
         self.store.write_notes(notes, iteration)
+        self._step(f"iteration {iteration}: rewards noted")
         for k in pending:
             self.state.trees[k[0]].backpropagate(k[1], results[name[k]].reward)
             self.state.eval_run += results[name[k]].episodes_run
@@ -216,6 +249,7 @@ class _Loop:
         best = {}
         lines = []
         for concept, tree in sorted(self.state.trees.items()):
+            tree = _as_of(tree, iteration)
             node = _chosen(self.spec, tree, self.changed(concept, tree))
             commit, blob = self.state.commits[(concept, node.id)]
             best[concept] = (commit, blob, node.id)
@@ -224,10 +258,12 @@ class _Loop:
         self.state.gathers = iteration + 1
 
     async def roots(self, roots: Mapping[str, Recipe]) -> None:
+        missing = [c for c in sorted(roots) if not self.state.trees[c].nodes]
         with self.store.writing():
-            for concept, doc in sorted(roots.items()):
-                if not self.state.trees[concept].nodes:
-                    self._write(concept, None, 0, 0, doc)
+            for concept in missing:
+                self._write(concept, None, 0, 0, roots[concept])
+        if missing:
+            self._step(f"iteration 0: {len(missing)} roots committed")
         await self._evaluate(0, {c: self.doc((c, 0)) for c in self.state.trees})
         if self.state.gathers == 0:
             self._gather(0)
@@ -246,12 +282,15 @@ class _Loop:
             if missing:
                 requests[concept] = (self.doc((concept, parent)), missing, parent)
         if requests:
+            self.evaluator.cache.begin(f"{it}/expand")
             docs = await self.expander.expand({c: (d, s) for c, (d, s, _) in requests.items()}, current)
+            self._step(f"iteration {it}: {len(requests)} nodes expanded")
             with self.store.writing():
                 for concept, (_, missing, parent) in sorted(requests.items()):
                     for sample in missing:
                         if sample in docs[concept]:
                             self._write(concept, parent, it, sample, docs[concept][sample])
+            self._step(f"iteration {it}: candidates committed")
         await self._evaluate(it, current)
         self._gather(it)
 
@@ -284,7 +323,9 @@ async def search(spec: SearchSpec, store: SearchStore, expander: Expands, evalua
            roots: Mapping[str, Recipe], events: EventSink = null_sink) -> SearchResult:
     """Run (or resume) the search until ``spec.rounds`` iterations are gathered,
     on the caller's event loop."""
-    state = rebuild(store, sorted(roots))
+    stored = store.load()
+    store.repair()  # what the record lost and the rest of it still says is put back first
+    state = rebuild(store, sorted(roots), stored)
     loop = _Loop(spec, store, expander, evaluator, state, events)
     events(Event("stage_started", "search", done=state.gathers, total=spec.rounds + 1))
     started = time.monotonic()
@@ -297,6 +338,7 @@ async def search(spec: SearchSpec, store: SearchStore, expander: Expands, evalua
             await loop.iteration(it)
             events(Event("item_done", "search", done=it + 1, total=spec.rounds + 1, message=f"iteration {it}"))
             keep()
+    store.keep_branches()
     events(Event("stage_finished", "search", message=f"in {time.monotonic() - started:.1f} s"))
     chosen = {c: _chosen(spec, t, loop.changed(c, t)).id for c, t in state.trees.items()}
     kb = store.git.read_ref(f"refs/heads/brew/{store.run}/kb")

@@ -10,6 +10,13 @@ turn once that many exist. Agents that retrieve during the episode — per step,
 or per user turn (``retrieval.per_turn``) — key on the whole KB instead of the
 context: a later turn may retrieve a recipe the first context did not hold, so
 only the same KB is sure to give the same retrievals.
+
+Each stored episode names the search step that ran it (``step``: the
+iteration and phase). A resumed run replays the step a kill interrupted; the
+episodes that step had already run are taken back as *its own* — run, not
+reused — so the rewards' notes count them exactly as an uninterrupted run
+does, and a stochastic agent's stored samples are handed out in an order fixed
+by the step, not by how many the process happened to hand out before.
 """
 
 from __future__ import annotations
@@ -54,25 +61,56 @@ class EpisodeCache:
         self.limit = limit
         self.path = path
         self.episodes: dict[str, list[Trajectory]] = defaultdict(list)
-        self.uses: dict[str, int] = defaultdict(int)
+        self.steps: dict[str, list[str]] = defaultdict(list)
+        """The search step that ran each stored episode (``""``: unknown)."""
+        self.step = ""
+        """The search step now running; ``""`` outside a search."""
+        self._taken: set[tuple[str, int]] = set()
+        self._asked: dict[str, int] = defaultdict(int)
         self.run = 0
         self.reused = 0
         if path is not None and path.exists():
             for line in path.read_text(encoding="utf-8").splitlines():
                 try:
                     record = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                self.episodes[record["key"]].append(Trajectory.from_json(record["trajectory"]))
+                    trajectory = Trajectory.from_json(record["trajectory"])
+                except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+                    continue  # a line cut short by a crash or a full disk: its episode runs again
+                self.episodes[record["key"]].append(trajectory)
+                self.steps[record["key"]].append(str(record.get("step", "")))
+
+    def begin(self, step: str) -> None:
+        """Start the search step ``step`` (an iteration and phase, unique in a run)."""
+        self.step = step
+        self._asked.clear()
+
+    def lookup(self, key: str) -> tuple[Trajectory, bool] | None:
+        """A stored episode for ``key`` and whether the current step ran it
+        itself (a resumed step taking back what it ran before a crash), or
+        ``None`` when the episode has to run."""
+        stored = self.episodes.get(key, [])
+        steps = self.steps.get(key, [])
+        if self.step:
+            for i, step in enumerate(steps):
+                if step == self.step and (key, i) not in self._taken:
+                    self._taken.add((key, i))
+                    self.reused += 1  # this process did not run it
+                    return stored[i], True
+        earlier = [t for t, step in zip(stored, steps, strict=True) if not self.step or step != self.step]
+        if not self.limit or len(earlier) < self.limit:
+            return None
+        self.reused += 1
+        self._asked[key] += 1
+        if len(earlier) == 1:
+            return earlier[0], False
+        # which sample depends on the step and the request, not on what this process handed out before
+        turn = int(hashlib.sha256(f"{self.step}\0{key}\0{self._asked[key]}".encode()).hexdigest()[:8], 16)
+        return earlier[turn % len(earlier)], False
 
     def get(self, key: str) -> Trajectory | None:
         """A stored episode when ``limit`` of them exist for ``key``."""
-        stored = self.episodes.get(key, [])
-        if not self.limit or len(stored) < self.limit:
-            return None
-        self.uses[key] += 1
-        self.reused += 1
-        return stored[(self.uses[key] - 1) % len(stored)]
+        found = self.lookup(key)
+        return found[0] if found else None
 
     def put(self, key: str, trajectory: Trajectory) -> None:
         """Keep an episode for reuse (not one that failed to run: it is run again)."""
@@ -80,8 +118,10 @@ class EpisodeCache:
         if not self.limit or len(self.episodes[key]) >= self.limit or episode_error(trajectory) is not None:
             return
         self.episodes[key].append(trajectory)
+        self.steps[key].append(self.step)
+        self._taken.add((key, len(self.episodes[key]) - 1))
         if self.path is not None:
-            append_line(self.path, json.dumps({"key": key, "trajectory": trajectory.to_json()}))
+            append_line(self.path, json.dumps({"key": key, "step": self.step, "trajectory": trajectory.to_json()}))
 
 
 async def run_jobs(jobs: Sequence[tuple[str, Job]], agent: Any, env: Environment, executor: Executor,
@@ -92,12 +132,19 @@ async def run_jobs(jobs: Sequence[tuple[str, Job]], agent: Any, env: Environment
     no reward is computed from an endpoint outage."""
     out: list[tuple[Trajectory, bool] | None] = [None] * len(jobs)
     todo: dict[str, list[int]] = {}
+    replayed: dict[str, Trajectory] = {}
     for i, (key, _) in enumerate(jobs):
-        hit = cache.get(key) if key not in todo else None
-        if hit is not None:
-            out[i] = (hit, True)
+        if key in todo:
+            todo[key].append(i)
+        elif key in replayed:  # as an identical job of the same batch reuses the one that runs
+            out[i] = (replayed[key], True)
+            cache.reused += 1
+        elif (hit := cache.lookup(key)) is None:
+            todo[key] = [i]
         else:
-            todo.setdefault(key, []).append(i)
+            out[i] = (hit[0], not hit[1])  # an episode this step ran before a crash counts as run
+            if hit[1]:
+                replayed[key] = hit[0]
     keys = list(todo)
     errors: list[str] = []
 

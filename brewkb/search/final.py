@@ -133,8 +133,11 @@ async def finalize(store: SearchStore, evaluator: Evaluates, trees: Mapping[str,
     (once: a run that already has it returns the recorded choices)."""
     recorded = recorded_choices(store)
     if recorded:
+        store.settle_final()
         return recorded
-    stored = {(n.concept, n.id): n for ns in store.load().nodes.values() for n in ns}
+    loaded = store.load()
+    store.repair()  # a node branch deleted while the search ran is put back before the PR names it
+    stored = {(n.concept, n.id): n for ns in loaded.nodes.values() for n in ns}
     text = {k: store.text(n.blob) for k, n in stored.items()}
     existing = store.git.read_folder(store.base, store.recipes_dir)
     final = store.final_commit()
@@ -156,6 +159,7 @@ async def finalize(store: SearchStore, evaluator: Evaluates, trees: Mapping[str,
         base_key = f"{concept}/{BASE}" if held is not None else f"{concept}/n0"
         pool[base_key] = (concept, parse_recipe(held.decode()) if held is not None else
                           parse_recipe(text[(concept, 0)]))
+    evaluator.cache.begin("final")
     results = await evaluator.evaluate(pool, current)
     choices: dict[str, FinalChoice] = {}
     for concept in sorted(trees):

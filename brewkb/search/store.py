@@ -4,11 +4,16 @@ of it from git alone.
 
 Commit dates are derived from the base commit and the iteration, so a run
 repeated with the same seed on the same base writes the same commit ids.
+
+Loading finds a run's record again where a part of it is missing or damaged
+(``brewkb.search.recover``): a command that reads the run says what it found
+and uses it; ``repair`` puts it back for a command that continues the run.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -24,9 +29,13 @@ from brewkb.git.store import (
     format_message,
     parse_trailers,
 )
+from brewkb.git.notes import NotesCommit
 from brewkb.recipes import SOURCES_SHOWN, parse_recipe, render_for_file, render_recipe
+from brewkb.search.recover import Damage, find_nodes, find_notes, read_commits
 
 __all__ = ["SearchStore", "StoredNode", "StoredRun", "find_base"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -48,23 +57,39 @@ class StoredRun:
     nodes: dict[str, list[StoredNode]] = field(default_factory=dict)
     gathers: int = 0
     kb_commit: str | None = None
+    damage: list[Damage] = field(default_factory=list)
+    """What was missing or damaged, and where it was found again."""
 
 
 def find_base(store: GitStore, run: str) -> str:
-    """The base commit of a run: the first parent at the end of its ``kb``
-    chain, or the parent of a root node."""
-    kb = store.read_ref(str(BrewRef.kb(run)))
-    if kb is not None:
-        while True:
-            fields = store.read_commit(kb)
-            if "Brew-Iteration" not in parse_trailers(fields["message"][0]):
-                return kb
-            kb = fields["parent"][0]
-    for ref, commit in sorted(store.list_refs(BrewRef.run_prefix(run)).items()):
-        if ref.endswith("/n0"):
-            return store.read_commit(commit)["parent"][0]
+    """The base commit of a run: the parent of a root node, else the first
+    parent at the end of its ``kb`` chain, else the archive's first parent."""
+    refs = store.list_refs(BrewRef.run_prefix(run))
+    roots = [c for r, c in sorted(refs.items()) if r.endswith("/n0")]
+    for root in read_commits(store, roots).values():
+        key = root.node_key(run)
+        if key is not None and key[1] == 0 and root.parents:
+            return root.parents[0]
+    kb = refs.get(str(BrewRef.kb(run)))
+    seen = 0
+    while kb is not None and seen < 100_000:
+        gather = read_commits(store, [kb]).get(kb)
+        if gather is None:
+            break
+        if gather.trailers.get("Brew-Run") != run or "Brew-Iteration" not in gather.trailers:
+            return kb if seen else _archive_base(store, run, kb)
+        kb, seen = (gather.parents[0] if gather.parents else None), seen + 1
+    base = _archive_base(store, run, None)
+    if base is not None:
+        return base
     raise GitError(f"no run {run!r} in this repository (no refs under {BrewRef.run_prefix(run)}); "
                    "fetch it with `git fetch <remote> 'refs/heads/brew/*:refs/heads/brew/*' 'refs/notes/brew:refs/notes/brew'`")
+
+
+def _archive_base(store: GitStore, run: str, fallback: str | None) -> Any:
+    archive = store.read_ref(str(BrewRef.archive(run)))
+    info = read_commits(store, [archive]).get(archive) if archive else None
+    return info.parents[0] if info is not None and info.parents else fallback
 
 
 def _with_all_sources(text: str, trailer: str) -> str:
@@ -86,6 +111,11 @@ class SearchStore:
         self._texts: dict[str, str] = {}
         self._sources: dict[str, list[str]] = {}
         self._deferred: list[tuple[str, str]] | None = None  # node branches to create when ``writing()`` ends
+        self._history: list[NotesCommit] | None = None
+        self._kb_seen: str | None = None  # the kb ref as this process last saw or wrote it
+        self._kb_tip: str | None = None  # the last valid gather of that chain
+        self._damage: list[Damage] = []
+        self._branches: dict[tuple[str, int], str] = {}  # node → commit, for the branches this process relies on
 
     def timestamp(self, iteration: int) -> int:
         return self._t0 + 60 * (iteration + 1)
@@ -102,9 +132,9 @@ class SearchStore:
         if len(sources) > SOURCES_SHOWN:
             text = render_for_file(parse_recipe(text))
         blob = self.git.write_blob(text.encode())
-        self._texts.setdefault(blob, text)  # what `text` would read back from the blob
-        tree = self.git.update_tree(self.base_tree, {self.path(concept): Entry(FILE_MODE, "", blob)})
         shown = ", ".join(sources)
+        self._texts[blob] = _with_all_sources(text, shown)  # as a resumed run reads it back
+        tree = self.git.update_tree(self.base_tree, {self.path(concept): Entry(FILE_MODE, "", blob)})
         trailers = {"Brew-Run": self.run, "Brew-Concept": concept, "Brew-Node": f"n{node_id}",
                     "Brew-Parent": f"n{parent}" if parent is not None else "base", "Brew-Iteration": str(iteration),
                     "Brew-Sample": str(sample), "Brew-Sources": shown or "none"}
@@ -112,6 +142,7 @@ class SearchStore:
                                  f"A candidate version of {self.path(concept)}.", trailers)
         commit = self.git.write_commit(tree, [parent_commit], message, timestamp=self.timestamp(iteration))
         self._sources[commit] = list(sources)
+        self._branches[(concept, node_id)] = commit
         ref = str(BrewRef.for_node(self.run, concept, node_id))
         if self._deferred is not None:
             self._deferred.append((ref, commit))
@@ -163,7 +194,15 @@ class SearchStore:
         the concept's file out). ``final`` marks the gather that ends the search
         (after the final evaluation and the gate)."""
         ref = str(BrewRef.kb(self.run))
-        previous = self.git.read_ref(ref)
+        now = self.git.read_ref(ref)
+        if now != self._kb_seen:
+            if now is not None:
+                raise GitError(f"{ref} moved to {now[:12]}, which this run did not write; another process or a "
+                               f"person changed it: point it back (`git update-ref {ref} "
+                               f"{self._kb_seen or self.base}`) and resume the run")
+            log.warning("%s was deleted while the run was writing it; writing it again on its last gather "
+                        "(its history is kept)", ref)
+        previous = self._kb_tip
         tree = self.git.update_tree(self.base_tree, {self.path(c): Entry(FILE_MODE, "", b) if b else None
                                                      for c, (_, b, _) in best.items()})
         parents = [previous or self.base] + list(dict.fromkeys(commit for commit, _, _ in best.values()))
@@ -173,15 +212,43 @@ class SearchStore:
             trailers["Brew-Final"] = "true"
         message = format_message(f"brew({self.run}): gather iteration {iteration}", summary, trailers)
         commit = self.git.write_commit(tree, parents, message, timestamp=self.timestamp(iteration) + 30)
-        self.git.update_ref(ref, commit, expected=previous)
+        self.git.update_ref(ref, commit, expected=now)
+        self._kb_seen = self._kb_tip = commit
         return commit
 
     def final_commit(self) -> str | None:
-        """The ``kb`` tip when it is the final gather, else ``None``."""
+        """The ``kb`` tip when it is the final gather; else the final gather the
+        notes' history records, when the ``kb`` branch is gone or stops one
+        gather short of it (``settle_final`` moves the branch there); else ``None``."""
         kb = self.git.read_ref(str(BrewRef.kb(self.run)))
-        if kb is None:
-            return None
-        return kb if "Brew-Final" in parse_trailers(self.git.read_commit(kb)["message"][0]) else None
+        info = read_commits(self.git, [kb]).get(kb) if kb else None
+        if kb is not None and info is not None and "Brew-Final" in info.trailers:
+            return kb
+        recorded = [c for batch in self.history() if batch.subject.endswith(": final evaluation")
+                    for c in batch.notes]
+        final = read_commits(self.git, recorded[-1:]) if recorded else {}
+        for commit, found in final.items():
+            if found.trailers.get("Brew-Run") == self.run and "Brew-Final" in found.trailers and \
+                    (kb is None or info is None or found.parents[:1] == (kb,)):
+                return commit
+        return None
+
+    def settle_final(self) -> None:
+        """Point ``kb`` at the recorded final gather when a repair left it short of it."""
+        final = self.final_commit()
+        ref = str(BrewRef.kb(self.run))
+        now = self.git.read_ref(ref)
+        if final is not None and now != final:
+            self.git.update_ref(ref, final, expected=now)
+            self._kb_seen = self._kb_tip = final
+            log.warning("%s stopped short of the run's final gather; moved it to %s, which the notes record",
+                        ref, final[:12])
+
+    def history(self) -> list[NotesCommit]:
+        """The run's commits of the notes ref, oldest first, with the notes each wrote."""
+        if self._history is None:
+            self._history = self.git.notes_history(f"brew({self.run}): ")
+        return self._history
 
     def archive(self) -> int:
         """Point ``archive`` at a commit whose parents are every node commit of
@@ -201,9 +268,15 @@ class SearchStore:
         return len(commits)
 
     def _node_refs(self) -> list[tuple[BrewRef, str]]:
-        refs = [(BrewRef.parse(ref), commit)
-                for ref, commit in sorted(self.git.list_refs(BrewRef.run_prefix(self.run)).items())]
-        return [(ref, commit) for ref, commit in refs if ref.kind == "node"]
+        refs = []
+        for name, commit in sorted(self.git.list_refs(BrewRef.run_prefix(self.run)).items()):
+            try:
+                ref = BrewRef.parse(name)
+            except GitError:
+                continue  # a branch a person made under the run's folder is none of the run's
+            if ref.kind == "node":
+                refs.append((ref, commit))
+        return refs
 
     def _archived(self, archive: str | None) -> list[tuple[tuple[str, int], str]]:
         """(concept, node id) → commit of every node the archive keeps."""
@@ -213,7 +286,7 @@ class SearchStore:
         out = []
         for commit, raw in zip(parents, self.git.read_many(parents), strict=True):
             trailers = parse_trailers((raw or b"").decode("utf-8", "replace").partition("\n\n")[2])
-            if "Brew-Concept" in trailers and "Brew-Node" in trailers:
+            if "Brew-Concept" in trailers and trailers.get("Brew-Node", "")[1:].isdigit():
                 out.append(((trailers["Brew-Concept"], int(trailers["Brew-Node"][1:])), commit))
         return out
 
@@ -231,46 +304,138 @@ class SearchStore:
     # ------------------------------------------------------------- reading
     def load(self) -> StoredRun:
         """Nodes, notes and gathers of the run, from refs, commits and notes,
-        read in a few batches (a run of 30,000 nodes rebuilds in seconds)."""
+        read in a few batches (a run of 30,000 nodes rebuilds in seconds).
+        What is missing or damaged is found again where the rest of the
+        record allows (``StoredRun.damage`` says what and from where); a node
+        that cannot be found raises ``GitError`` naming its ref."""
         out = StoredRun()
         live = self._node_refs()
         have = {(r.concept, r.node) for r, _ in live}
         archived = [(BrewRef.for_node(self.run, c, n), commit)
                     for (c, n), commit in self._archived(self.git.read_ref(str(BrewRef.archive(self.run))))
                     if (c, n) not in have]
-        nodes = sorted(live + archived)
-        note_blobs = self.git.note_blobs()
-        commits = self.git.read_many([c for _, c in nodes])
-        blobs = self.git.read_many([f"{c}:{self.path(ref.concept or '')}" for ref, c in nodes])
-        noted = [c for _, c in nodes if c in note_blobs]
-        notes = dict(zip(noted, self.git.read_many([note_blobs[c] for c in noted]), strict=True))
-        for (ref, commit), raw, text in zip(nodes, commits, blobs, strict=True):
-            if raw is None or text is None:
-                raise GitError(f"{ref} does not hold {self.path(ref.concept or '')}")
-            message = raw.decode("utf-8", "replace").partition("\n\n")[2]
-            trailers = parse_trailers(message)
+        chain, kb_damage = self._kb_chain()
+        sources = {c: "the history of refs/notes/brew" for batch in self.history() for c in batch.notes}
+        sources.update({p: f"a gather of {BrewRef.kb(self.run)}" for parents in chain for p in parents[1:]})
+        found, damage = find_nodes(self.git, self.run, sorted(live + archived), sources)
+        for ref in self._gaps(found)[:1]:
+            raise GitError(f"{ref} is missing and git holds no commit of it (its branch was deleted and nothing "
+                           f"else of the run names it); fetch the run from a clone that has it (`git fetch REMOTE "
+                           f"'refs/heads/brew/{self.run}/*:refs/heads/brew/{self.run}/*'`), or start a new run")
+        for d in damage:
+            if not d.found:
+                raise GitError(d.reading())
+        keys = sorted(found)
+        # the branches this process relies on: those that name their node, and those repair() puts back
+        named = {(r.concept or "", r.node or 0) for r, _ in live} | {
+            (BrewRef.parse(d.ref).concept or "", BrewRef.parse(d.ref).node or 0) for d in damage if d.ref}
+        self._branches.update({key: found[key].commit for key in named if key in found})
+        texts = self.git.read_many([f"{found[k].commit}:{self.path(k[0])}" for k in keys])
+        refs = {found[k].commit: str(BrewRef.for_node(self.run, *k)) for k in keys}
+        notes, note_damage = find_notes(self.git, refs, self.git.note_blobs(), self.history())
+        for key, text in zip(keys, texts, strict=True):
+            commit, trailers = found[key].commit, found[key].meta.trailers
+            if text is None:
+                raise GitError(f"{refs[commit]} does not hold {self.path(key[0])}")
             parent = trailers.get("Brew-Parent", "base")
-            note = json.loads(notes[commit] or b"null") if commit in notes else None
             blob = blob_id(text)
-            self._texts[blob] = _with_all_sources(text.decode("utf-8"), trailers.get("Brew-Sources", ""))
-            out.nodes.setdefault(ref.concept or "", []).append(StoredNode(
-                concept=ref.concept or "", id=ref.node or 0, parent=None if parent == "base" else int(parent[1:]),
-                iteration=int(trailers["Brew-Iteration"]), sample=int(trailers.get("Brew-Sample", "0")),
-                commit=commit, blob=blob, note=note))
-        for stored in out.nodes.values():
-            stored.sort(key=lambda n: n.id)
-        kb = self.git.read_ref(str(BrewRef.kb(self.run)))
-        out.kb_commit = kb
-        while kb and kb != self.base:
-            out.gathers += 1
-            kb = self.git.read_commit(kb)["parent"][0]
+            self._texts[blob] = _with_all_sources(text.decode("utf-8", "replace"), trailers.get("Brew-Sources", ""))
+            self._sources[commit] = [s for s in trailers.get("Brew-Sources", "").split(", ") if s and s != "none"]
+            out.nodes.setdefault(key[0], []).append(StoredNode(
+                concept=key[0], id=key[1], parent=int(parent[1:]) if parent[1:].isdigit() else None,
+                iteration=int(trailers["Brew-Iteration"]), sample=int(trailers.get("Brew-Sample", "0") or 0),
+                commit=commit, blob=blob, note=notes.get(commit)))
+        out.kb_commit = chain[0][0] if chain else None
+        out.gathers = len(chain)
+        if not chain and not kb_damage and any(k for _, k in found):  # iteration 0 was gathered before n1 exists
+            problem = "is missing" if self._kb_seen is None else \
+                f"points at {self._kb_seen[:12]}, which is not a chain of this run's gathers"
+            kb_damage = [Damage(str(BrewRef.kb(self.run)), problem, found="the nodes and their notes",
+                                fix=f"`brewkb refine --resume {self.run}` writes it again")]
+        out.damage = damage + note_damage + kb_damage
+        self._damage = out.damage
         return out
 
+    def _gaps(self, found: Mapping[tuple[str, int], Any]) -> list[str]:
+        """The refs of node ids below a concept's highest one that nothing found."""
+        top: dict[str, int] = {}
+        for concept, node in found:
+            top[concept] = max(top.get(concept, -1), node)
+        return [str(BrewRef.for_node(self.run, c, n))
+                for c, last in sorted(top.items()) for n in range(last) if (c, n) not in found]
+
+    def _kb_chain(self) -> tuple[list[tuple[str, ...]], list[Damage]]:
+        """The gathers of the ``kb`` branch, tip first, as (commit, *parents);
+        a branch that is missing or holds something else gives none, and a damage."""
+        ref = str(BrewRef.kb(self.run))
+        kb = self._kb_seen = self.git.read_ref(ref)
+        chain: list[tuple[str, ...]] = []
+        commit = kb
+        while commit is not None and commit != self.base:
+            info = read_commits(self.git, [commit]).get(commit)
+            if info is None or info.trailers.get("Brew-Run") != self.run or "Brew-Iteration" not in \
+                    info.trailers or not info.parents:
+                self._kb_tip = None
+                return [], [Damage(ref, f"points at {kb[:12] if kb else '?'}, which is not a chain of this run's "
+                                        "gathers", found="the nodes and their notes",
+                                   fix=f"`brewkb refine --resume {self.run}` writes it again")]
+            chain.append((commit, *info.parents))
+            commit = info.parents[0]
+        self._kb_tip = kb if chain else None
+        return chain, []
+
+    def keep_branches(self) -> None:
+        """Put back the node branches that were deleted or moved while this
+        process ran the search (it knows their commits), saying so."""
+        live = {(r.concept or "", r.node or 0): c for r, c in self._node_refs()}
+        for key, commit in sorted(self._branches.items()):
+            if live.get(key) != commit:
+                ref = str(BrewRef.for_node(self.run, *key))
+                self.git.update_ref(ref, commit, expected=live.get(key))
+                log.warning("%s was %s while the run was writing it; put it back at %s", ref,
+                            "deleted" if key not in live else "moved", commit[:12])
+
+    def report(self) -> None:
+        """Log what ``load`` found missing or damaged, for a command that only reads the run."""
+        for d in self._damage:
+            log.warning("%s", d.reading())
+
+    def repair(self) -> None:
+        """Put back what ``load`` found again (node branches, notes), saying so;
+        refuse a run with damage that cannot be repaired. The ``kb`` branch is
+        written again by the search, which replays its gathers."""
+        for d in self._damage:
+            if not d.found:
+                raise GitError(d.reading())
+        notes = {}
+        for d in self._damage:
+            if d.ref is not None and d.commit is not None:
+                self.git.update_ref(d.ref, d.commit, expected=self.git.read_ref(d.ref))
+            elif d.note is not None:
+                notes[d.note[0]] = d.note[1]
+            log.warning("%s", d.repaired())
+        if notes:
+            self.git.restore_notes(notes, f"brew({self.run}): restore {len(notes)} damaged note(s)\n",
+                                   timestamp=self._t0)
+            self._history = None
+        self._damage = []
+
     def final_note(self) -> Mapping[str, Any] | None:
-        """The final evaluation recorded on the final gather (``None`` before it)."""
+        """The final evaluation recorded on the final gather (``None`` before
+        it); a damaged one is taken from the notes' history."""
         final = self.final_commit()
-        note = self.git.read_note(final) if final else None
-        return note if isinstance(note, Mapping) else None
+        if final is None:
+            return None
+        blobs = [b for batch in self.history() for c, b in batch.notes.items() if c == final]
+        current = self.git.note_blobs().get(final)
+        for blob in ([current] if current else []) + blobs[::-1]:
+            [raw] = self.git.read_many([blob])
+            note = _final_note(raw)
+            if note is not None:
+                if blob != current:
+                    log.warning("the final note on %s is damaged or missing; using the one the run wrote", final[:12])
+                return note
+        return None
 
     def kb_blobs(self, concepts: Sequence[str], commit: str | None = None) -> dict[str, str]:
         """Concept → blob of its document at the tip of the ``kb`` branch (or at ``commit``)."""
@@ -292,3 +457,11 @@ class SearchStore:
 
 def _label(node: int | str) -> str:
     return f"n{node}" if isinstance(node, int) else node
+
+
+def _final_note(raw: bytes | None) -> dict[str, Any] | None:
+    try:
+        note = json.loads(raw) if raw is not None else None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    return note if isinstance(note, dict) and isinstance(note.get("concepts"), dict) else None
