@@ -295,7 +295,7 @@ def test_objects_that_cannot_be_written_get_no_branch(repo: Path, monkeypatch: p
     monkeypatch.setattr(objects, "write_pack", full_disk)
     git_store = GitStore(repo)
     store = SearchStore(git_store, "r3", git_store.head_commit(), "recipes")
-    with pytest.raises(GitError, match="cannot write .* objects.*No space left"), store.writing():
+    with pytest.raises(OSError, match="No space left"), store.writing():  # the command names the folder
         for n in range(12):  # enough objects for a pack
             store.write_node(f"c{n}", n, None, store.base, 1, 0, recipe_text(f"c{n}", f"version {n}"), ())
     assert git(repo, "for-each-ref", "refs/heads/brew/r3/") == ""  # no branch names a missing object

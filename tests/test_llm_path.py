@@ -172,7 +172,7 @@ def cached_contents(root: Path) -> list[str]:
 
 def test_invalid_json_replies_are_repaired_counted_and_never_cached(make_repo: MakeRepo) -> None:
     root = shop_kb(make_repo)
-    with FakeOpenAI(default=InvalidFirst(6), embed=embed) as fake:
+    with FakeOpenAI(default=InvalidFirst(3), embed=embed) as fake:
         stopped = brewkb(root, fake, "refine", "--run", "r")
         # the items whose repair was invalid too stop the run after their stage; resuming retries only them
         assert stopped.returncode == 1 and " grades failed in stage grades (the first: judge: " in stopped.stderr

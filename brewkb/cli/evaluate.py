@@ -67,8 +67,9 @@ def logs_table(evaluation: LogEvaluation) -> list[str]:
 def eval_cmd(revs: tuple[str, ...], contexts: tuple[str, ...], logs: str | None, split: str, repeats: int,
              from_run: str | None, save_to: str | None, env_name: str | None, agent_name: str | None,
              data: Path | None, as_json: bool) -> None:
-    """Compare KB revisions and baselines on a split (default: none vs the working tree), or on held-out
-    logged conversations with --logs."""
+    """Compare KB revisions and baselines on a split (default: none vs the working tree).
+
+    With --logs RUN, score them instead on the held-out conversations of an imported run."""
     if logs is not None:
         ctx = click.get_current_context()
         given = [f"--{name.replace('_', '-')}" for name in ("split", "repeats", "env_name", "agent_name", "data")

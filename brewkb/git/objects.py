@@ -20,6 +20,7 @@ import git
 from gitdb.exc import BadObject
 
 from brewkb.errors import GitError, MergeConflictError
+from brewkb.fsutil import is_disk_full
 from brewkb.git.pack import write_pack
 
 __all__ = ["Objects", "Entry", "Identity", "format_message", "parse_trailers", "blob_id", "FILE_MODE", "TREE_MODE"]
@@ -147,6 +148,8 @@ class Objects:
                 write_pack(f"{self._objects_str}/pack", pending)
         except OSError as exc:
             self._pending = pending  # still pending: no ref may name them, the next ref update tries again
+            if is_disk_full(exc):  # the command names the file and says how to go on
+                raise exc if exc.filename else OSError(exc.errno, exc.strerror, self._objects_str) from None
             raise GitError(f"cannot write {len(pending)} objects into {self._objects_str}: {exc}") from None
 
     def read_raw(self, sha: str) -> tuple[str, bytes]:

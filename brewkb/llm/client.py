@@ -22,16 +22,15 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NoReturn
 
 from brewkb.config import LLMConfig, RoleConfig
 from brewkb.errors import LLMError
 from brewkb.llm.breaker import Breaker
 from brewkb.llm.cache import ResponseCache
 from brewkb.llm.ledger import Ledger, LedgerEntry
-from brewkb.llm.schema import validate
+from brewkb.llm.replies import fault, json_of, mode_of, parse_completion, short
 from brewkb.llm.structured import (
-    extract_json,
     is_format_rejection,
     next_mode,
     response_format,
@@ -109,7 +108,7 @@ class LLMClient:
         server's answers are never replayed."""
         return (self._base_url(self.role(role)) or OPENAI_API).rstrip("/")
 
-    def structured_mode(self, role: str, model: str) -> str:
+    def structuredmode_of(self, role: str, model: str) -> str:
         """The mode the next structured request of ``role`` is sent in."""
         cfg = self.role(role)
         pinned = cfg.structured_output or self.config.structured_output
@@ -214,9 +213,9 @@ class LLMClient:
             hit = self.cache.get(key)
             if hit is not None:
                 result = ChatResult.from_json(json.loads(hit), cached=True)
-                if _problem(result, request) is None:  # an earlier brewkb may have cached a bad one
+                if fault(result, request) is None:  # an earlier brewkb may have cached a bad one
                     self.ledger.record(LedgerEntry(request.role, request.model, result.tokens_in,
-                                                   result.tokens_out, cached=True, mode=_mode(request)))
+                                                   result.tokens_out, cached=True, mode=mode_of(request)))
                     return result, None
         self.breaker.check(self.endpoint(request.role))
         start = time.perf_counter()
@@ -227,11 +226,11 @@ class LLMClient:
                 result = await self._call(request)
         except LLMError as exc:
             self.ledger.record(LedgerEntry(request.role, request.model, latency=time.perf_counter() - start,
-                                           error=str(exc), mode=_mode(request)))
+                                           error=str(exc), mode=mode_of(request)))
             raise
-        problem = _problem(result, request)
+        problem = fault(result, request)
         self.ledger.record(LedgerEntry(request.role, request.model, result.tokens_in, result.tokens_out,
-                                       latency=time.perf_counter() - start, mode=_mode(request),
+                                       latency=time.perf_counter() - start, mode=mode_of(request),
                                        error=None if problem is None else f"invalid reply: {problem}"))
         if self.budget is not None:
             self.budget.add_cost(request.model, result.tokens_in, result.tokens_out)
@@ -254,12 +253,15 @@ class LLMClient:
             if fmt is not None:
                 kwargs["response_format"] = fmt
         where = self._base_url(role) or "the OpenAI API"
+        start = time.monotonic()
         try:
             # The SDK's generic `post` keeps its retries, backoff and errors but
             # skips per-call transformation of the request into typed models,
             # about a third of the client's CPU time per call.
             response = await self._client(role).post("/chat/completions", cast_to=object, body=kwargs)
-        except openai.APITimeoutError:
+        except openai.APITimeoutError as exc:
+            if _unreachable(openai, exc, time.monotonic() - start, self.config.timeout):
+                self._unreachable(request.role, where, _root_cause(exc))
             raise LLMError(f"{request.role}: {where} timed out after {self.config.timeout:g} s "
                            f"({self.config.max_retries} retries); raise llm.timeout or check the server") from None
         except openai.APIStatusError as exc:
@@ -268,19 +270,21 @@ class LLMClient:
             if request.schema is not None and request.structured != "text" and \
                     is_format_rejection(exc.status_code, text):
                 raise FormatRejected(f"{request.role}: {where} rejects response_format {request.structured} "
-                                     f"(HTTP {exc.status_code}: {_short(text, 160)})") from None
+                                     f"(HTTP {exc.status_code}: {short(text, 160)})") from None
             raise LLMError(f"{request.role}: {where} answered HTTP {exc.status_code}: "
-                           f"{_short(str(detail or exc.message))}") from None
+                           f"{short(str(detail or exc.message))}") from None
         except openai.APIConnectionError as exc:
-            self.breaker.failed(self.endpoint(request.role), request.role, _short(str(exc), 80))
-            raise LLMError(f"{request.role}: cannot reach {where} ({_short(str(exc))}); "
-                           "check llm.base_url / OPENAI_BASE_URL") from None
+            self._unreachable(request.role, where, _root_cause(exc))
         except openai.OpenAIError as exc:
-            raise LLMError(f"{request.role}: {_short(str(exc))}") from None
+            raise LLMError(f"{request.role}: {short(str(exc))}") from None
         except ValueError as exc:  # a body that is not JSON, cut or garbled
-            raise LLMError(f"{request.role}: {where} sent an unreadable reply ({_short(str(exc))})") from None
+            raise LLMError(f"{request.role}: {where} sent an unreadable reply ({short(str(exc))})") from None
         self.breaker.answered(self.endpoint(request.role))
-        return _parse_completion(response, request, where)
+        return parse_completion(response, request, where)
+
+    def _unreachable(self, role: str, where: str, detail: str) -> NoReturn:
+        self.breaker.failed(self.endpoint(role), role, short(detail, 80))
+        raise LLMError(f"{role}: cannot reach {where} ({short(detail)}); check llm.base_url / OPENAI_BASE_URL")
 
     async def complete_json(self, request: ChatRequest) -> JSONReply:
         """A reply that parses as JSON and matches ``request.schema``. On a bad
@@ -294,7 +298,7 @@ class LLMClient:
         messages = list(request.messages)
         calls, repaired = 0, False
         while True:
-            mode = self.structured_mode(request.role, request.model)
+            mode = self.structuredmode_of(request.role, request.model)
             asked = replace(request, messages=with_schema_prompt(messages, mode, schema), structured=mode)
             calls += 1
             try:
@@ -307,7 +311,7 @@ class LLMClient:
             except LLMError as exc:
                 return JSONReply(None, str(exc), calls, mode)
             if problem is None:
-                return JSONReply(json.loads(_json_of(result, mode)), None, calls, mode)
+                return JSONReply(json.loads(json_of(result, mode)), None, calls, mode)
             if repaired:
                 return JSONReply(None, f"{request.role}: {self.endpoint(request.role)} returned invalid JSON, "
                                        f"also after one repair ({problem})", calls, mode)
@@ -329,12 +333,12 @@ class LLMClient:
         except openai.APIStatusError as exc:
             raise LLMError(f"{role}: {where} answered HTTP {exc.status_code} to GET /models") from None
         except openai.APIConnectionError as exc:
-            raise LLMError(f"{role}: cannot reach {where} ({_short(str(exc))}); "
+            raise LLMError(f"{role}: cannot reach {where} ({short(str(exc))}); "
                            "check llm.base_url / OPENAI_BASE_URL") from None
         except openai.OpenAIError as exc:
-            raise LLMError(f"{role}: {_short(str(exc))}") from None
+            raise LLMError(f"{role}: {short(str(exc))}") from None
         except ValueError as exc:
-            raise LLMError(f"{role}: {where} sent an unreadable model list ({_short(str(exc))})") from None
+            raise LLMError(f"{role}: {where} sent an unreadable model list ({short(str(exc))})") from None
         data = page.get("data") if isinstance(page, dict) else None
         return [str(m.get("id")) for m in data or () if isinstance(m, dict)]
 
@@ -406,9 +410,9 @@ class LLMClient:
             try:
                 yield reply
             except openai.OpenAIError as exc:
-                if isinstance(exc, openai.APIConnectionError) and not isinstance(exc, openai.APITimeoutError):
-                    self.breaker.failed(self.endpoint(role), role, _short(str(exc), 80))
-                raise LLMError(f"{role}: embeddings failed at {self.endpoint(role)}: {_short(str(exc))}") from None
+                if _unreachable(openai, exc, time.perf_counter() - start, self.config.timeout):
+                    self.breaker.failed(self.endpoint(role), role, short(_root_cause(exc), 80))
+                raise LLMError(f"{role}: embeddings failed at {self.endpoint(role)}: {short(str(exc))}") from None
             self.breaker.answered(self.endpoint(role))
             data = reply[0].data
             if len(data) != len(missing) or any(not d.embedding for d in data):
@@ -430,60 +434,6 @@ class LLMClient:
                 self.cache.put(keys[i], "embedding", json.dumps(vectors[i]), role)
 
 
-def _parse_completion(response: Any, request: ChatRequest, where: str) -> ChatResult:
-    try:
-        choice = response["choices"][0]
-        message = choice["message"]
-        calls = tuple(
-            {"id": c.get("id", ""), "type": c.get("type", "function"),
-             "function": {"name": c["function"]["name"], "arguments": c["function"].get("arguments") or ""}}
-            for c in message.get("tool_calls") or ()
-        )
-    except (KeyError, IndexError, TypeError, AttributeError):
-        raise LLMError(f"{request.role}: {where} returned no choices or a malformed one: "
-                       f"{_short(json.dumps(response, default=str))}") from None
-    usage = response.get("usage") or {}
-    return ChatResult(content=message.get("content") or "", tool_calls=calls,
-                      tokens_in=int(usage.get("prompt_tokens") or 0),
-                      tokens_out=int(usage.get("completion_tokens") or 0),
-                      model=response.get("model") or request.model, finish_reason=choice.get("finish_reason") or "")
-
-
-def _mode(request: ChatRequest) -> str:
-    return request.structured if request.schema is not None else ""
-
-
-def _problem(result: ChatResult, request: ChatRequest) -> str | None:
-    """What makes ``result`` unusable for ``request``, or ``None``."""
-    if request.schema is not None:
-        return _check(_json_of(result, request.structured), request.schema)
-    if not result.content.strip() and not result.tool_calls:
-        return "the reply is empty"
-    for call in result.tool_calls:
-        try:
-            arguments = json.loads(call["function"]["arguments"] or "{}")
-        except json.JSONDecodeError as exc:
-            return f"the arguments of {call['function']['name']} are not JSON ({exc.msg})"
-        if not isinstance(arguments, dict):
-            return f"the arguments of {call['function']['name']} are not a JSON object"
-    return None
-
-
-def _json_of(result: ChatResult, mode: str) -> str:
-    """The JSON text of a structured reply: outside ``json_schema`` mode a
-    model may wrap it in a code fence or prose."""
-    return result.content if mode == "json_schema" else extract_json(result.content)
-
-
-def _check(content: str, schema: Mapping[str, Any]) -> str | None:
-    try:
-        value = json.loads(content)
-    except json.JSONDecodeError as exc:
-        return f"it is not JSON ({exc.msg} at character {exc.pos})"
-    errors = validate(value, schema)
-    return "; ".join(errors[:5]) if errors else None
-
-
 def _http_client(openai: Any) -> Any:
     """The SDK's aiohttp transport, faster than its default one with many
     requests in flight (``bench/llm_throughput.py``); ``None`` (the default
@@ -494,6 +444,17 @@ def _http_client(openai: Any) -> Any:
         return None
 
 
-def _short(text: str, limit: int = 300) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+def _unreachable(openai: Any, exc: Exception, elapsed: float, timeout: float) -> bool:
+    """Whether an SDK error means the endpoint could not be reached. The
+    aiohttp transport reports a connection the server closed unanswered as a
+    timeout; one that came sooner than the timeout is not one."""
+    return isinstance(exc, openai.APIConnectionError) and \
+        (not isinstance(exc, openai.APITimeoutError) or elapsed < timeout)
+
+
+def _root_cause(exc: BaseException) -> str:
+    """What the transport said below the SDK's "Connection error." (or its
+    mislabelled "Request timed out.")."""
+    while exc.__cause__ is not None or exc.__context__ is not None:
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    return str(exc) or type(exc).__name__

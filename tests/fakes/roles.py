@@ -18,8 +18,8 @@ sharing words are close, so concept clustering behaves as with real
 embeddings. Use it as ``FakeOpenAI(default=role_player, embed=embed)``, or
 ``RolePlayer(policy=...)`` to plug a domain-specific agent policy: a function
 from the request body to a reply, or ``None`` to fall back to the generic one.
-Wrappers inject faults: ``InvalidFirst`` (the first N structured replies are
-not JSON), ``Outage`` (every call fails until ``recover()``).
+Wrappers inject faults: ``InvalidFirst`` (the first N structured prompts and their
+repairs are answered with text that is not JSON), ``Outage`` (every call fails until ``recover()``).
 """
 
 from __future__ import annotations
@@ -215,15 +215,23 @@ def embed(texts: Sequence[str], dims: int = 64) -> list[list[float]]:
 
 # ----------------------------------------------------------------- faults
 class InvalidFirst:
-    """The first ``n`` structured replies are not JSON; then ``player`` answers."""
+    """For the first ``n`` structured prompts, the reply and the reply to its
+    repair are not JSON (so each of those items fails, whatever order
+    concurrent requests arrive in); then ``player`` answers, the same prompts too."""
 
     def __init__(self, n: int, player: Callable[[Body], dict[str, Any]] = role_player) -> None:
-        self.left, self.player, self._lock = n, player, threading.Lock()
+        self.n, self.player, self._lock = n, player, threading.Lock()
+        self._bad: dict[str, int] = {}  # prompt → invalid replies it was given
 
     def __call__(self, body: Body) -> dict[str, Any]:
         if _schema_name(body) is not None:
+            prompt = json.dumps(body["messages"][:2], sort_keys=True)
             with self._lock:
-                bad, self.left = self.left > 0, self.left - 1
+                if prompt not in self._bad and len(self._bad) < self.n:
+                    self._bad[prompt] = 0
+                bad = prompt in self._bad and self._bad[prompt] < 2
+                if bad:
+                    self._bad[prompt] += 1
             if bad:
                 return {"content": "Sure! Here is the JSON you asked for: {insights: ["}
         return self.player(body)
