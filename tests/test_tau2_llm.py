@@ -122,10 +122,13 @@ def test_per_turn_retrieval_refreshes_the_system_prompt_after_each_user_turn(tmp
 
 
 def test_refine_on_tau2_airline_ends_with_a_pr_branch(tmp_path: Path, endpoint: FakeOpenAI) -> None:
-    kb = tau2_kb(tmp_path / "kb", AIRLINE + "[stages]\nrelabel = false\n"
-                                            "[search]\niterations = 1\nwidth = 1\ndepth = 1\nsamples = 1\n")
+    quick = AIRLINE.replace('domain = "airline"\n', 'domain = "airline"\ntasks = 6\n')
+    kb = tau2_kb(tmp_path / "kb", quick + "[stages]\nrelabel = false\n"
+                                          "[search]\niterations = 1\nwidth = 1\ndepth = 1\nsamples = 1\n")
     out = brewkb(kb, endpoint, "refine", "--run", "r", "--no-eval", "--json")
     assert out.returncode == 0, out.stderr[-3000:]
+    learned = {t.task_id for t in read_jsonl(kb / "runs" / "r" / "rollouts.jsonl")}
+    assert len(learned) == 6  # env.options.tasks: the first six of the train split
     assert git(kb, "rev-parse", "--verify", "-q", "refs/heads/brew/r/pr").strip()
     roles = {e.role for e in read_ledger(kb / "runs" / "r" / "ledger.jsonl") if e.kind == "chat" and not e.error}
     assert {"agent", "user", "reflector", "integrator"} <= roles

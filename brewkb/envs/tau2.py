@@ -98,19 +98,22 @@ class Tau2Environment:
     name = "tau2"
     greeting = GREETING
 
-    def __init__(self, domain: str = "airline") -> None:
+    def __init__(self, domain: str = "airline", tasks: int | None = None) -> None:
         if domain not in DOMAINS:
             raise ConfigError(f"env.options.domain: unknown τ² domain {domain!r}; choose one of {list(DOMAINS)}")
-        self.domain = domain
+        if tasks is not None and (isinstance(tasks, bool) or not isinstance(tasks, int) or tasks < 1):
+            raise ConfigError(f"env.options.tasks: expected a whole number ≥ 1 (the first tasks of each split), "
+                              f"got {tasks!r}")
+        self.domain, self.limit = domain, tasks
         self._t = _tau2()
         self._tasks_by_id: dict[str, Any] = {}
 
     @classmethod
     def from_config(cls, config: EnvConfig, root: Path) -> Tau2Environment:
-        return cls(str(config.options.get("domain", "airline")))
+        return cls(str(config.options.get("domain", "airline")), config.options.get("tasks"))
 
     def __reduce__(self) -> tuple[Any, ...]:  # Ray pickles the environment; τ²'s objects are rebuilt
-        return (Tau2Environment, (self.domain,))
+        return (Tau2Environment, (self.domain, self.limit))
 
     # -- tasks ---------------------------------------------------------------------------------
 
@@ -126,7 +129,7 @@ class Tau2Environment:
                 "test": [all_tasks[i] for i in ids["test"]]}
 
     def tasks(self, split: str) -> list[Task]:
-        return [self._task(t, split) for t in self._splits.get(split, [])]
+        return [self._task(t, split) for t in self._splits.get(split, [])[:self.limit]]
 
     def _task(self, t: Any, split: str) -> Task:
         criteria = t.evaluation_criteria
