@@ -23,7 +23,7 @@ from tests.conftest import git
 # module fixtures start before the autouse fixture that isolates each test: name everything explicitly
 IDENTITY = {"GIT_COMMITTER_NAME": "Test", "GIT_COMMITTER_EMAIL": "test@example.com", "GIT_AUTHOR_NAME": "Test",
             "GIT_AUTHOR_EMAIL": "test@example.com", "GIT_CONFIG_NOSYSTEM": "1", "PYTHONUNBUFFERED": "1"}
-CONFIG = '[env]\nname = "shop"\noptions = { train = 6, eval = 3, test = 3 }\n[search]\niterations = 2\n'
+CONFIG = '[env]\nname = "shop"\noptions = { train = 4, eval = 2, test = 2 }\n[search]\niterations = 2\n'
 PARTS = 4
 CONCURRENCY = 8
 """Episodes in flight at once (the default ``agent.concurrency``)."""
