@@ -195,7 +195,9 @@ def test_branches_deleted_while_the_run_writes_them_are_put_back(base: Path, fin
 def test_a_damaged_manifest_is_named_and_leaves_no_lock(kb: Path, manifest: str | bytes) -> None:
     path = kb / "runs" / "r" / "manifest.json"
     path.write_bytes(manifest if isinstance(manifest, bytes) else manifest.encode())
-    for args in (["refine", "--resume", "r"], ["distill", "r"], ["rollout", "--run", "r"], ["runs"], ["report", "r"]):
+    listed = brewkb(kb, "runs")  # lists it as damaged, and any other runs as they are
+    assert listed.returncode == 0 and listed.stdout.startswith(f"{'r':28} damaged: {path} "), listed.stdout
+    for args in (["refine", "--resume", "r"], ["distill", "r"], ["rollout", "--run", "r"], ["report", "r"]):
         out = brewkb(kb, *args)
         assert out.returncode == 1, (args, out.stderr)
         assert out.stderr.strip().splitlines()[-1].startswith(f"brewkb: error: {path}"), (args, out.stderr)

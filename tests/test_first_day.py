@@ -194,10 +194,13 @@ def test_export_into_a_path_below_a_file_is_a_known_error(refined: Path, tmp_pat
 def test_an_empty_import_is_refused_and_a_repeated_one_says_nothing_is_new(tmp_path: Path) -> None:
     root = new_kb(tmp_path)
     (root / "empty.jsonl").write_text("")
-    out = brewkb(root, "import", "empty.jsonl", "--format", "openai")
-    assert out.returncode == 1
-    assert out.stderr.strip() == ("brewkb: error: nothing to import from empty.jsonl: it holds no records; check that "
-                                  "it is a --format openai file (docs/trajectories.md shows each format)")
+    for fmt in ("openai", "tau-bench", "tau2"):
+        out = brewkb(root, "import", "empty.jsonl", "--format", fmt)
+        assert out.returncode == 1
+        assert out.stderr.strip() == "brewkb: error: empty.jsonl is empty: nothing to import"
+    (root / "blank.jsonl").write_text("\n\n")
+    out = brewkb(root, "import", "blank.jsonl", "--format", "openai")
+    assert out.stderr.strip() == "brewkb: error: blank.jsonl is empty: nothing to import"
     assert not (root / "runs" / "import-empty").exists()
     assert brewkb(root, "runs").stdout.strip() == "No runs yet."
     tau, _ = write_logs(tmp_path)
@@ -207,6 +210,49 @@ def test_an_empty_import_is_refused_and_a_repeated_one_says_nothing_is_new(tmp_p
     assert again.returncode == 0
     assert again.stdout.strip() == ("Imported no new trajectories into run logs: all 18 were already there; "
                                     "skipped 0.")
+
+
+def test_a_run_of_the_wrong_kind_is_refused_with_the_command_that_fits(refined: Path, tmp_path: Path) -> None:
+    tau, _ = write_logs(tmp_path)
+    episodes = (refined / "runs" / "r" / "rollouts.jsonl").read_bytes()
+    into_refine = brewkb(refined, "import", str(tau), "--format", "tau-bench", "--run", "r")
+    assert (into_refine.returncode, into_refine.stderr.strip()) == (1, (
+        "brewkb: error: run r is a refine run (its trajectories are its agent's episodes); import logs into a run "
+        "of their own: --run NEW"))
+    assert (refined / "runs" / "r" / "rollouts.jsonl").read_bytes() == episodes
+    logs_of_refine = brewkb(refined, "eval", "--logs", "r")
+    assert logs_of_refine.returncode == 1 and "run r is a refine run, not imported logs" in logs_of_refine.stderr
+
+    root = new_kb(tmp_path)
+    assert brewkb(root, "import", str(tau), "--format", "tau-bench", "--run", "logs").returncode == 0
+    early = brewkb(root, "pr", "logs")
+    assert early.stderr.strip() == "brewkb: error: run 'logs' has no pr branch yet; finish it with `brewkb distill logs`"
+    assert brewkb(root, "distill", "logs").returncode == 0
+    learned = (root / "runs" / "logs" / "rollouts.jsonl").read_bytes()
+    late = brewkb(root, "import", str(tau), "--format", "tau-bench", "--run", "logs")
+    assert late.returncode == 1 and late.stderr.startswith(
+        "brewkb: error: run logs has gone on past its import (rollouts-eval, grades, relabel, reflections, concepts, "
+        "integrate, search): new logs would leave those stages out of date"), late.stderr
+    assert "import them into a new run (--run NEW)" in late.stderr
+    assert (root / "runs" / "logs" / "rollouts.jsonl").read_bytes() == learned
+
+
+def test_a_damaged_manifest_is_named_and_does_not_hide_the_other_runs(tmp_path: Path) -> None:
+    root = new_kb(tmp_path)
+    tau, _ = write_logs(tmp_path)
+    for run in ("good", "bad"):
+        assert brewkb(root, "import", str(tau), "--format", "tau-bench", "--run", run).returncode == 0
+    (root / "runs" / "bad" / "manifest.json").write_text('{"broken')
+    listed = brewkb(root, "runs")
+    assert listed.returncode == 0
+    good, bad = sorted(listed.stdout.splitlines(), reverse=True)
+    assert good.startswith("good ") and "(complete" not in good
+    assert bad == (f"{'bad':28} damaged: {root / 'runs' / 'bad' / 'manifest.json'} is not JSON (Unterminated string "
+                   "starting at: line 1 column 2 (char 1)); restore it (`git checkout -- FILE` if you commit runs/, or from a "
+                   f"backup), or delete {root / 'runs' / 'bad'} and run the run again")
+    distill = brewkb(root, "distill", "bad")
+    assert distill.returncode == 1 and distill.stderr.strip().endswith(
+        f"or delete {root / 'runs' / 'bad'} and run the run again")
 
 
 def test_json_of_concepts_and_integrate_is_one_document(refined: Path) -> None:

@@ -33,15 +33,9 @@ from brewkb.trajectories.scrub import Scrubber, scrubber_of
 from brewkb.trajectories.split import HOLD_OUT_EVERY, split_tasks
 from brewkb.trajectories.tools import user_turns
 
-__all__ = ["DistillResult", "distill", "adistill", "imported_source"]
+__all__ = ["DistillResult", "distill", "adistill"]
 
 BASE, NEW = "base KB", "new KB"
-
-def imported_source(run: Run) -> str | None:
-    """``tau-bench``, ``openai`` ... when the run's trajectories were imported from logs."""
-    source = str(run.manifest().get("stages", {}).get("rollouts", {}).get("source", ""))
-    return source.split(":", 1)[1] if source.startswith("import:") else None
-
 
 def _hold_out(folder: Run) -> tuple[set[str], set[str]]:
     """Write the eval part of the logs as the run's eval rollouts and record
@@ -183,7 +177,7 @@ async def _distill(kb: KB, folder: Run, strategy: str | None, iterations: int | 
     if not logged:
         raise RunError(f"run {run} has no trajectories; bring logs in with "
                        f"`brewkb import FILE --format F --run {run}` first")
-    source = imported_source(folder) or "recorded"
+    source = folder.imported_from() or "recorded"
     recorded = folder.manifest().get("search_spec")
     if recorded is not None and recorded.get("kind") != "distill":
         raise RunError(f"run {run} is a refine run: its search re-ran tasks in the environment and its PR is "

@@ -78,6 +78,9 @@ def logged_split(run: Run) -> tuple[list[Trajectory], list[Trajectory], list[Tra
 
 
 def _logged(run: Run) -> list[Trajectory]:
+    if run.ran_an_agent():
+        raise BrewError(f"run {run.id} is a refine run, not imported logs: compare KBs on its environment's tasks "
+                        "with `brewkb eval --rev REV --split test` (--logs takes a run made by `brewkb import`)")
     logged = run.read_trajectories(FILES["rollouts"])
     if not logged:
         raise BrewError(f"run {run.id} has no trajectories; bring logs in with "

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from brewkb.api.distill import imported_source
 from brewkb.api.evaluate import evaluate_arms
 from brewkb.api.loop import run_command
 from brewkb.api.plan import limits_of, open_budget
@@ -111,7 +110,7 @@ async def _refine(run_id: str, *, resume: str | None, base: str | None, strategy
         if base and resume is None:
             kb.store.resolve(base)  # an unknown revision is refused before the run folder exists
         folder = Run.at(kb.runs_dir, run_id, create=resume is None)
-        source = imported_source(folder)
+        source = folder.imported_from()
         if source is not None:
             raise RunError(f"run {run_id} holds trajectories imported from {source} logs, not episodes of the "
                            f"configured environment {kb.config.env.name!r}, which refine re-runs; learn from the "

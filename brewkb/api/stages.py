@@ -119,9 +119,13 @@ class RunSummary:
     """The command that runs the next stage again, retrying its failed items (empty when none is pending)."""
     left_out: int = 0
     """Failed items of finished stages, which ``stages.accept_failed`` let the run go on without."""
+    damaged: str = ""
+    """What is wrong with a run whose record cannot be read (then nothing else is known)."""
 
     @property
     def status(self) -> str:
+        if self.damaged:
+            return f"damaged: {self.damaged}"
         if self.next_stage is None:
             return "complete"
         if self.resume:
@@ -132,7 +136,7 @@ class RunSummary:
 def summarise_run(run: Run) -> RunSummary:
     manifest = run.manifest()
     done = manifest.get("stages", {})
-    imported = str(done.get("rollouts", {}).get("source", "")).startswith("import:")
+    imported = run.imported_from() is not None
     spec = manifest.get("search_spec")
     wanted = tuple(s for s in STAGES if not (imported and s == "rollouts-eval")) + (("search",) if spec else ())
     limited = {k: v for k, v in (manifest.get("limits") or {}).items() if v is not None}
@@ -171,5 +175,12 @@ def list_runs(*, start: Path = Path(".")) -> list[RunSummary]:
     with KB.open(start, require_kb=True) as kb:
         if not kb.runs_dir.is_dir():
             return []
-        return [summarise_run(Run(folder.name, folder))
-                for folder in sorted(p for p in kb.runs_dir.iterdir() if p.is_dir())]
+        return [_summary(Run(folder.name, folder)) for folder in sorted(p for p in kb.runs_dir.iterdir() if p.is_dir())]
+
+
+def _summary(run: Run) -> RunSummary:
+    """A run's summary; a damaged one is listed as such, not in the way of the others."""
+    try:
+        return summarise_run(run)
+    except RunError as exc:
+        return RunSummary(run.id, [], None, 0, damaged=str(exc))

@@ -20,7 +20,7 @@ from brewkb.events import Event, EventSink, null_sink
 from brewkb.fsutil import atomic_writer
 from brewkb.kb import KB
 from brewkb.recipes import slugify
-from brewkb.run.folder import Run
+from brewkb.run.folder import STAGES, Run
 from brewkb.trajectories.formats import Item, Skipped, import_file
 from brewkb.trajectories.outcomes import Labels, read_outcomes
 from brewkb.trajectories.schema import Trajectory, content_id, read_jsonl
@@ -82,11 +82,26 @@ def import_trajectories(path: Path, fmt: str, *, run: str | None = None, split: 
         target = Run.at(kb.runs_dir, run_id, create=True)
         try:
             with target.lock("import"):
+                _check_importable(target)
                 return _import(target, path, fmt, items, labels, skip_bad, events)
         except BaseException:
             if new_folder:  # a failed import into a new run leaves no empty run behind
                 shutil.rmtree(target.path, ignore_errors=True)
             raise
+
+
+def _check_importable(target: Run) -> None:
+    """Refuse to add logs to a run whose trajectories came from an agent, or
+    whose later stages have used the ones it has (they would be out of date)."""
+    if target.ran_an_agent():
+        raise TrajectoryError(f"run {target.id} is a refine run (its trajectories are its agent's episodes); "
+                              "import logs into a run of their own: --run NEW")
+    done = target.manifest()["stages"]
+    later = [stage for stage in (*STAGES, "search") if stage in done and stage != "rollouts"]
+    if later:
+        raise TrajectoryError(f"run {target.id} has gone on past its import ({', '.join(later)}): new logs would "
+                              "leave those stages out of date; import them into a new run (--run NEW), or delete "
+                              f"{target.path} and import everything again")
 
 
 def _import(target: Run, path: Path, fmt: str, items: Iterator[Item], labels: Labels | None, skip_bad: bool,

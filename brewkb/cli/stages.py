@@ -133,6 +133,9 @@ def runs_cmd(as_json: bool) -> None:
     if not runs:
         echo("No runs yet.")
     for r in runs:
+        if r.damaged:
+            echo(f"{r.id:28} damaged: {r.damaged}")
+            continue
         done = sum(s in r.stages for s in r.wanted)
         retry = f"; retry them: {r.retry}" if r.retry else ""
         left_out = f" ({r.left_out} left out: stages.accept_failed)" if r.left_out else ""

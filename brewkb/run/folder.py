@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 LOCK = "run.lock"
 
 MANIFEST = "manifest.json"
+RESTORE = ("restore it (`git checkout -- FILE` if you commit runs/, or from a backup), or delete {folder} and run "
+           "the run again")
 STAGES = ("rollouts", "rollouts-eval", "grades", "relabel", "reflections", "concepts", "integrate")
 FILES = {"rollouts": "rollouts.jsonl", "rollouts-eval": "rollouts-eval.jsonl", "grades": "grades.jsonl",
          "relabel": "relabelled.jsonl", "reflections": "reflections.jsonl", "concepts": "concepts.json",
@@ -101,9 +103,8 @@ class Run:
         except FileNotFoundError:
             return {"run": self.id, "stages": {}}
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            problem = exc.msg if isinstance(exc, json.JSONDecodeError) else "not UTF-8 text"
-            raise RunError(f"{path} is not JSON ({problem}); restore it from git (`git checkout -- {path}`) or "
-                           "delete the run folder") from None
+            problem = str(exc) if isinstance(exc, json.JSONDecodeError) else "not UTF-8 text"
+            raise RunError(f"{path} is not JSON ({problem}); {RESTORE.format(folder=self.path)}") from None
         except IsADirectoryError:
             raise RunError(f"{path} is a folder, not the run's manifest; remove it or delete the run folder") from None
         spec = data.get("search_spec") if isinstance(data, dict) else None
@@ -111,8 +112,7 @@ class Run:
                 spec is not None and not (isinstance(spec, dict) and isinstance(spec.get("base"), str)
                                           and isinstance(spec.get("spec"), dict))):
             raise RunError(f"{path} is damaged (not the object brewkb writes: a `stages` table and a "
-                           "`search_spec` with `base` and `spec`); restore it from git (`git checkout -- "
-                           f"{path}`) or delete the run folder")
+                           f"`search_spec` with `base` and `spec`); {RESTORE.format(folder=self.path)}")
         data.setdefault("stages", {})
         return data
 
@@ -125,6 +125,16 @@ class Run:
         manifest = self.manifest()
         manifest[key] = value
         write_atomic(self.file(MANIFEST), json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+
+    def imported_from(self) -> str | None:
+        """The log format its trajectories were imported from (``tau-bench``,
+        ``openai`` ...); ``None`` when they are its agent's episodes, or it has none yet."""
+        source = str(self.manifest()["stages"].get("rollouts", {}).get("source", ""))
+        return source.split(":", 1)[1] if source.startswith("import:") else None
+
+    def ran_an_agent(self) -> bool:
+        """Whether its trajectories are its agent's episodes (a refine run)."""
+        return self.stage_done("rollouts") and self.imported_from() is None
 
     def stage_done(self, stage: str) -> bool:
         return stage in self.manifest().get("stages", {})

@@ -17,6 +17,7 @@ from brewkb.errors import BrewError
 from brewkb.git.refs import BrewRef
 from brewkb.git.store import parse_trailers
 from brewkb.kb import KB
+from brewkb.run.folder import MANIFEST, Run
 from brewkb.search.engine import rebuild
 from brewkb.search.final import FinalChoice, chosen_nodes, recorded_choices
 from brewkb.search.render import mermaid
@@ -101,12 +102,25 @@ class RunView:
     """The record's paragraph on failed items the run went on without (``left_out``), or empty."""
 
 
+def _finish(kb: KB, run: str) -> str | None:
+    """The command that gives a run of this KB's runs folder its PR (``None``
+    when the folder has no such run: it may be a fetched one)."""
+    folder = kb.runs_dir / run
+    if not (folder / MANIFEST).is_file():
+        return None
+    imported = Run(run, folder).imported_from() is not None
+    return f"brewkb distill {run}" if imported else f"brewkb refine --resume {run}"
+
+
 def load_run(kb: KB, run: str) -> RunView:
     store = kb.store
     pr = store.read_ref(str(BrewRef.pr(run)))
     if pr is None:
-        find_base(store, run)  # raises for a run this repository does not have
-        raise BrewError(f"run {run!r} has no pr branch; finish it with `brewkb refine --resume {run}`")
+        finish = _finish(kb, run)
+        if finish is None:
+            find_base(store, run)  # raises for a run this repository does not have
+            finish = f"brewkb refine --resume {run}"
+        raise BrewError(f"run {run!r} has no pr branch yet; finish it with `{finish}`")
     base = find_base(store, run)
     search = SearchStore(store, run, base, kb.recipes_prefix())
     stored = search.load()

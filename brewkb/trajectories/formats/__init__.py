@@ -67,6 +67,8 @@ def sniff(path: Path) -> str | None:
 
 
 def _looks_like(path: Path) -> str:
+    if not path.is_dir() and not _holds_text(path):
+        raise TrajectoryError(f"{path} is empty: nothing to import")
     guess = sniff(path)
     return f"it looks like `{guess}`: try --format {guess}" if guess else "its format is not one brewkb reads"
 
@@ -82,7 +84,18 @@ def import_file(path: Path, fmt: str, split: str = "train", tasks: Path | None =
     if path.is_dir() != spec.folder:
         kind = "a folder" if spec.folder else "a file"
         raise TrajectoryError(f"{path}: `{fmt}` reads {kind}; {_looks_like(path)}")
+    if not path.is_dir() and not _holds_text(path):
+        raise TrajectoryError(f"{path} is empty: nothing to import")
     guess = sniff(path)
     if guess is not None and guess != fmt:
         raise TrajectoryError(f"{path} does not look like `{fmt}`: it looks like `{guess}`; use --format {guess}")
     return spec.read(path, split, tasks)
+
+
+def _holds_text(path: Path) -> bool:
+    """Whether the file holds more than white space (read until it does)."""
+    with path.open("rb") as handle:
+        while chunk := handle.read(1 << 16):
+            if chunk.strip():
+                return True
+    return False
