@@ -8,7 +8,9 @@ turn, ``--runs`` times each per repetition, ``--repeats`` repetitions, and
 prints the medians of CPU time (user + system: on a shared machine far
 steadier than wall time, also printed) and what brewkb adds to the floor.
 
-Target: a median of at most 100 ms of CPU for ``brewkb --help``.
+Target: a median CPU time of ``brewkb --help`` at most 1.1x the bare click
+group's, measured in the same run (an absolute figure moves with the machine
+and its load; the floor moves with them).
 
     python bench/cli_help.py [--runs 21] [--repeats 3] [--check]
 """
@@ -26,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchkit import add_check, checked_repeats, finish, spread, target  # noqa: E402
 
-TARGET_MS = 100.0
+TARGET_RATIO = 1.1
 # a click group with as many commands as brewkb's, printing its help
 BARE_GROUP = """
 import click
@@ -82,7 +84,9 @@ def main() -> None:
     figures["adds_to_bare_click_help_ms"] = round(help_ms - floor_ms, 1)
     print(f"brewkb adds {help_ms - floor_ms:.1f} ms to a bare click group's --help "
           f"({args.runs} runs per command per repetition, medians of {repeats} repetitions)")
-    finish("cli_help", figures, {"help_cpu_ms": target(help_ms, TARGET_MS, what="ms of CPU for brewkb --help")},
+    figures["ratio_to_bare_click_help"] = round(help_ms / floor_ms, 3)
+    finish("cli_help", figures, {"help_cpu_ratio": target(help_ms / floor_ms, TARGET_RATIO,
+                                                          what="x the CPU time of a bare click group's --help")},
            args.check)
 
 

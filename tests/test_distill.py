@@ -102,7 +102,7 @@ def test_distill_imported_logs_ends_with_a_clean_pr(kb: Path, tmp_path: Path, fm
     body = git(kb, "log", "-1", "--format=%B", "brew/air/pr")
     assert "λ_corr = 0.0" in body and "What could not be measured" in body and "Task success" in body
     shown = brewkb(kb, "pr", "air", "--body-only").stdout  # what a reviewer pipes into `gh pr create`
-    assert "What could not be measured" in shown and "held-out" in shown
+    assert "What could not be measured" in shown and "held-out" in shown and shown.count("Audit trail") == 1
     assert brewkb(kb, "lint").returncode == 0
 
 

@@ -168,7 +168,8 @@ def load_run(kb: KB, run: str) -> RunView:
     paragraphs = store.read_commit(pr)["message"][0].strip().split("\n\n")[1:]
     if paragraphs and parse_trailers(paragraphs[-1]):
         paragraphs = paragraphs[:-1]
-    paragraphs = [p for p in paragraphs if not p.startswith(FINAL_HEADER)]  # the change table says it already
+    # the change table and the body's own audit trail say these already
+    paragraphs = [p for p in paragraphs if not p.startswith((FINAL_HEADER, "Audit trail:"))]
     missing = next((p for p in paragraphs if p.startswith(LEFT_OUT)), "")
     return RunView(run, base, pr, state.trees, best, changes, per_iteration, evaluation,
                    "\n\n".join(p for p in paragraphs if p != missing), choices, missing)
