@@ -215,8 +215,9 @@ class _Loop:
                                              render_recipe(doc), doc.sources)
         key = (concept, node.id)
         self.state.commits[key], self.state.samples[key] = (commit, blob), sample
-        # the document as git holds it, as a resumed run reads it back
-        self.state.docs[key] = parse_recipe(self.store.text(blob))
+        # the document as git holds it, as a resumed run reads it back (``doc`` itself when it was parsed from that text)
+        held = self.store.text(blob)
+        self.state.docs[key] = doc if doc.source == held else parse_recipe(held)
 
     def _step(self, message: str) -> None:
         self.events(Event("step", "search", message=message))
