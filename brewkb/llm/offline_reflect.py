@@ -12,7 +12,8 @@ lookup. A run with no action verb, no hand-off and no lookup names nothing.
 Insights (a run whose outcome is unknown teaches as a passing one does, its
 insights ``observed`` rather than prescriptive).
 - A passing run gives, for each write, a *procedure* (kind ``steps``): the
-  lookups before it, the write, then the first message tool it told the user
+  lookups before it that returned something (one that returned nothing, a
+  scratchpad, informed no step), the write, then the first message tool it told the user
   with, in order of first use (never another write of the run).
 - A passing run that handed off gives the procedure that led to the hand-off;
   a passing run that only read, its lookups (kind ``steps`` for a lookup
@@ -78,8 +79,14 @@ def _request(trajectory: Trajectory, calls: Sequence[ToolCall]) -> str | None:
     return concept_of_tool(handoff.name) if handoff else lookup_concept(calls)
 
 
+def _informed(call: ToolCall) -> bool:
+    """A lookup that answered something: one that returned nothing (a
+    scratchpad such as ``think``) told the run nothing, so it is no step."""
+    return not call.error and is_lookup(call.name) and bool((call.result or "").strip())
+
+
 def _lookups_before(calls: Sequence[ToolCall], index: int, start: int = 0) -> list[ToolCall]:
-    return [c for c in calls[start:index] if not c.error and is_lookup(c.name)]
+    return [c for c in calls[start:index] if _informed(c)]
 
 
 def _told_after(calls: Sequence[ToolCall], index: int) -> list[ToolCall]:
@@ -137,7 +144,7 @@ async def reflect(trajectory: Trajectory) -> list[Insight]:
 def _request_insight(trajectory: Trajectory, calls: Sequence[ToolCall], concept: str, add: Add) -> None:
     """What a run that changed nothing teaches about the request it was given."""
     handoff = next((c for c in calls if is_handoff(c.name) and not c.error), None)
-    looked = [c for c in calls if not c.error and is_lookup(c.name)]
+    looked = [c for c in calls if _informed(c)]
     if trajectory.success is False:
         if handoff:
             add(concept, f"A run that handed the request to a person with `{step_text(handoff)}` failed", DIAGNOSTIC,
