@@ -84,6 +84,14 @@ def test_offline_rules_learn_every_write_its_request_and_the_condition_an_error_
             '"Error: non-delivered order cannot be exchanged"') in recipe.section("Conditions")
 
 
+def test_a_lookup_that_returned_nothing_is_no_step() -> None:
+    run = conversation(True, _call(1, "think", {"thought": "check the order first"}, ""),
+                       _call(2, "get_order", {"order_id": "7"}, '{"status": "pending"}'),
+                       _call(3, "cancel_order", {"order_id": "7"}, "ok"), turns=("Please cancel order 7.",))
+    [insight] = [i for i in asyncio.run(OfflineBackend().reflect(run)) if i.kind == "steps"]
+    assert insight.steps == ("get_order(order_id)", "cancel_order(order_id)")
+
+
 def test_alternatives_share_a_line_and_steps_keep_their_order() -> None:
     runs = [("find_by_email(email)", "get_order(order_id)", "cancel_order(order_id)"),
             ("find_by_name(name)", "get_order(order_id)", "cancel_order(order_id)"),
