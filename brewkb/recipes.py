@@ -294,8 +294,11 @@ def split_sections(body: str) -> list[tuple[str, str]]:
 def guidance(body: str) -> str:
     """``body`` without the section that quotes the requests a recipe was
     learned from: what an agent is given to act on."""
-    kept = [(t, x) for t, x in split_sections(body) if t.lower() != LEARNED_FROM.lower()]
-    return body if len(kept) == len(split_sections(body)) else build_body(kept)
+    if LEARNED_FROM.lower() not in body.lower():
+        return body
+    sections = split_sections(body)
+    kept = [(t, x) for t, x in sections if t.lower() != LEARNED_FROM.lower()]
+    return body if len(kept) == len(sections) else build_body(kept)
 
 
 def build_body(sections: Iterable[tuple[str, str]]) -> str:
