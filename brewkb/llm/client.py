@@ -108,7 +108,7 @@ class LLMClient:
         server's answers are never replayed."""
         return (self._base_url(self.role(role)) or OPENAI_API).rstrip("/")
 
-    def structuredmode_of(self, role: str, model: str) -> str:
+    def structured_mode(self, role: str, model: str) -> str:
         """The mode the next structured request of ``role`` is sent in."""
         cfg = self.role(role)
         pinned = cfg.structured_output or self.config.structured_output
@@ -260,7 +260,7 @@ class LLMClient:
             # about a third of the client's CPU time per call.
             response = await self._client(role).post("/chat/completions", cast_to=object, body=kwargs)
         except openai.APITimeoutError as exc:
-            if _unreachable(openai, exc, time.monotonic() - start, self.config.timeout):
+            if _connection_failed(openai, exc, time.monotonic() - start, self.config.timeout):
                 self._unreachable(request.role, where, _root_cause(exc))
             raise LLMError(f"{request.role}: {where} timed out after {self.config.timeout:g} s "
                            f"({self.config.max_retries} retries); raise llm.timeout or check the server") from None
@@ -298,7 +298,7 @@ class LLMClient:
         messages = list(request.messages)
         calls, repaired = 0, False
         while True:
-            mode = self.structuredmode_of(request.role, request.model)
+            mode = self.structured_mode(request.role, request.model)
             asked = replace(request, messages=with_schema_prompt(messages, mode, schema), structured=mode)
             calls += 1
             try:
@@ -410,7 +410,7 @@ class LLMClient:
             try:
                 yield reply
             except openai.OpenAIError as exc:
-                if _unreachable(openai, exc, time.perf_counter() - start, self.config.timeout):
+                if _connection_failed(openai, exc, time.perf_counter() - start, self.config.timeout):
                     self.breaker.failed(self.endpoint(role), role, short(_root_cause(exc), 80))
                 raise LLMError(f"{role}: embeddings failed at {self.endpoint(role)}: {short(str(exc))}") from None
             self.breaker.answered(self.endpoint(role))
@@ -444,7 +444,7 @@ def _http_client(openai: Any) -> Any:
         return None
 
 
-def _unreachable(openai: Any, exc: Exception, elapsed: float, timeout: float) -> bool:
+def _connection_failed(openai: Any, exc: Exception, elapsed: float, timeout: float) -> bool:
     """Whether an SDK error means the endpoint could not be reached. The
     aiohttp transport reports a connection the server closed unanswered as a
     timeout; one that came sooner than the timeout is not one."""
