@@ -67,8 +67,6 @@ def sniff(path: Path) -> str | None:
 
 
 def _looks_like(path: Path) -> str:
-    if not path.is_dir() and not _holds_text(path):
-        raise TrajectoryError(f"{path} is empty: nothing to import")
     guess = sniff(path)
     return f"it looks like `{guess}`: try --format {guess}" if guess else "its format is not one brewkb reads"
 
