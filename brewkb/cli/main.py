@@ -212,9 +212,6 @@ def main(argv: list[str] | None = None) -> None:
         exc.show()
         sys.exit(exc.exit_code)
     except (KeyboardInterrupt, click.Abort):
-        from brewkb.isolation.subproc import stop_all
-
-        stop_all(closing=True)  # an episode that started as the interrupt came must not keep the exit waiting
         click.echo("brewkb: interrupted", err=True)
         sys.exit(EXIT_INTERRUPTED)
     except BrokenPipeError:

@@ -27,7 +27,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -45,9 +44,6 @@ GRACE = 10.0  # seconds the reaper gets to kill the tree before its group is kil
 TOKEN_VAR = "BREWKB_EPISODE"
 _LIVE: set[subprocess.Popen[bytes]] = set()
 """Programs ``run_capped`` is running now, in any thread."""
-_LOCK = threading.Lock()
-_CLOSING = False
-"""The command is ending (interrupted): no program starts any more."""
 
 
 @dataclass(frozen=True)
@@ -77,16 +73,11 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
-def stop_all(*, closing: bool = False) -> None:
+def stop_all() -> None:
     """Ask every running program's reaper to kill its tree now (the command was
     interrupted): the threads waiting on them return at once instead of at
-    their deadlines. ``closing``: the process is ending, so a program another
-    thread was about to start is not started (or is stopped as it starts)."""
-    global _CLOSING
-    with _LOCK:
-        _CLOSING = _CLOSING or closing
-        live = list(_LIVE)
-    for proc in live:
+    their deadlines."""
+    for proc in list(_LIVE):
         try:
             proc.send_signal(signal.SIGTERM if sys.platform.startswith("linux") else signal.SIGKILL)
         except (ProcessLookupError, OSError):
@@ -142,19 +133,13 @@ def run_capped(argv: Sequence[str], stdin: bytes, *, timeout: float, max_output:
     start = time.monotonic()
     token = secrets.token_hex(8)
     command, isolated = _contained(argv, namespace)
-    if _CLOSING:
-        return Completed(b"", b"", None, "not started: the command is ending", 0.0)
     try:
         proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 cwd=cwd, env={**(os.environ if env is None else env), TOKEN_VAR: token},
                                 start_new_session=True)
     except OSError as exc:
         return Completed(b"", b"", None, f"cannot start {argv[0]!r}: {exc.strerror}", 0.0)
-    with _LOCK:
-        _LIVE.add(proc)
-        closing = _CLOSING
-    if closing:  # stop_all ran between the check above and the start
-        proc.send_signal(signal.SIGTERM if sys.platform.startswith("linux") else signal.SIGKILL)
+    _LIVE.add(proc)
     try:
         done = _collect(proc, stdin, start, timeout, max_output, token)
         code = done.returncode
