@@ -294,8 +294,10 @@ def test_ctrl_c_ends_a_rollout_at_once_and_leaves_no_agent_behind(make_repo: Mak
     kb = make_repo({"brewkb.toml": '[env]\nname = "shop"\noptions = { train = 4, eval = 2, test = 2 }\n'
                                    f'[agent]\nname = "command"\ncommand = ["{sys.executable}", "{agent}"]\n'
                                    'timeout = 200\n', "recipes/.keep": ""})
+    # as from a terminal: a suite started in the background (`pytest &`) hands its children SIGINT ignored
     proc = subprocess.Popen([sys.executable, "-m", "brewkb", "rollout", "--run", "r"], cwd=kb,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 60
     while not list(pids.iterdir()) and time.monotonic() < deadline:
         time.sleep(0.1)
