@@ -21,9 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import brewkb.trajectories.formats.otlp as otlp
-from brewkb.errors import TrajectoryError
-from brewkb.trajectories.formats.base import UNKNOWN_JSON, Item, build, first_user, guarded
-from brewkb.trajectories.formats.chat import Message, merge_calls, text_of, tool_call
+from brewkb.trajectories.formats.base import Item, guarded
+from brewkb.trajectories.formats.chat import Message, text_of, tool_call
 
 __all__ = ["read", "looks_like", "indexed"]
 
@@ -49,24 +48,15 @@ def read(path: Path, split: str, tasks: Path | None = None) -> Iterator[Item]:
             yield item
 
 
+CONVENTIONS = otlp.Conventions(
+    "openinference", "llm.token_count.prompt", "llm.token_count.completion", "llm.model_name",
+    "its LLM spans hold no messages (`llm.input_messages`); check that the instrumentation does not hide inputs "
+    "(OPENINFERENCE_HIDE_INPUTS)")
+
+
 def _convert(where: str, ids: dict[str, str], spans: list[otlp.Span], split: str) -> Item:
     calls = [(_messages(s.attrs, INPUT), _messages(s.attrs, OUTPUT)[:1]) for s in spans]
-    calls = [c for c in calls if c[0] or c[1]]
-    if not calls:
-        raise TrajectoryError("its LLM spans hold no messages (`llm.input_messages`); check that the "
-                              "instrumentation does not hide inputs (OPENINFERENCE_HIDE_INPUTS)")
-    messages = merge_calls(calls)
-    usage = {"calls": len(spans),
-             "tokens_in": sum(_int(s.attrs.get("llm.token_count.prompt")) for s in spans),
-             "tokens_out": sum(_int(s.attrs.get("llm.token_count.completion")) for s in spans)}
-    models = sorted({str(s.attrs["llm.model_name"]) for s in spans if s.attrs.get("llm.model_name")})
-    return build(where, task_id=ids["conversation_id"], task=first_user(messages), split=split, messages=messages,
-                 outcome=UNKNOWN_JSON, usage=usage,
-                 meta={"source": "openinference", **ids, "models": models, "spans": len(spans)})
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+    return otlp.conversation(where, ids, spans, calls, split, CONVENTIONS)
 
 
 def _flat(value: Any, prefix: str, out: dict[str, Any]) -> None:

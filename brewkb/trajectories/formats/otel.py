@@ -29,8 +29,8 @@ from typing import Any
 
 import brewkb.trajectories.formats.otlp as otlp
 from brewkb.errors import TrajectoryError
-from brewkb.trajectories.formats.base import UNKNOWN_JSON, Item, build, first_user, guarded, obj
-from brewkb.trajectories.formats.chat import Message, merge_calls, text_of, tool_call
+from brewkb.trajectories.formats.base import Item, guarded, obj
+from brewkb.trajectories.formats.chat import Message, text_of, tool_call
 
 __all__ = ["read", "looks_like", "genai_messages"]
 
@@ -59,24 +59,15 @@ def read(path: Path, split: str, tasks: Path | None = None) -> Iterator[Item]:
             yield item
 
 
+CONVENTIONS = otlp.Conventions(
+    "otel", "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens", "gen_ai.request.model",
+    "its chat spans hold no message content (turn content capture on: "
+    "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT)")
+
+
 def _convert(where: str, trace: otlp.Trace, ids: dict[str, str], spans: list[otlp.Span], split: str) -> Item | None:
     calls = [_call(span, trace.logs.get((span.trace, span.id), [])) for span in spans]
-    calls = [c for c in calls if c[0] or c[1]]
-    if not calls:
-        raise TrajectoryError("its chat spans hold no message content (turn content capture on: "
-                              "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT)")
-    messages = merge_calls(calls)
-    usage = {"calls": len(spans),
-             "tokens_in": sum(_int(s.attrs.get("gen_ai.usage.input_tokens")) for s in spans),
-             "tokens_out": sum(_int(s.attrs.get("gen_ai.usage.output_tokens")) for s in spans)}
-    models = sorted({str(s.attrs["gen_ai.request.model"]) for s in spans if s.attrs.get("gen_ai.request.model")})
-    return build(where, task_id=ids["conversation_id"], task=first_user(messages), split=split, messages=messages,
-                 outcome=UNKNOWN_JSON, usage=usage,
-                 meta={"source": "otel", **ids, "models": models, "spans": len(spans)})
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+    return otlp.conversation(where, ids, spans, calls, split, CONVENTIONS)
 
 
 def _call(span: otlp.Span, logs: list[otlp.LogEvent]) -> tuple[list[Message], list[Message]]:

@@ -21,9 +21,22 @@ from pathlib import Path
 from typing import Any
 
 from brewkb.errors import TrajectoryError
-from brewkb.trajectories.formats.base import RECORD_ERRORS, Skipped, json_items, json_lines, obj, open_text
+from brewkb.trajectories.formats.base import (
+    RECORD_ERRORS,
+    UNKNOWN_JSON,
+    Item,
+    Skipped,
+    build,
+    first_user,
+    json_items,
+    json_lines,
+    obj,
+    open_text,
+)
+from brewkb.trajectories.formats.chat import Message, merge_calls
 
-__all__ = ["Span", "LogEvent", "Trace", "read_trace", "any_value", "attributes", "groups", "looks_like"]
+__all__ = ["Span", "LogEvent", "Trace", "read_trace", "any_value", "attributes", "groups", "looks_like",
+           "Conventions", "conversation"]
 
 
 @dataclass
@@ -250,3 +263,36 @@ def _agent_above(trace: Trace, span: Span) -> str | None:
 def looks_like(head: str) -> bool:
     text = head.lstrip()
     return text.startswith("{") and ('"resourceSpans"' in text[:2000] or '"resourceLogs"' in text[:2000])
+
+
+@dataclass(frozen=True)
+class Conventions:
+    """Where a convention keeps a model call's usage and model, and what to say
+    when its spans carry no messages."""
+
+    source: str
+    tokens_in: str
+    tokens_out: str
+    model: str
+    no_messages: str
+
+
+def conversation(where: str, ids: dict[str, str], spans: Sequence[Span],
+                 calls: Sequence[tuple[list[Message], list[Message]]], split: str, conventions: Conventions) -> Item:
+    """One conversation from its model calls' (input, output) messages, with
+    the spans' usage and models."""
+    calls = [c for c in calls if c[0] or c[1]]
+    if not calls:
+        raise TrajectoryError(conventions.no_messages)
+    messages = merge_calls(calls)
+    usage = {"calls": len(spans),
+             "tokens_in": sum(_count(s.attrs.get(conventions.tokens_in)) for s in spans),
+             "tokens_out": sum(_count(s.attrs.get(conventions.tokens_out)) for s in spans)}
+    models = sorted({str(s.attrs[conventions.model]) for s in spans if s.attrs.get(conventions.model)})
+    return build(where, task_id=ids["conversation_id"], task=first_user(messages), split=split, messages=messages,
+                 outcome=UNKNOWN_JSON, usage=usage,
+                 meta={"source": conventions.source, **ids, "models": models, "spans": len(spans)})
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
