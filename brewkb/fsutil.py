@@ -14,7 +14,7 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 __all__ = ["write_atomic", "atomic_writer", "append_line", "DISK_FULL", "is_disk_full"]
 
@@ -54,38 +54,27 @@ def _write_all(fd: int, data: bytes) -> None:
 def write_atomic(path: Path, data: str | bytes) -> None:
     """Write ``data`` to ``path`` through a temporary file in the same folder."""
     raw = data.encode("utf-8") if isinstance(data, str) else data
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    except OSError as exc:
-        raise _named(exc, path) from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            _write_all(f.fileno(), raw)
-            os.fchmod(f.fileno(), _MODE)
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as exc:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        if isinstance(exc, OSError):
-            raise _named(exc, path) from None
-        raise
+    with _replacing(path, "wb") as f:
+        _write_all(f.fileno(), raw)
+
+
+def atomic_writer(path: Path) -> contextlib.AbstractContextManager[IO[str]]:
+    """A text file written a piece at a time that replaces ``path`` only when
+    the block ends without an error (a file too big to hold in memory)."""
+    return _replacing(path, "w")
 
 
 @contextlib.contextmanager
-def atomic_writer(path: Path) -> Iterator[IO[str]]:
-    """A text file written a piece at a time that replaces ``path`` only when
-    the block ends without an error (a file too big to hold in memory)."""
+def _replacing(path: Path, mode: str) -> Iterator[IO[Any]]:
+    """A temporary file beside ``path`` that replaces it, synced, when the block
+    ends without an error, and is removed when it does not."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:
         raise _named(exc, path) from None
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8") as f:
             yield f
             f.flush()
             os.fchmod(f.fileno(), _MODE)

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from brewkb.cli.output import echo
+from brewkb.cli.output import echo, echo_plan_calls
 from brewkb.cli.progress import close, renderer
 
 
@@ -78,11 +78,7 @@ def _print_plan(run: str, strategy: str | None, iterations: int | None, width: i
         return
     echo(f"At most, distill {run} ({counts['trajectories']} trajectories, {counts['unlabelled']} unlabelled; "
          f"{p.rounds} search rounds) makes:")
-    echo(f"  {'LLM calls':16}{p.llm_calls:>9}")
-    for role, n in p.calls.items():
-        echo(f"    {role:14}{n:>9}")
-    known = "found so far" if p.concepts_known else "at most, before reflection finds them"
-    echo(f"  {'concepts':16}{p.concepts:>9}  ({known})")
+    echo_plan_calls(p)
     if p.cost is None:
         echo("  cost: no price in llm.prices for these models")
     else:

@@ -19,3 +19,12 @@ def echo_json(value: Any) -> None:
 def note(text: str) -> None:
     """A remark for a human, on stderr so it never mixes with data on stdout."""
     click.echo(text, err=True)
+
+
+def echo_plan_calls(plan: Any) -> None:
+    """A plan's LLM calls, by role, and its concepts (``refine --plan``, ``distill --plan``)."""
+    echo(f"  {'LLM calls':16}{plan.llm_calls:>9}")
+    for role, n in plan.calls.items():
+        echo(f"    {role:14}{n:>9}")
+    known = "found so far" if plan.concepts_known else "at most, before reflection finds them"
+    echo(f"  {'concepts':16}{plan.concepts:>9}  ({known})")

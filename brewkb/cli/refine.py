@@ -6,7 +6,7 @@ import json
 
 import click
 
-from brewkb.cli.output import echo, echo_json
+from brewkb.cli.output import echo, echo_json, echo_plan_calls
 from brewkb.cli.progress import close, renderer
 
 
@@ -82,11 +82,7 @@ def _print_plan(run: str | None, resume: str | None, base: str | None, strategy:
     echo(f"  {'agent episodes':16}{p.episodes:>9}  ({p.expected_episodes})")
     for part, counts in p.parts.items():
         echo(f"    {part:20}{counts.at_most:>9}  ({counts.expected}): {counts.settings}")
-    echo(f"  {'LLM calls':16}{p.llm_calls:>9}")
-    for role, n in p.calls.items():
-        echo(f"    {role:14}{n:>9}")
-    known = "found so far" if p.concepts_known else "at most, before reflection finds them"
-    echo(f"  {'concepts':16}{p.concepts:>9}  ({known})")
+    echo_plan_calls(p)
     if p.cost is None:
         echo("  cost: no price in llm.prices for these models")
     else:
