@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import MakeRepo
+from tests.test_agents import survivors
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PID namespaces are Linux's")
 
@@ -41,28 +42,6 @@ os.kill(os.getppid(), signal.SIGKILL)
 print(json.dumps({{"messages": [{{"role": "user", "content": req["task"]}},
                                 {{"role": "assistant", "content": "done"}}]}}))
 """
-
-
-def survivors(marker: str) -> list[int]:
-    """Processes (zombies aside) whose command line holds ``marker``, once the
-    kernel has had a moment to end a PID namespace."""
-    found: list[int] = []
-    for _ in range(50):
-        found = []
-        for entry in os.listdir("/proc"):
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    argv = f.read()
-                with open(f"/proc/{entry}/stat") as f:
-                    state = f.read().rsplit(")", 1)[1].split()[0]
-            except (FileNotFoundError, ProcessLookupError, NotADirectoryError, PermissionError):
-                continue
-            if marker.encode() in argv and state not in ("Z", "X"):
-                found.append(int(entry))
-        if not found:
-            return []
-        time.sleep(0.1)
-    return found
 
 
 def _kill(pids: list[int]) -> None:

@@ -51,6 +51,16 @@ def record(root: Path, run: str = "r") -> dict[str, Any]:
             "eval": json.loads((root / "runs" / run / "eval.json").read_text())}
 
 
+def commit_base(root: Path, config: str) -> None:
+    """Make ``root`` a KB with ``config`` and no recipe, committed."""
+    git(root, "init", "-q", "-b", "main")
+    (root / "brewkb.toml").write_text(config)
+    (root / "recipes").mkdir()
+    (root / "recipes" / ".gitkeep").write_text("")
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "base")
+
+
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any], list[dict[str, Any]], int]:
     """A base KB; the record and events of its uninterrupted run, and the room
@@ -62,12 +72,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
     with pytest.MonkeyPatch.context() as env:
         for key, value in {**IDENTITY, "HOME": str(top), "BREWKB_LOG_DIR": str(top / "logs")}.items():
             env.setenv(key, value)
-        git(base, "init", "-q", "-b", "main")
-        (base / "brewkb.toml").write_text(CONFIG)
-        (base / "recipes").mkdir()
-        (base / "recipes" / ".gitkeep").write_text("")
-        git(base, "add", "-A")
-        git(base, "commit", "-qm", "base")
+        commit_base(base, CONFIG)
         git(top, "clone", "-q", str(base), str(whole))
         out = brewkb(whole, "refine", "--run", "r", "--json")
     assert out.returncode == 0, out.stderr

@@ -18,10 +18,9 @@ from typing import Any
 import pytest
 
 from tests.conftest import git
+from tests.test_crash_resume import IDENTITY, commit_base
 
 # module fixtures start before the autouse fixture that isolates each test: name everything explicitly
-IDENTITY = {"GIT_COMMITTER_NAME": "Test", "GIT_COMMITTER_EMAIL": "test@example.com", "GIT_AUTHOR_NAME": "Test",
-            "GIT_AUTHOR_EMAIL": "test@example.com", "GIT_CONFIG_NOSYSTEM": "1", "PYTHONUNBUFFERED": "1"}
 CONFIG = '[env]\nname = "shop"\noptions = { train = 6, eval = 3, test = 3 }\n[search]\niterations = 2\n'
 RUN = "refs/heads/brew/r"
 
@@ -53,12 +52,7 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
     with pytest.MonkeyPatch.context() as env:
         for key, value in {**IDENTITY, "HOME": str(top), "BREWKB_LOG_DIR": str(top / "logs")}.items():
             env.setenv(key, value)
-        git(root, "init", "-q", "-b", "main")
-        (root / "brewkb.toml").write_text(CONFIG)
-        (root / "recipes").mkdir()
-        (root / "recipes" / ".gitkeep").write_text("")
-        git(root, "add", "-A")
-        git(root, "commit", "-qm", "base")
+        commit_base(root, CONFIG)
     return root
 
 
