@@ -16,7 +16,7 @@ from brewkb.trajectories.formats import FORMATS
 @click.option("--format", "fmt", type=click.Choice(list(FORMATS)), required=True, help="Format of SOURCE.")
 @click.option("--run", default=None, help="Run to add them to (default: import-<file name>).")
 @click.option("--split", default="train", show_default=True, type=click.Choice(["train", "eval", "test"]),
-              help="Split the trajectories belong to.")
+              help="Split the trajectories belong to (test is refused: the test split stays out of runs).")
 @click.option("--tasks", type=click.Path(exists=True, path_type=Path), default=None,
               help="Task context: OSWorld's tasks folder, or a tau2 domain's tasks.json.")
 @click.option("--outcomes", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
