@@ -12,7 +12,7 @@ import pytest
 
 from brewkb.config import Boosts
 from brewkb.llm.offline import OfflineBackend
-from brewkb.llm.offline_integrate import step_lines
+from brewkb.llm.offline_integrate import common, step_lines
 from brewkb.recipes import Recipe
 from brewkb.retrieval.index import RecipeIndex
 from brewkb.retrieval.logeval import cases_of, procedures_of, score
@@ -92,6 +92,26 @@ def test_a_lookup_that_returned_nothing_is_no_step() -> None:
     assert insight.steps == ("get_order(order_id)", "cancel_order(order_id)")
 
 
+def test_a_lookup_is_a_step_only_when_the_write_used_what_it_read() -> None:
+    run = conversation(True, _call(1, "get_customer", {"email": "a@b.c"}, '{"customer_id": "C-88", "orders": ["O-5"]}'),
+                       _call(2, "calculate", {"expression": "30 - 12"}, "18.0"),
+                       _call(3, "get_order", {"order_id": "O-5"}, '{"status": "pending"}'),
+                       _call(4, "cancel_order", {"order_id": "O-5"}, "ok"), turns=("Please cancel my order.",))
+    [insight] = [i for i in asyncio.run(OfflineBackend().reflect(run)) if i.kind == "steps"]
+    # the customer's record answered the order id, get_order was given it; the sum informed nothing the write did
+    assert insight.steps == ("get_customer(email)", "get_order(order_id)", "cancel_order(order_id)")
+
+
+def test_a_step_few_runs_took_is_named_as_optional() -> None:
+    runs = [("get_order(order_id)", "cancel_order(order_id)"), ("get_order(order_id)", "cancel_order(order_id)"),
+            ("get_order(order_id)", "get_rules(topic)", "cancel_order(order_id)")]
+    kept, optional = common(step_lines(runs, "cancel order"), runs, "cancel order")
+    assert kept == [["get_order(order_id)"], ["cancel_order(order_id)"]] and optional == [["get_rules(topic)"]]
+    # half of the runs is enough, and the concept's own write is always a step
+    assert common([["a(x)"], ["cancel_order(order_id)"]], [("a(x)",), ("cancel_order(order_id)",)],
+                  "cancel order") == ([["a(x)"], ["cancel_order(order_id)"]], [])
+
+
 def test_alternatives_share_a_line_and_steps_keep_their_order() -> None:
     runs = [("find_by_email(email)", "get_order(order_id)", "cancel_order(order_id)"),
             ("find_by_name(name)", "get_order(order_id)", "cancel_order(order_id)"),
@@ -120,6 +140,20 @@ def test_a_leave_one_out_effect_is_negative_beyond_noise_by_a_paired_t_test() ->
     assert noisy.effect == -0.25 and noisy.harmful is False
 
 
+def _both_writes(chat: Path) -> Path:
+    """The logs with each cancellation (tasks 0-2) also changing the order's address."""
+    records = [json.loads(line) for line in chat.read_text().splitlines()]
+    for record in records:
+        if record["task_id"] in ("t0", "t1", "t2"):
+            cancel = record["messages"][-3]["tool_calls"][0]["function"]  # the last call: cancel_pending_order
+            order = json.loads(cancel["arguments"])["order_id"]
+            record["messages"][1]["content"] += " Also change its address to 1 Main St."
+            record["messages"][-1:-1] = _call(9, "modify_pending_order_address",
+                                              {"order_id": order, "address1": "1 Main St"}, '{"ok": true}')
+    chat.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return chat
+
+
 @pytest.fixture(scope="module")
 def distilled(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("logs")
@@ -127,10 +161,10 @@ def distilled(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root.mkdir()
     assert brewkb(root, "init").returncode == 0
     _, chat = write_logs(tmp)
-    assert brewkb(root, "import", str(chat), "--format", "openai", "--run", "air").returncode == 0
+    assert brewkb(root, "import", str(_both_writes(chat)), "--format", "openai", "--run", "air").returncode == 0
     done = brewkb(root, "distill", "air", "--iterations", "2")
     assert done.returncode == 0, done.stderr
-    # nine tiny tasks asked the same way each time: the past conversations are as good a memory as it gets
+    # each cancellation also changed the address: a past conversation names both writes, a recipe one of them
     assert "The new KB does not beat trajectories (MRR " in done.stdout
     return root
 

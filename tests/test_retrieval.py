@@ -54,6 +54,14 @@ def test_a_pdf_question_finds_the_export_recipe_first(index: RecipeIndex) -> Non
     assert [h.name for h in retrieve(index, "cancelled orders", k=1)] == ["cancel-order"]  # stemming
 
 
+def test_a_placeholder_of_personal_data_is_no_index_term() -> None:
+    renamed = Recipe(name="rename-passenger", description='Requests such as: "Book it for <first_name> <last_name>."',
+                     body=build_body([("How to perform", "1. `update_passengers(reservation_id, passengers)`")]))
+    index = RecipeIndex.build([renamed, *KB_RECIPES])
+    assert retrieve(index, "what is the first name on the order?", k=1)[0].name == "cancel-order"
+    assert retrieve(index, "update the passengers", k=1)[0].name == "rename-passenger"
+
+
 def test_field_boosts_change_the_order() -> None:
     query = "pdf"
     body_only = RecipeIndex.build(KB_RECIPES, Boosts(text=0.0, summary=0.0, body=1.0))

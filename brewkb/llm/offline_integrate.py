@@ -14,7 +14,9 @@ so different samples differ in quality, as LLM samples do.
   step of every run, each placed after the step that preceded it where it was
   first seen, so steps keep their order of use; two steps that fill the same
   place and never occur in the same run are *alternatives* and share a line
-  (``a(x)`` or ``b(y)``). A procedure of this concept's requests that did not
+  (``a(x)`` or ``b(y)``). A step fewer than half of the concept's passing runs
+  took (all of them, not the sample) is named as optional after the steps
+  ("Some runs also used: ..."). A procedure of this concept's requests that did not
   use its tool and handed the request to a person becomes a branch: "If it
   cannot be done: hand off". Without a procedure, the current document's is kept.
 - **Conditions** turn the errors that ended an attempt into checks ("Before
@@ -35,7 +37,7 @@ from brewkb.recipes import LEARNED_FROM, Recipe, build_body, slugify
 from brewkb.trajectories.schema import content_id
 from brewkb.trajectories.tools import concept_of_tool, is_handoff
 
-__all__ = ["integrate", "merge_steps", "step_lines", "SAMPLE", "MAX_REQUESTS"]
+__all__ = ["integrate", "merge_steps", "step_lines", "common", "SAMPLE", "MAX_REQUESTS"]
 
 SAMPLE = 0.7
 MAX_STEPS = 10
@@ -86,6 +88,20 @@ def step_lines(sequences: Sequence[Sequence[str]], concept: str) -> list[list[st
     return lines[:MAX_STEPS]
 
 
+def common(lines: Sequence[Sequence[str]], sequences: Sequence[Sequence[str]],
+           concept: str) -> tuple[list[list[str]], list[list[str]]]:
+    """The lines most of the runs used (one of its steps, in at least half
+    of ``sequences``), with the concept's own tool always; and the others,
+    which a recipe names as optional: a step few runs took is no step to take."""
+    kept: list[list[str]] = []
+    optional: list[list[str]] = []
+    for line in lines:
+        used = sum(any(step in sequence for step in line) for sequence in sequences)
+        mine = any(_own(step, concept) for step in line)
+        (kept if mine or 2 * used >= len(sequences) else optional).append(list(line))
+    return kept, optional
+
+
 def _own(step: str, concept: str) -> bool:
     return concept_of_tool(_tool(step)) == concept
 
@@ -118,8 +134,13 @@ def _requests(insights: Sequence[Insight], concept: str) -> list[str]:
 def _how(concept: str, picked: Sequence[Insight], insights: Sequence[Insight], current: Recipe | None) -> str:
     sequences = [i.steps for i in picked if i.kind == "steps" and i.steps]
     own = [q for q in sequences if any(_own(s, concept) for s in q)]
-    lines = step_lines(own or sequences, concept)
+    # which steps most runs take is told by every run of the concept, not by the sample
+    every = [i.steps for i in insights if i.kind == "steps" and i.steps]
+    mine = [q for q in every if any(_own(s, concept) for s in q)]
+    lines, optional = common(step_lines(own or sequences, concept), mine if own else every, concept)
     how = [f"{n}. " + " or ".join(f"`{s}`" for s in line) for n, line in enumerate(lines, 1)]
+    if optional:
+        how.append("- Some runs also used: " + ", ".join(f"`{s}`" for line in optional for s in line))
     if own:  # this concept's requests that passing runs handed to a person instead (any of them, not a sample)
         handoffs = dict.fromkeys(i.steps[-1] for i in insights if i.kind == "steps" and i.steps
                                  and not any(_own(s, concept) for s in i.steps) and is_handoff(_tool(i.steps[-1])))

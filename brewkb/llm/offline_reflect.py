@@ -12,9 +12,11 @@ lookup. A run with no action verb, no hand-off and no lookup names nothing.
 Insights (a run whose outcome is unknown teaches as a passing one does, its
 insights ``observed`` rather than prescriptive).
 - A passing run gives, for each write, a *procedure* (kind ``steps``): the
-  lookups before it that returned something (one that returned nothing, a
-  scratchpad, informed no step), the write, then the first message tool it told the user
-  with, in order of first use (never another write of the run).
+  lookups before it whose answers the write used (one of the write's argument
+  values is one the lookup was given or answered with; a scratchpad, a lookup
+  that returned nothing or one such as a calculator whose answer no argument
+  holds informed no step), the write, then the first message tool it told the
+  user with, in order of first use (never another write of the run).
 - A passing run that handed off gives the procedure that led to the hand-off;
   a passing run that only read, its lookups (kind ``steps`` for a lookup
   concept). A run that changed nothing for a request with an action verb
@@ -35,7 +37,8 @@ first), else the first turn.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import re
+from collections.abc import Callable, Iterator, Sequence
 
 from brewkb.llm.requests import action_verb, first_line, lookup_concept, request_clause, request_concept, request_for
 from brewkb.llm.roles import DIAGNOSTIC, Insight, polarity_of
@@ -53,6 +56,7 @@ from brewkb.trajectories.tools import (
 __all__ = ["reflect", "concepts_of", "MAX_STEPS"]
 
 MAX_STEPS = 10
+MIN_VALUE = 3
 A_RUN = {True: "A passing run", None: "A run whose outcome is unknown"}
 Add = Callable[..., None]
 
@@ -89,6 +93,39 @@ def _lookups_before(calls: Sequence[ToolCall], index: int, start: int = 0) -> li
     return [c for c in calls[start:index] if _informed(c)]
 
 
+def _leaves(value: object) -> Iterator[str]:
+    """The text and number values inside a call's arguments, nested or not."""
+    if isinstance(value, dict):
+        for item in value.values():
+            yield from _leaves(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _leaves(item)
+    elif isinstance(value, str | int | float) and not isinstance(value, bool):
+        yield str(value)
+
+
+def _acts_on(call: ToolCall) -> set[str]:
+    return {v for v in _leaves(call.args() or {}) if v}
+
+
+def _informs(lookup: ToolCall, write: ToolCall) -> bool:
+    """Whether the write acted on what the lookup read: one of the write's
+    argument values is one the lookup was given, or one it answered with (a
+    value of ``MIN_VALUE`` characters or more, so a count of 1 found in a
+    long answer does not tie every call to every other)."""
+    values, answer = _acts_on(write), lookup.result or ""
+    return bool(values & _acts_on(lookup)) or any(
+        re.search(rf"(?<![\w.-]){re.escape(v)}(?![\w-])", answer) for v in values if len(v) >= MIN_VALUE)
+
+
+def _procedure(calls: Sequence[ToolCall], index: int) -> list[ToolCall]:
+    """A write's procedure: the lookups before it whose answers it used, the
+    write, and what the run told the user about it."""
+    return [*(c for c in _lookups_before(calls, index) if _informs(c, calls[index])), calls[index],
+            *_told_after(calls, index)]
+
+
 def _told_after(calls: Sequence[ToolCall], index: int) -> list[ToolCall]:
     """The first message the run sent the user after the call at ``index``,
     before its next write (what it told the user about it)."""
@@ -104,15 +141,11 @@ def _steps(calls: Sequence[ToolCall]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(step_text(c) for c in calls))[-MAX_STEPS:]
 
 
-def _values(call: ToolCall) -> set[str]:
-    return {str(v) for v in (call.args() or {}).values() if isinstance(v, str | int) and str(v)}
-
-
 def _check(calls: Sequence[ToolCall], index: int) -> ToolCall | None:
     """The lookup that could have checked the failed call at ``index``: the
-    last one before it that read something the failed call acted on."""
-    values = _values(calls[index])
-    return next((c for c in reversed(_lookups_before(calls, index)) if values & _values(c)), None)
+    last one before it that was given something the failed call acted on."""
+    values = _acts_on(calls[index])
+    return next((c for c in reversed(_lookups_before(calls, index)) if values & _acts_on(c)), None)
 
 
 async def reflect(trajectory: Trajectory) -> list[Insight]:
@@ -130,7 +163,7 @@ async def reflect(trajectory: Trajectory) -> list[Insight]:
         if index is None:
             _request_insight(trajectory, calls, concept, add)
         elif trajectory.success is not False:  # an unlabelled run's procedure, said as such
-            steps = _steps([*_lookups_before(calls, index), calls[index], *_told_after(calls, index)])
+            steps = _steps(_procedure(calls, index))
             add(concept, f"{A_RUN[trajectory.success]} did: " + "; then ".join(f"`{s}`" for s in steps),
                 polarity_of(trajectory.success), "steps", steps)
         elif not calls[index].error and not any(c.error for c in calls):

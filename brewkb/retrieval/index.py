@@ -27,6 +27,7 @@ document's place in a ranking without building ``Hit`` objects.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from collections import Counter
@@ -46,7 +47,7 @@ from brewkb.retrieval.postings import Plan, Postings
 
 __all__ = ["Hit", "Searchable", "RecipeIndex", "MultiIndex", "HybridView", "analyze", "SCHEMA_VERSION"]
 
-SCHEMA_VERSION = "4"
+SCHEMA_VERSION = "5"
 FILE = "postings.npz"
 TEXT_FIELDS = ("text", "summary", "name_words", "concept", "aliases", "description", "tags", "body")
 _BOOST_OF = {"text": "text", "summary": "summary", "name_words": "name", "concept": "concept",
@@ -76,9 +77,14 @@ _ANALYZER = (
 )
 
 
+PLACEHOLDER = re.compile(r"<[a-z][a-z0-9_]*>")
+"""What the scrubber leaves for a personal value (``<first_name>``): no index
+term, since a real query holds the value itself, never the placeholder."""
+
+
 def analyze(text: str) -> list[str]:
     """The index terms of ``text`` (what a query and a document are compared on)."""
-    return list(_ANALYZER.analyze(text))
+    return list(_ANALYZER.analyze(PLACEHOLDER.sub(" ", text)))
 
 
 @dataclass(frozen=True)
