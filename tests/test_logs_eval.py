@@ -185,7 +185,11 @@ def test_eval_on_logs_puts_the_kb_beside_every_baseline(distilled: Path) -> None
     manifest = json.loads((distilled / "runs" / "air" / "manifest.json").read_text())
     assert manifest["stages"]["rollouts-eval"]["test"] == ["t1", "t5"]
     wrong = brewkb(distilled, "eval", "--logs", "air", "--split", "eval")
-    assert wrong.returncode == 2 and "--split run the agent; --logs measures retrieval" in wrong.stderr
+    assert wrong.returncode == 2 and ("--split: only for an eval that runs the agent; --logs scores retrieval on "
+                                      "logged conversations, leave it out") in wrong.stderr
+    missing = brewkb(distilled, "eval", "--logs", "air", "--from-run", "nosuch")
+    assert missing.returncode == 1
+    assert missing.stderr.startswith("brewkb: error: --from-run nosuch: no run 'nosuch' in ")
 
 
 def test_the_distill_pr_states_the_comparison(distilled: Path) -> None:

@@ -16,7 +16,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from brewkb.errors import BrewError
+from brewkb.errors import BrewError, RunError
 from brewkb.fsutil import write_atomic
 from brewkb.git.refs import BrewRef
 from brewkb.kb import KB
@@ -42,8 +42,8 @@ def evaluate_logs(logs: str, *, revs: Sequence[str] = (), contexts: Sequence[str
     if unknown:
         raise BrewError(f"--context {unknown[0]!r}: on logs use {', '.join(BASELINES)} (a KB is a --rev)")
     with KB.open(start, require_config=True) as kb:
-        held_run = Run.at(kb.runs_dir, logs, create=False)
-        learn_run = Run.at(kb.runs_dir, from_run, create=False) if from_run else held_run
+        held_run = _run(kb, logs, "--logs")
+        learn_run = _run(kb, from_run, "--from-run") if from_run else held_run
         learn, evaluation, held = logged_split(learn_run)
         if learn_run.id != held_run.id:
             held = _logged(held_run)
@@ -62,6 +62,13 @@ def evaluate_logs(logs: str, *, revs: Sequence[str] = (), contexts: Sequence[str
             write_atomic(Run.at(kb.runs_dir, save_to).file(LOG_EVAL_FILE),
                          json.dumps(result.to_json(), indent=2) + "\n")
         return result
+
+
+def _run(kb: KB, run: str, option: str) -> Run:
+    try:
+        return Run.at(kb.runs_dir, run, create=False)
+    except RunError as exc:
+        raise RunError(f"{option} {run}: {exc}") from None
 
 
 def logged_split(run: Run) -> tuple[list[Trajectory], list[Trajectory], list[Trajectory]]:

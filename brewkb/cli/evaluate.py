@@ -76,7 +76,8 @@ def eval_cmd(revs: tuple[str, ...], contexts: tuple[str, ...], logs: str | None,
                  if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT]
         if given:
             raise click.UsageError(f"{', '.join(given).replace('--env-name', '--env').replace('--agent-name', '--agent')}"
-                                   " run the agent; --logs measures retrieval on logged conversations without it")
+                                   ": only for an eval that runs the agent; --logs scores retrieval on logged "
+                                   "conversations, leave it out")
         from brewkb.api.logeval import evaluate_logs
 
         result = evaluate_logs(logs, revs=revs, contexts=contexts, from_run=from_run, save_to=save_to)
