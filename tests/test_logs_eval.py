@@ -192,6 +192,19 @@ def test_eval_on_logs_puts_the_kb_beside_every_baseline(distilled: Path) -> None
     assert missing.stderr.startswith("brewkb: error: --from-run nosuch: no run 'nosuch' in ")
 
 
+def test_eval_on_logs_before_distill_says_how_to_learn_a_kb(tmp_path: Path) -> None:
+    root = tmp_path / "kb"
+    root.mkdir()
+    assert brewkb(root, "init").returncode == 0
+    _, chat = write_logs(tmp_path)
+    assert brewkb(root, "import", str(chat), "--format", "openai", "--run", "air").returncode == 0
+    out = brewkb(root, "eval", "--logs", "air")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[-1] == ("run air has no distilled KB yet (no brew/air/pr): `brewkb distill air` "
+                                           "learns recipes from its logs, then eval again")
+    assert "hint" in json.loads(brewkb(root, "eval", "--logs", "air", "--json").stdout)
+
+
 def test_the_distill_pr_states_the_comparison(distilled: Path) -> None:
     body = git(distilled, "log", "-1", "--format=%B", "brew/air/pr")
     assert "## Compared with the baselines (test split)" in body

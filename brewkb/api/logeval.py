@@ -51,13 +51,17 @@ def evaluate_logs(logs: str, *, revs: Sequence[str] = (), contexts: Sequence[str
             raise BrewError(f"run {logs} holds no held-out conversations: logs of fewer than {HOLD_OUT_EVERY} tasks "
                             f"cannot be split; import more, or evaluate other logs against it with "
                             f"`brewkb eval --logs OTHER --from-run {logs}`")
+        hint = ""
         if not revs and not contexts:
             contexts, revs = BASELINES, _default_revs(kb, learn_run.id)
+            if revs == ("HEAD",):
+                hint = (f"run {learn_run.id} has no distilled KB yet (no {str(BrewRef.pr(learn_run.id)).removeprefix('refs/heads/')}): "
+                        f"`brewkb distill {learn_run.id}` learns recipes from its logs, then eval again")
         scrub = scrubber_of(kb.config.scrub)
         cases = cases_of(held, scrub.trajectory)
         kbs = {_label(kb, rev): kb.recipes(None if rev in (".", "working-tree") else rev) for rev in revs}
         arms = compare_arms(kbs, learn + evaluation, cases, retriever_of(kb), scrub.trajectory, contexts)
-        result = LogEvaluation(logs, learn_run.id, len(held), len(cases), arms)
+        result = LogEvaluation(logs, learn_run.id, len(held), len(cases), arms, hint)
         if save_to:
             write_atomic(Run.at(kb.runs_dir, save_to).file(LOG_EVAL_FILE),
                          json.dumps(result.to_json(), indent=2) + "\n")

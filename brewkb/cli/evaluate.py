@@ -43,7 +43,7 @@ def logs_table(evaluation: LogEvaluation) -> list[str]:
             s = arm.scores[query]
             rows.append(f"{arm.label:{width}}{s.mrr:>7.3f}{s.top1:>8.3f}{s.cover3:>13.3f}{s.step_f1:>9.3f}"
                         f"{arm.documents:>11}")
-    return rows
+    return rows + (["", evaluation.hint] if evaluation.hint else [])
 
 
 @click.command("eval")

@@ -154,11 +154,13 @@ class LogEvaluation:
     cases: int
     """Those that passed and did an action: the ones scored."""
     arms: list[Arm]
+    hint: str = ""
+    """What to do next, when the comparison lacks a learned KB."""
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": "logs", "logs": self.logs, "learned_from": self.learned_from,
                 "conversations": self.conversations, "cases": self.cases,
-                "arms": [a.to_json() for a in self.arms]}
+                "arms": [a.to_json() for a in self.arms], **({"hint": self.hint} if self.hint else {})}
 
     def shortfalls(self, label: str) -> list[str]:
         """How the arm ``label`` falls short of each baseline, in words (empty: it beats them all)."""
