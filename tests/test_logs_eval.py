@@ -112,6 +112,29 @@ def test_a_step_few_runs_took_is_named_as_optional() -> None:
                   "cancel order") == ([["a(x)"], ["cancel_order(order_id)"]], [])
 
 
+def test_distill_names_a_step_few_conversations_took_as_optional(tmp_path: Path) -> None:
+    records = []
+    for task in range(10):  # two of ten cancellations also read the order first
+        order = f"O-{task}1"
+        calls = _call(1, "find_customer", {"email": f"c{task}@example.com"}, json.dumps({"orders": [order]}))
+        if task in (3, 7):
+            calls += _call(2, "get_order", {"order_id": order}, '{"status": "pending"}')
+        calls += _call(3, "cancel_order", {"order_id": order}, '{"ok": true}')
+        records.append({"task_id": f"t{task}", "success": True, "messages": [
+            {"role": "user", "content": f"Please cancel my order {order}."}, *calls,
+            {"role": "assistant", "content": "Cancelled."}]})
+    (tmp_path / "chat.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    root = tmp_path / "kb"
+    root.mkdir()
+    assert brewkb(root, "init").returncode == 0
+    assert brewkb(root, "import", str(tmp_path / "chat.jsonl"), "--format", "openai", "--run", "desk").returncode == 0
+    assert brewkb(root, "distill", "desk", "--iterations", "1").returncode == 0
+    recipe = git(root, "show", "brew/desk/pr:recipes/cancel-order.md")
+    how = recipe.split("## How to perform", 1)[1].split("##", 1)[0].strip()
+    assert how == ("1. `find_customer(email)`\n2. `cancel_order(order_id)`\n"
+                   "- Some runs also used: `get_order(order_id)`")
+
+
 def test_alternatives_share_a_line_and_steps_keep_their_order() -> None:
     runs = [("find_by_email(email)", "get_order(order_id)", "cancel_order(order_id)"),
             ("find_by_name(name)", "get_order(order_id)", "cancel_order(order_id)"),

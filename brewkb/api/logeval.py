@@ -53,10 +53,8 @@ def evaluate_logs(logs: str, *, revs: Sequence[str] = (), contexts: Sequence[str
                             f"`brewkb eval --logs OTHER --from-run {logs}`")
         hint = ""
         if not revs and not contexts:
-            contexts, revs = BASELINES, _default_revs(kb, learn_run.id)
-            if revs == ("HEAD",):
-                hint = (f"run {learn_run.id} has no distilled KB yet (no {str(BrewRef.pr(learn_run.id)).removeprefix('refs/heads/')}): "
-                        f"`brewkb distill {learn_run.id}` learns recipes from its logs, then eval again")
+            contexts = BASELINES
+            revs, hint = _default_revs(kb, learn_run.id)
         scrub = scrubber_of(kb.config.scrub)
         cases = cases_of(held, scrub.trajectory)
         kbs = {_label(kb, rev): kb.recipes(None if rev in (".", "working-tree") else rev) for rev in revs}
@@ -99,13 +97,16 @@ def _logged(run: Run) -> list[Trajectory]:
     return logged
 
 
-def _default_revs(kb: KB, run: str) -> tuple[str, ...]:
+def _default_revs(kb: KB, run: str) -> tuple[tuple[str, ...], str]:
+    """The base KB and the run's PR; ``HEAD`` and what to do next before it has one."""
     pr = str(BrewRef.pr(run))
+    branch = pr.removeprefix("refs/heads/")
     if kb.store.read_ref(pr) is None:
-        return ("HEAD",)
+        return ("HEAD",), (f"run {run} has no distilled KB yet (no {branch}): `brewkb distill {run}` learns "
+                           "recipes from its logs, then eval again")
     from brewkb.search.store import find_base
 
-    return (find_base(kb.store, run), pr.removeprefix("refs/heads/"))
+    return (find_base(kb.store, run), branch), ""
 
 
 def _label(kb: KB, rev: str) -> str:

@@ -284,7 +284,7 @@ class LLMClient:
 
     def _unreachable(self, role: str, where: str, detail: str) -> NoReturn:
         self.breaker.failed(self.endpoint(role), role, short(detail, 80))
-        raise LLMError(f"{role}: cannot reach {where} ({short(detail)}); check llm.base_url / OPENAI_BASE_URL")
+        raise _cannot_reach(role, where, detail)
 
     async def complete_json(self, request: ChatRequest) -> JSONReply:
         """A reply that parses as JSON and matches ``request.schema``. On a bad
@@ -333,8 +333,7 @@ class LLMClient:
         except openai.APIStatusError as exc:
             raise LLMError(f"{role}: {where} answered HTTP {exc.status_code} to GET /models") from None
         except openai.APIConnectionError as exc:
-            raise LLMError(f"{role}: cannot reach {where} ({short(str(exc))}); "
-                           "check llm.base_url / OPENAI_BASE_URL") from None
+            raise _cannot_reach(role, where, str(exc)) from None
         except openai.OpenAIError as exc:
             raise LLMError(f"{role}: {short(str(exc))}") from None
         except ValueError as exc:
@@ -450,6 +449,10 @@ def _connection_failed(openai: Any, exc: Exception, elapsed: float, timeout: flo
     timeout; one that came sooner than the timeout is not one."""
     return isinstance(exc, openai.APIConnectionError) and \
         (not isinstance(exc, openai.APITimeoutError) or elapsed < timeout)
+
+
+def _cannot_reach(role: str, where: str, detail: str) -> LLMError:
+    return LLMError(f"{role}: cannot reach {where} ({short(detail)}); check llm.base_url / OPENAI_BASE_URL")
 
 
 def _root_cause(exc: BaseException) -> str:

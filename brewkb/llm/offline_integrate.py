@@ -102,6 +102,12 @@ def common(lines: Sequence[Sequence[str]], sequences: Sequence[Sequence[str]],
     return kept, optional
 
 
+def _procedures(insights: Sequence[Insight], concept: str) -> tuple[list[tuple[str, ...]], list[tuple[str, ...]]]:
+    """The procedures among ``insights``, and those that used the concept's own tool."""
+    sequences = [i.steps for i in insights if i.kind == "steps" and i.steps]
+    return sequences, [q for q in sequences if any(_own(s, concept) for s in q)]
+
+
 def _own(step: str, concept: str) -> bool:
     return concept_of_tool(_tool(step)) == concept
 
@@ -132,11 +138,8 @@ def _requests(insights: Sequence[Insight], concept: str) -> list[str]:
 
 
 def _how(concept: str, picked: Sequence[Insight], insights: Sequence[Insight], current: Recipe | None) -> str:
-    sequences = [i.steps for i in picked if i.kind == "steps" and i.steps]
-    own = [q for q in sequences if any(_own(s, concept) for s in q)]
-    # which steps most runs take is told by every run of the concept, not by the sample
-    every = [i.steps for i in insights if i.kind == "steps" and i.steps]
-    mine = [q for q in every if any(_own(s, concept) for s in q)]
+    sequences, own = _procedures(picked, concept)
+    every, mine = _procedures(insights, concept)  # which steps most runs take: every run tells, not the sample
     lines, optional = common(step_lines(own or sequences, concept), mine if own else every, concept)
     how = [f"{n}. " + " or ".join(f"`{s}`" for s in line) for n, line in enumerate(lines, 1)]
     if optional:

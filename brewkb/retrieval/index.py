@@ -84,7 +84,7 @@ term, since a real query holds the value itself, never the placeholder."""
 
 def analyze(text: str) -> list[str]:
     """The index terms of ``text`` (what a query and a document are compared on)."""
-    return list(_ANALYZER.analyze(PLACEHOLDER.sub(" ", text)))
+    return list(_ANALYZER.analyze(PLACEHOLDER.sub(" ", text) if "<" in text else text))
 
 
 @dataclass(frozen=True)
