@@ -5,10 +5,12 @@ one brewkb says so and falls back to its reaper."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -206,3 +208,35 @@ def test_a_workbook_that_needs_more_memory_than_allowed_fails_its_case(make_repo
     [trajectory] = [json.loads(line) for line in (root / "runs" / "m" / "rollouts.jsonl").read_text().splitlines()]
     [case] = trajectory["outcome"]["detail"]["cases"]
     assert case["reason"] == "grading stopped: it needed more than env.options.grade_memory_mb (200 MB)"
+
+
+def test_episodes_that_start_together_warn_of_a_missing_namespace_once() -> None:
+    from brewkb.isolation import subproc
+
+    class Slow(logging.Handler):  # a slow log (a terminal, a file on a busy disk) widens the window
+        def __init__(self) -> None:
+            super().__init__(logging.WARNING)
+            self.said: list[str] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            time.sleep(0.05)
+            self.said.append(record.getMessage())
+
+    start = threading.Barrier(8)
+    problem = f"bwrap: refused {time.monotonic_ns()}"  # a problem no other test has warned of
+    logger, handler = logging.getLogger(subproc.__name__), Slow()
+    logger.addHandler(handler)
+
+    def first_episode() -> None:
+        start.wait()
+        subproc._warn_once(problem)
+
+    try:
+        threads = [threading.Thread(target=first_episode) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        logger.removeHandler(handler)
+    assert sum(problem in said for said in handler.said) == 1

@@ -27,6 +27,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -117,8 +118,17 @@ def _contained(argv: Sequence[str], namespace: bool) -> tuple[list[str], bool]:
     return [*reaper, *argv], False
 
 
-@functools.lru_cache(maxsize=1)
+_WARNED: set[str] = set()
+_WARNED_LOCK = threading.Lock()
+
+
 def _warn_once(problem: str) -> None:
+    """Warn of ``problem`` once per process, however many episodes start at
+    the same time (``lru_cache`` would let two concurrent first calls both warn)."""
+    with _WARNED_LOCK:
+        if problem in _WARNED:
+            return
+        _WARNED.add(problem)
     log.warning("agent programs do not run in a PID namespace of their own here (%s); each episode's processes "
                 "are ended by its reaper and an environment marker instead, which a process that kills the reaper "
                 "and clears its environment escapes (see docs/agent-protocol.md)", problem)
