@@ -8,8 +8,13 @@ offline backend (deterministic rules, not a language model). Then
 over past conversations) and `notes` baselines, which remember the same
 conversations the KB could learn from, on:
 
-- the learning log's own test split (tasks no stage of the run read), and
-- the other agent's whole log (nobody learned from it).
+- the learning log's own test split (tasks no stage of the run read),
+- the other agent's whole log (nobody learned from it), and
+- every task of the learning log once: its tasks are cut into ``--folds`` parts
+  by a hash of the task id; each part is imported as a run of its own and held
+  out whole while the rest is imported and distilled, and the KB is compared on
+  it with `brewkb eval --logs PART --from-run REST` (one test split holds a
+  handful of scored conversations; the folds score every passing one).
 
 It prints MRR, top-1 and step F1 with each conversation's user side as the
 query (and the first user turn alone), the personal-data matches in the
@@ -17,7 +22,7 @@ recipes (must be 0), and the figures as JSON on its last line. `--check` exits 1
 when the KB falls below the trajectories baseline on MRR, top-1 or step F1 in
 any setting.
 
-    python bench/distill.py [--check] [--mode bm25|hybrid] [--boosts FIELD=B,...]
+    python bench/distill.py [--check] [--folds N] [--mode bm25|hybrid] [--boosts FIELD=B,...]
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from brewkb.config import parse_config  # noqa: E402
 from brewkb.errors import ConfigError  # noqa: E402
 from brewkb.trajectories.formats import import_file  # noqa: E402
-from brewkb.trajectories.schema import Trajectory  # noqa: E402
+from brewkb.trajectories.schema import Trajectory, content_id  # noqa: E402
 from brewkb.trajectories.scrub import Scrubber  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -42,6 +47,8 @@ LOGS = {"gpt-4o": ("tau-bench", DATA / "tau-bench-airline" / "gpt-4o-trajectorie
         "claude": ("tau2", DATA / "tau2-airline" / "claude-sonnet-4-5_airline_default_gpt4.1_1trials.json")}
 PERSONAL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[a-z]{2,}|[a-z]+_[a-z]+_[0-9]{4}")
 MEASURES = (("mrr", "MRR"), ("top1", "top-1"), ("step_f1", "step F1"))
+QUERIES = ("conversation", "first turn")
+SCORES = [f"{q}: {k}" for q in QUERIES for k, _ in MEASURES]
 
 
 def brewkb(cwd: Path, *args: str) -> str:
@@ -64,13 +71,76 @@ def leaks(kb: Path, run: str, logged: list[Trajectory]) -> int:
         len(re.findall(rf"(?<![\w@.]){re.escape(v)}(?![\w@])", t)) for v in values for t in texts)
 
 
+def task_parts(fmt: str, data: object, folds: int) -> list[object]:
+    """The log ``data`` cut into ``folds`` logs of the same format, by task
+    (each task in one part, chosen by a hash of its id)."""
+    entries = data["simulations"] if fmt == "tau2" else data
+    tasks = sorted({str(e["task_id"]) for e in entries}, key=lambda t: (content_id(["fold", t]), t))
+    parts = []
+    for fold in range(folds):
+        keep = set(tasks[fold::folds])
+        if fmt == "tau2":
+            parts.append({**data, "simulations": [s for s in data["simulations"] if str(s["task_id"]) in keep],
+                          "tasks": [t for t in data["tasks"] if str(t["id"]) in keep]})
+        else:
+            parts.append([e for e in data if str(e["task_id"]) in keep])
+    return parts
+
+
+def compare(kb: Path, held: str, learn: str, setting: str) -> list[dict]:
+    """The KB of run ``learn`` and the baselines on the held-out conversations of run ``held``."""
+    other = [] if held == learn else ["--from-run", learn]
+    result = json.loads(brewkb(kb, "eval", "--logs", held, *other, "--rev", f"brew/{learn}/pr",
+                               "--context", "trajectories", "--context", "notes", "--json"))
+    return [{"setting": setting, "cases": result["cases"],
+             "arm": "distilled KB" if arm["kind"] == "kb" else arm["label"],
+             **{f"{q}: {k}": arm["scores"][q][k] for q in QUERIES for k, _ in MEASURES}} for arm in result["arms"]]
+
+
+def held_out_tasks(kb: Path, tmp: Path, run: str, folds: int) -> list[dict]:
+    """The rows of every task of ``run``'s log held out once: the folds'
+    figures, each weighed by its scored conversations."""
+    fmt, path = LOGS[run]
+    parts = task_parts(fmt, json.loads(path.read_text()), folds)
+    rows: dict[str, dict] = {}
+    for fold, part in enumerate(parts):
+        names = {"held": f"{run}-fold{fold}", "learn": f"{run}-fold{fold}-rest"}
+        logs = {"held": part, "learn": _joined(fmt, [p for n, p in enumerate(parts) if n != fold])}
+        for role, log in logs.items():
+            file = tmp / f"{names[role]}.json"
+            file.write_text(json.dumps(log))
+            brewkb(kb, "import", str(file), "--format", fmt, "--run", names[role])
+        brewkb(kb, "distill", names["learn"])
+        for row in compare(kb, names["held"], names["learn"], ""):
+            total = rows.setdefault(row["arm"], {"setting": f"{run} → its tasks, {folds} folds", "cases": 0,
+                                                 "arm": row["arm"], **dict.fromkeys(SCORES, 0.0)})
+            total["cases"] += row["cases"]
+            for key in SCORES:
+                total[key] += row[key] * row["cases"]
+    for total in rows.values():
+        for key in SCORES:
+            total[key] = total[key] / total["cases"] if total["cases"] else 0.0
+    return list(rows.values())
+
+
+def _joined(fmt: str, parts: list[object]) -> object:
+    if fmt == "tau2":
+        return {**parts[0], "simulations": [s for p in parts for s in p["simulations"]],
+                "tasks": [t for p in parts for t in p["tasks"]]}
+    return [e for p in parts for e in p]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="Exit 1 when the KB falls below the trajectories "
                                                              "baseline on any measure in any setting.")
+    parser.add_argument("--folds", type=int, default=5, metavar="N",
+                        help="Hold out every task of each log once, in N parts (0: the test splits only).")
     parser.add_argument("--mode", choices=("bm25", "hybrid"), default="bm25", help="retrieval.mode of the KB.")
     parser.add_argument("--boosts", default="", metavar="FIELD=B,...", help="retrieval.boosts of the KB.")
     args = parser.parse_args()
+    if args.folds == 1 or args.folds < 0:
+        parser.error("--folds: 0 (the test splits only) or at least 2")
     missing = [str(path) for _, path in LOGS.values() if not path.is_file()]
     if missing:
         sys.exit(f"bench/distill.py: no {missing[0]}; it reads the shared data beside the repository")
@@ -96,15 +166,9 @@ def main() -> None:
             privacy[run] = leaks(kb, run, [t for t in import_file(path, LOGS[run][0]) if isinstance(t, Trajectory)])
         for learn in LOGS:
             for held in LOGS:
-                other = [] if held == learn else ["--from-run", learn]
-                result = json.loads(brewkb(kb, "eval", "--logs", held, *other, "--rev", f"brew/{learn}/pr",
-                                           "--context", "trajectories", "--context", "notes", "--json"))
-                setting = f"{learn} → {held}" + (" (its test split)" if held == learn else "")
-                for arm in result["arms"]:
-                    label = "distilled KB" if arm["kind"] == "kb" else arm["label"]
-                    rows.append({"setting": setting, "cases": result["cases"], "arm": label,
-                                 **{f"{q}: {k}": arm["scores"][q][k] for q in ("conversation", "first turn")
-                                    for k, _ in MEASURES}})
+                rows += compare(kb, held, learn, f"{learn} → {held}" + (" (its test split)" if held == learn else ""))
+            if args.folds:
+                rows += held_out_tasks(kb, Path(tmp), learn, args.folds)
     print(f"{'setting':32}{'cases':>6}  {'memory':14}{'MRR':>7}{'top-1':>8}{'step F1':>9}   first turn: "
           f"{'MRR':>6}{'top-1':>7}")
     for r in rows:

@@ -16,6 +16,9 @@ from brewkb.llm.offline_integrate import common, step_lines
 from brewkb.recipes import Recipe
 from brewkb.retrieval.index import RecipeIndex
 from brewkb.retrieval.logeval import cases_of, procedures_of, score
+from brewkb.retrieval.ranking import Retriever
+from brewkb.search.distill import RetrievalEvaluator
+from brewkb.search.episodes import EpisodeCache
 from brewkb.search.final import leave_one_out
 from brewkb.trajectories.schema import Outcome, Trajectory
 from brewkb.trajectories.scrub import Scrubber
@@ -133,6 +136,42 @@ def test_distill_names_a_step_few_conversations_took_as_optional(tmp_path: Path)
     how = recipe.split("## How to perform", 1)[1].split("##", 1)[0].strip()
     assert how == ("1. `find_customer(email)`\n2. `cancel_order(order_id)`\n"
                    "- Some runs also used: `get_order(order_id)`")
+
+
+def test_distill_writes_how_failing_conversations_did_an_action_no_passing_one_did(tmp_path: Path) -> None:
+    records = []
+    for task in range(10):  # every cancellation passed; every refund was made, and the conversation failed
+        order = f"O-{task}1"
+        action = "cancel" if task % 2 else "refund"
+        calls = _call(1, "find_customer", {"email": f"c{task}@example.com"}, json.dumps({"orders": [order]}))
+        calls += _call(2, f"{action}_order", {"order_id": order}, '{"ok": true}')
+        records.append({"task_id": f"t{task}", "success": action == "cancel", "messages": [
+            {"role": "user", "content": f"Please {action} my order {order}."}, *calls,
+            {"role": "assistant", "content": "Done."}]})
+    (tmp_path / "chat.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    root = tmp_path / "kb"
+    root.mkdir()
+    assert brewkb(root, "init").returncode == 0
+    assert brewkb(root, "import", str(tmp_path / "chat.jsonl"), "--format", "openai", "--run", "desk").returncode == 0
+    assert brewkb(root, "distill", "desk", "--iterations", "1").returncode == 0
+    how = {name: git(root, "show", f"brew/desk/pr:recipes/{name}.md").split("## How to perform", 1)[1]
+           .split("##", 1)[0].strip() for name in ("cancel-order", "refund-order")}
+    assert how["cancel-order"] == "1. `find_customer(email)`\n2. `cancel_order(order_id)`"
+    assert how["refund-order"] == ("1. `find_customer(email)`\n2. `refund_order(order_id)`\n- No passing run did "
+                                   "this: these are the steps of runs that failed; check every detail against the "
+                                   "request and the conditions below")
+
+
+def test_the_gate_measures_a_request_whose_conversation_wrote_nothing_by_its_concepts_recipe() -> None:
+    kb = {"refund order": doc("refund-order", "Refund an order.", "1. `refund_order(order_id)`"),
+          "cancel order": doc("cancel-order", "Cancel an order.", "1. `cancel_order(order_id)`")}
+    evaluator = RetrievalEvaluator(queries={"t1": "Please refund my order."}, cases={},
+                                   q_eval={"refund order": ["t1"]}, q_train={}, retriever=Retriever(),
+                                   cache=EpisodeCache())
+    pairs = asyncio.run(evaluator.leave_one_out(["refund order", "cancel order"], kb))
+    # found first for its own request, and nothing of that concept is left without it
+    assert pairs["refund order"] == [(1.0, 0.0)]
+    assert pairs["cancel order"] == [(1.0, 1.0)]  # retrieved second: the request's recipe stays first
 
 
 def test_alternatives_share_a_line_and_steps_keep_their_order() -> None:

@@ -16,7 +16,9 @@ so different samples differ in quality, as LLM samples do.
   place and never occur in the same run are *alternatives* and share a line
   (``a(x)`` or ``b(y)``). A step fewer than half of the concept's passing runs
   took (all of them, not the sample) is named as optional after the steps
-  ("Some runs also used: ..."). A procedure of this concept's requests that did not
+  ("Some runs also used: ..."). A concept that no passing run did, but
+  failing ones did without an error, gets their procedure, followed by "No
+  passing run did this: ...". A procedure of this concept's requests that did not
   use its tool and handed the request to a person becomes a branch: "If it
   cannot be done: hand off". Without a procedure, the current document's is kept.
 - **Conditions** turn the errors that ended an attempt into checks ("Before
@@ -102,9 +104,10 @@ def common(lines: Sequence[Sequence[str]], sequences: Sequence[Sequence[str]],
     return kept, optional
 
 
-def _procedures(insights: Sequence[Insight], concept: str) -> tuple[list[tuple[str, ...]], list[tuple[str, ...]]]:
+def _procedures(insights: Sequence[Insight], concept: str,
+                kind: str = "steps") -> tuple[list[tuple[str, ...]], list[tuple[str, ...]]]:
     """The procedures among ``insights``, and those that used the concept's own tool."""
-    sequences = [i.steps for i in insights if i.kind == "steps" and i.steps]
+    sequences = [i.steps for i in insights if i.kind == kind and i.steps]
     return sequences, [q for q in sequences if any(_own(s, concept) for s in q)]
 
 
@@ -140,10 +143,16 @@ def _requests(insights: Sequence[Insight], concept: str) -> list[str]:
 def _how(concept: str, picked: Sequence[Insight], insights: Sequence[Insight], current: Recipe | None) -> str:
     sequences, own = _procedures(picked, concept)
     every, mine = _procedures(insights, concept)  # which steps most runs take: every run tells, not the sample
+    failed = not mine and _procedures(insights, concept, "tried")[1]
+    if failed:  # no passing run did it: how runs that failed did, said as such
+        own, mine = _procedures(picked, concept, "tried")[1] or failed, failed
     lines, optional = common(step_lines(own or sequences, concept), mine if own else every, concept)
     how = [f"{n}. " + " or ".join(f"`{s}`" for s in line) for n, line in enumerate(lines, 1)]
     if optional:
         how.append("- Some runs also used: " + ", ".join(f"`{s}`" for line in optional for s in line))
+    if failed:
+        how.append("- No passing run did this: these are the steps of runs that failed; check every detail "
+                   "against the request and the conditions below")
     if own:  # this concept's requests that passing runs handed to a person instead (any of them, not a sample)
         handoffs = dict.fromkeys(i.steps[-1] for i in insights if i.kind == "steps" and i.steps
                                  and not any(_own(s, concept) for s in i.steps) and is_handoff(_tool(i.steps[-1])))

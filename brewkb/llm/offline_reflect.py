@@ -30,6 +30,9 @@ insights ``observed`` rather than prescriptive).
   the run did next.
 - A failing run whose calls all succeeded gives a pitfall: the change was
   made with the wrong details.
+- A failing run's write that succeeded gives the run's procedure for it, as
+  for a passing run, of kind ``tried``: the integrator writes it only for a
+  concept no passing run did, and says so.
 Each insight quotes the request as the user put it: the user turn that asks
 for its concept's action (synonyms folded; one that also names the object
 first), else the first turn.
@@ -166,9 +169,12 @@ async def reflect(trajectory: Trajectory) -> list[Insight]:
             steps = _steps(_procedure(calls, index))
             add(concept, f"{A_RUN[trajectory.success]} did: " + "; then ".join(f"`{s}`" for s in steps),
                 polarity_of(trajectory.success), "steps", steps)
-        elif not calls[index].error and not any(c.error for c in calls):
-            add(concept, f"A run that called `{step_text(calls[index])}` without errors still failed: check that "
-                         "every detail the request asks for is used, and nothing else", DIAGNOSTIC, "pitfall")
+        elif not calls[index].error:
+            steps = _steps(_procedure(calls, index))
+            add(concept, "A failing run did: " + "; then ".join(f"`{s}`" for s in steps), DIAGNOSTIC, "tried", steps)
+            if not any(c.error for c in calls):
+                add(concept, f"A run that called `{step_text(calls[index])}` without errors still failed: check "
+                             "that every detail the request asks for is used, and nothing else", DIAGNOSTIC, "pitfall")
     _handoff_after_writes(trajectory, calls, concepts, add)
     _errors(trajectory, calls, concepts, add)
     return insights

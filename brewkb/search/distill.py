@@ -13,8 +13,11 @@ its own train requests, and the note says so.
 
 A recipe's leave-one-out effect, for the final gate, compares the KB's own
 measure (the MRR of the first document naming each write, see
-``brewkb.retrieval.logeval``) with and without the recipe on the eval
-conversations whose top ``k`` hold it.
+``brewkb.retrieval.logeval``) with and without the recipe on the eval tasks
+whose top ``k`` hold it. A task none of whose conversations passed with a
+write (a request rightly refused, or one that failed) is measured as the
+reward ranks it: 1 / the rank of its concept's recipe for its request, so a
+recipe's own requests weigh in its effect as much as the others' do.
 """
 
 from __future__ import annotations
@@ -68,6 +71,11 @@ class RetrievalEvaluator:
         self.retriever = retriever
         self.cache = cache  # no episodes are run; the search reports its (zero) counts
         self._procedures: dict[tuple[str, str], list[frozenset[str]]] = {}
+        self._concepts_of: dict[str, list[str]] = {}  # eval task → the concepts of its request
+        for concept, ids in sorted(q_eval.items()):
+            for task in ids:
+                if task in queries:
+                    self._concepts_of.setdefault(task, []).append(concept)
 
     def tasks_of(self, concept: str) -> tuple[str, list[str]]:
         ids = [t for t in self.q_eval.get(concept, ()) if t in self.queries]
@@ -81,14 +89,22 @@ class RetrievalEvaluator:
             self._procedures[key] = procedure(recipe.section("How to perform"))
         return self._procedures[key]
 
-    def _value(self, index: Searchable, task: str) -> float | None:
-        """The KB's own measure for the task's conversations (``None`` without one)."""
+    def _value(self, index: Searchable, task: str, kb: Mapping[str, Recipe]) -> float:
+        """The KB's own measure for the task's conversations; for a task none
+        of whose conversations passed with a write, 1 / the rank of its
+        concepts' recipes for its request (the target the reward ranks)."""
         cases = self.cases.get(task, ())
-        if not cases:
-            return None
-        values = [case_scores([self._procedure(h.recipe) for h in index.search(c.queries["conversation"], DEPTH)
-                              ], c)[0] for c in cases]
-        return round(sum(values) / len(values), 6)
+        if cases:
+            values = [case_scores([self._procedure(h.recipe) for h in index.search(c.queries["conversation"], DEPTH)
+                                   ], c)[0] for c in cases]
+            return round(sum(values) / len(values), 6)
+        ranks = [index.rank(kb[concept].name, self.queries[task]) if concept in kb else 0
+                 for concept in self._concepts_of[task]]
+        return round(sum(1 / r for r in ranks if 0 < r <= DEPTH) / len(ranks), 6)
+
+    def _queries_of(self, task: str) -> list[str]:
+        cases = self.cases.get(task, ())
+        return [c.queries["conversation"] for c in cases] if cases else [self.queries[task]]
 
     def _own(self, index: Searchable, recipe: Recipe, task: str) -> float:
         """1 / the candidate's rank for the task's request, times the share of
@@ -117,15 +133,16 @@ class RetrievalEvaluator:
 
     async def leave_one_out(self, concepts: Sequence[str],
                             kb: Mapping[str, Recipe]) -> dict[str, list[tuple[float, float]]]:
-        """The eval conversations whose top ``k`` from ``kb`` hold each
-        concept's recipe, measured with it and without it."""
+        """The eval tasks whose top ``k`` from ``kb`` hold each concept's
+        recipe, measured with it and without it."""
         index = self.retriever.index(list(kb.values()))
-        tasks = sorted({t for ids in self.q_eval.values() for t in ids if self.cases.get(t)})
+        tasks = sorted(self._concepts_of)
         out = {}
         for concept in concepts:
             name = kb[concept].name
-            hit = [t for t in tasks if any(h.name == name for c in self.cases[t]
-                                           for h in index.search(c.queries["conversation"], self.k))]
-            without = self.retriever.index([r for slot, r in kb.items() if slot != concept]) if hit else index
-            out[concept] = [(self._value(index, t) or 0.0, self._value(without, t) or 0.0) for t in hit]
+            hit = [t for t in tasks
+                   if any(h.name == name for q in self._queries_of(t) for h in index.search(q, self.k))]
+            rest = {slot: r for slot, r in kb.items() if slot != concept}
+            without = self.retriever.index(list(rest.values())) if hit else index
+            out[concept] = [(self._value(index, t, kb), self._value(without, t, rest)) for t in hit]
         return out
