@@ -15,7 +15,8 @@ from brewkb.llm.offline import OfflineBackend
 from brewkb.llm.offline_integrate import common, step_lines
 from brewkb.recipes import Recipe
 from brewkb.retrieval.index import RecipeIndex
-from brewkb.retrieval.logeval import cases_of, procedures_of, score
+from brewkb.api.distill import comparison_section
+from brewkb.retrieval.logeval import Arm, LogEvaluation, Scores, cases_of, procedures_of, score
 from brewkb.retrieval.ranking import Retriever
 from brewkb.search.distill import RetrievalEvaluator
 from brewkb.search.episodes import EpisodeCache
@@ -271,10 +272,31 @@ def test_the_distill_pr_states_the_comparison(distilled: Path) -> None:
     body = git(distilled, "log", "-1", "--format=%B", "brew/air/pr")
     assert "## Compared with the baselines (test split)" in body
     assert "| trajectories |" in body and "| notes |" in body and "| new KB |" in body
+    assert ("## Left out by the gate\n\nNothing: every recipe this PR adds or changes has a final reward above "
+            "zero") in body  # the gate ran, and says so when it leaves nothing out
     shown = brewkb(distilled, "pr", "air", "--body-only").stdout
     assert "Compared with the baselines" in shown
     saved = json.loads((distilled / "runs" / "air" / "eval-logs.json").read_text())
     assert saved["kind"] == "logs" and saved["cases"] == 3
+
+
+def test_a_mistyped_pr_branch_is_answered_with_the_runs_pr_branches(distilled: Path) -> None:
+    wrong = brewkb(distilled, "eval", "--logs", "air", "--rev", "brew/air-2/pr")
+    assert wrong.returncode == 1
+    assert wrong.stderr.strip() == ("brewkb: error: unknown revision 'brew/air-2/pr': give a branch, tag or commit "
+                                    "of this KB (the runs' PR branches: brew/air/pr)")
+
+
+def test_the_pr_verdict_names_the_baselines_the_kb_beats_and_those_it_does_not() -> None:
+    def arm(label: str, kind: str, value: float) -> Arm:
+        scores = Scores(3, value, value, value, value)
+        return Arm(label, kind, 5, {"conversation": scores, "first turn": scores})
+
+    comparison = LogEvaluation("air", "air", 4, 3, [arm("trajectories", "trajectories", 0.9),
+                                                    arm("notes", "notes", 0.5), arm("new KB", "kb", 0.7)])
+    verdict = comparison_section(comparison).split("\n\n")[1]
+    assert verdict == ("The new KB does not beat trajectories (MRR 0.700 < 0.900, top-1 0.700 < 0.900, step F1 "
+                       "0.700 < 0.900). It is at least as good as notes on MRR, top-1 and step F1.")
 
 
 def test_require_better_fails_a_kb_that_does_not_beat_a_baseline(distilled: Path) -> None:

@@ -86,6 +86,8 @@ def pr_message(run: str, source: str, spec: SearchSpec, result: SearchResult, ch
     unlabelled = sum(t.success is None for t in logged)
     judged = sum(1 for v in grades.values() if isinstance(v, dict) and "failed" not in v)
     held, test = split
+    gate = "\n".join(left) or ("Nothing: every recipe this PR adds or changes has a final reward above zero and "
+                               "no leave-one-out effect on the eval split that is negative beyond noise.")
     return (f"brew({run}): {len(result.trees)} recipes distilled from logged trajectories\n\n"
             f"Source: {len(logged)} trajectories imported from {source} logs; of their tasks, {len(held)} were held "
             f"out to choose recipe versions (eval) and {len(test)} to test the result (test). Personal data was "
@@ -100,7 +102,7 @@ def pr_message(run: str, source: str, spec: SearchSpec, result: SearchResult, ch
             "unknown: reflection used their tool calls and errors, as neither a success nor a failure); "
             f"{judged} were scored by the rubric judge ({backend}: "
             + ("only the rubrics it can count" if backend == "offline" else "an LLM") + ").\n\n" + "\n".join(rows) + "\n\n"
-            + ("## Left out by the gate\n\n" + "\n".join(left) + "\n\n" if left else "")
+            + f"## Left out by the gate\n\n{gate}\n\n"
             + "## What could not be measured\n\n"
             "- Task success with the recipes: no environment can re-run these tasks, so λ_corr = 0 and no "
             "recipe's effect on success is known. Evaluate on a live environment before relying on it.\n"
@@ -117,9 +119,10 @@ def comparison_section(comparison: LogEvaluation | None) -> str:
     if comparison is None:
         return ("## Compared with the baselines\n\nNot measured: the logs have fewer than "
                 f"{HOLD_OUT_EVERY} tasks, so none was held out for a test.\n\n")
-    short = comparison.shortfalls(NEW)
-    verdict = (f"The new KB does not beat {'; '.join(short)}." if short else
-               "The new KB is at least as good as every baseline on MRR, top-1 and step F1.")
+    short, matched = comparison.shortfalls(NEW), comparison.matched(NEW)
+    verdict = (f"The new KB does not beat {'; '.join(short)}."
+               + (f" It is at least as good as {', '.join(matched)} on MRR, top-1 and step F1." if matched else "")
+               if short else "The new KB is at least as good as every baseline on MRR, top-1 and step F1.")
     return ("## Compared with the baselines (test split)\n\n" + verdict + "\n\n"
             + "\n".join(logs_table(comparison.to_json())) + "\n\n")
 

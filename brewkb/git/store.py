@@ -137,7 +137,9 @@ class GitStore(Notes):
             while obj.type == "tag":
                 obj = obj.object
         except (BadName, BadObject, ValueError, git.GitCommandError, IndexError):
-            raise GitError(f"unknown revision {rev!r}; check it with `git log --oneline {rev}`") from None
+            pr = sorted(h.name for h in self._repo.heads if h.name.startswith("brew/") and h.name.endswith("/pr"))
+            raise GitError(f"unknown revision {rev!r}: give a branch, tag or commit of this KB"
+                           + (f" (the runs' PR branches: {', '.join(pr)})" if pr else "")) from None
         if obj.type != "commit":
             raise GitError(f"{rev!r} names a {obj.type}, not a commit")
         return obj.hexsha

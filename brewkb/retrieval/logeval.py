@@ -162,6 +162,11 @@ class LogEvaluation:
                 "conversations": self.conversations, "cases": self.cases,
                 "arms": [a.to_json() for a in self.arms], **({"hint": self.hint} if self.hint else {})}
 
+    def matched(self, label: str) -> list[str]:
+        """The baselines the arm ``label`` is at least as good as on MRR, top-1 and step F1."""
+        mine = next(a for a in self.arms if a.label == label).scores["conversation"]
+        return [a.label for a in self.arms if a.kind in MEMORIES and mine.at_least(a.scores["conversation"])]
+
     def shortfalls(self, label: str) -> list[str]:
         """How the arm ``label`` falls short of each baseline, in words (empty: it beats them all)."""
         mine = next(a for a in self.arms if a.label == label)
