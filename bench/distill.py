@@ -9,12 +9,14 @@ over past conversations) and `notes` baselines, which remember the same
 conversations the KB could learn from, on:
 
 - the learning log's own test split (tasks no stage of the run read),
-- the other agent's whole log (nobody learned from it), and
+- the other agent's whole log (nobody learned from it),
 - every task of the learning log once: its tasks are cut into ``--folds`` parts
   by a hash of the task id; each part is imported as a run of its own and held
   out whole while the rest is imported and distilled, and the KB is compared on
   it with `brewkb eval --logs PART --from-run REST` (one test split holds a
-  handful of scored conversations; the folds score every passing one).
+  handful of scored conversations; the folds score every passing one), and
+- all of these but the test splits (whose tasks the folds hold out too)
+  together, each scored conversation weighing the same.
 
 It prints MRR, top-1 and step F1 with each conversation's user side as the
 query (and the first user turn alone), the personal-data matches in the
@@ -71,20 +73,12 @@ def leaks(kb: Path, run: str, logged: list[Trajectory]) -> int:
         len(re.findall(rf"(?<![\w@.]){re.escape(v)}(?![\w@])", t)) for v in values for t in texts)
 
 
-def task_parts(fmt: str, data: object, folds: int) -> list[object]:
-    """The log ``data`` cut into ``folds`` logs of the same format, by task
-    (each task in one part, chosen by a hash of its id)."""
-    entries = data["simulations"] if fmt == "tau2" else data
-    tasks = sorted({str(e["task_id"]) for e in entries}, key=lambda t: (content_id(["fold", t]), t))
-    parts = []
-    for fold in range(folds):
-        keep = set(tasks[fold::folds])
-        if fmt == "tau2":
-            parts.append({**data, "simulations": [s for s in data["simulations"] if str(s["task_id"]) in keep],
-                          "tasks": [t for t in data["tasks"] if str(t["id"]) in keep]})
-        else:
-            parts.append([e for e in data if str(e["task_id"]) in keep])
-    return parts
+def of_tasks(fmt: str, data: object, keep: set[str]) -> object:
+    """The log ``data`` with only the conversations of the tasks ``keep``, in its format."""
+    if fmt == "tau2":
+        return {**data, "simulations": [s for s in data["simulations"] if str(s["task_id"]) in keep],
+                "tasks": [t for t in data["tasks"] if str(t["id"]) in keep]}
+    return [e for e in data if str(e["task_id"]) in keep]
 
 
 def compare(kb: Path, held: str, learn: str, setting: str) -> list[dict]:
@@ -101,33 +95,36 @@ def held_out_tasks(kb: Path, tmp: Path, run: str, folds: int) -> list[dict]:
     """The rows of every task of ``run``'s log held out once: the folds'
     figures, each weighed by its scored conversations."""
     fmt, path = LOGS[run]
-    parts = task_parts(fmt, json.loads(path.read_text()), folds)
-    rows: dict[str, dict] = {}
-    for fold, part in enumerate(parts):
+    data = json.loads(path.read_text())
+    entries = data["simulations"] if fmt == "tau2" else data
+    tasks = sorted({str(e["task_id"]) for e in entries}, key=lambda t: (content_id(["fold", t]), t))
+    rows = []
+    for fold in range(folds):
+        held = set(tasks[fold::folds])
         names = {"held": f"{run}-fold{fold}", "learn": f"{run}-fold{fold}-rest"}
-        logs = {"held": part, "learn": _joined(fmt, [p for n, p in enumerate(parts) if n != fold])}
+        logs = {"held": of_tasks(fmt, data, held), "learn": of_tasks(fmt, data, set(tasks) - held)}
         for role, log in logs.items():
             file = tmp / f"{names[role]}.json"
             file.write_text(json.dumps(log))
             brewkb(kb, "import", str(file), "--format", fmt, "--run", names[role])
         brewkb(kb, "distill", names["learn"])
-        for row in compare(kb, names["held"], names["learn"], ""):
-            total = rows.setdefault(row["arm"], {"setting": f"{run} → its tasks, {folds} folds", "cases": 0,
-                                                 "arm": row["arm"], **dict.fromkeys(SCORES, 0.0)})
-            total["cases"] += row["cases"]
-            for key in SCORES:
-                total[key] += row[key] * row["cases"]
-    for total in rows.values():
+        rows += compare(kb, names["held"], names["learn"], "")
+    return weighted(rows, f"{run} → its tasks, {folds} folds")
+
+
+def weighted(rows: list[dict], setting: str) -> list[dict]:
+    """One row per arm: the figures of ``rows``, each weighed by its scored conversations."""
+    totals: dict[str, dict] = {}
+    for row in rows:
+        total = totals.setdefault(row["arm"], {"setting": setting, "cases": 0, "arm": row["arm"],
+                                               **dict.fromkeys(SCORES, 0.0)})
+        total["cases"] += row["cases"]
+        for key in SCORES:
+            total[key] += row[key] * row["cases"]
+    for total in totals.values():
         for key in SCORES:
             total[key] = total[key] / total["cases"] if total["cases"] else 0.0
-    return list(rows.values())
-
-
-def _joined(fmt: str, parts: list[object]) -> object:
-    if fmt == "tau2":
-        return {**parts[0], "simulations": [s for p in parts for s in p["simulations"]],
-                "tasks": [t for p in parts for t in p["tasks"]]}
-    return [e for p in parts for e in p]
+    return list(totals.values())
 
 
 def main() -> None:
@@ -169,6 +166,9 @@ def main() -> None:
                 rows += compare(kb, held, learn, f"{learn} → {held}" + (" (its test split)" if held == learn else ""))
             if args.folds:
                 rows += held_out_tasks(kb, Path(tmp), learn, args.folds)
+    if args.folds:  # the folds and the other agent's log: each held-out conversation once per learning log
+        rows += weighted([r for r in rows if not r["setting"].endswith("(its test split)")],
+                         "all but the test splits")
     print(f"{'setting':32}{'cases':>6}  {'memory':14}{'MRR':>7}{'top-1':>8}{'step F1':>9}   first turn: "
           f"{'MRR':>6}{'top-1':>7}")
     for r in rows:

@@ -116,6 +116,19 @@ def test_a_step_few_runs_took_is_named_as_optional() -> None:
                   "cancel order") == ([["a(x)"], ["cancel_order(order_id)"]], [])
 
 
+def _distilled_procedures(tmp_path: Path, records: list[dict], *names: str) -> dict[str, str]:
+    """Import ``records`` as OpenAI-format logs, distil them through the CLI,
+    and read the "How to perform" of the recipes ``names`` on the PR branch."""
+    (tmp_path / "chat.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    root = tmp_path / "kb"
+    root.mkdir()
+    assert brewkb(root, "init").returncode == 0
+    assert brewkb(root, "import", str(tmp_path / "chat.jsonl"), "--format", "openai", "--run", "desk").returncode == 0
+    assert brewkb(root, "distill", "desk", "--iterations", "1").returncode == 0
+    return {name: git(root, "show", f"brew/desk/pr:recipes/{name}.md").split("## How to perform", 1)[1]
+            .split("##", 1)[0].strip() for name in names}
+
+
 def test_distill_names_a_step_few_conversations_took_as_optional(tmp_path: Path) -> None:
     records = []
     for task in range(10):  # two of ten cancellations also read the order first
@@ -127,16 +140,9 @@ def test_distill_names_a_step_few_conversations_took_as_optional(tmp_path: Path)
         records.append({"task_id": f"t{task}", "success": True, "messages": [
             {"role": "user", "content": f"Please cancel my order {order}."}, *calls,
             {"role": "assistant", "content": "Cancelled."}]})
-    (tmp_path / "chat.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    root = tmp_path / "kb"
-    root.mkdir()
-    assert brewkb(root, "init").returncode == 0
-    assert brewkb(root, "import", str(tmp_path / "chat.jsonl"), "--format", "openai", "--run", "desk").returncode == 0
-    assert brewkb(root, "distill", "desk", "--iterations", "1").returncode == 0
-    recipe = git(root, "show", "brew/desk/pr:recipes/cancel-order.md")
-    how = recipe.split("## How to perform", 1)[1].split("##", 1)[0].strip()
-    assert how == ("1. `find_customer(email)`\n2. `cancel_order(order_id)`\n"
-                   "- Some runs also used: `get_order(order_id)`")
+    how = _distilled_procedures(tmp_path, records, "cancel-order")
+    assert how["cancel-order"] == ("1. `find_customer(email)`\n2. `cancel_order(order_id)`\n"
+                                   "- Some runs also used: `get_order(order_id)`")
 
 
 def test_distill_writes_how_failing_conversations_did_an_action_no_passing_one_did(tmp_path: Path) -> None:
@@ -149,14 +155,7 @@ def test_distill_writes_how_failing_conversations_did_an_action_no_passing_one_d
         records.append({"task_id": f"t{task}", "success": action == "cancel", "messages": [
             {"role": "user", "content": f"Please {action} my order {order}."}, *calls,
             {"role": "assistant", "content": "Done."}]})
-    (tmp_path / "chat.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    root = tmp_path / "kb"
-    root.mkdir()
-    assert brewkb(root, "init").returncode == 0
-    assert brewkb(root, "import", str(tmp_path / "chat.jsonl"), "--format", "openai", "--run", "desk").returncode == 0
-    assert brewkb(root, "distill", "desk", "--iterations", "1").returncode == 0
-    how = {name: git(root, "show", f"brew/desk/pr:recipes/{name}.md").split("## How to perform", 1)[1]
-           .split("##", 1)[0].strip() for name in ("cancel-order", "refund-order")}
+    how = _distilled_procedures(tmp_path, records, "cancel-order", "refund-order")
     assert how["cancel-order"] == "1. `find_customer(email)`\n2. `cancel_order(order_id)`"
     assert how["refund-order"] == ("1. `find_customer(email)`\n2. `refund_order(order_id)`\n- No passing run did "
                                    "this: these are the steps of runs that failed; check every detail against the "
@@ -253,6 +252,18 @@ def test_eval_on_logs_puts_the_kb_beside_every_baseline(distilled: Path) -> None
     missing = brewkb(distilled, "eval", "--logs", "air", "--from-run", "nosuch")
     assert missing.returncode == 1
     assert missing.stderr.startswith("brewkb: error: --from-run nosuch: no run 'nosuch' in ")
+
+
+def test_eval_on_another_runs_logs_holds_them_out_whole(distilled: Path, tmp_path: Path) -> None:
+    _, chat = write_logs(tmp_path)  # the same tasks done again: another agent's log, in the docs' words
+    assert brewkb(distilled, "import", str(chat), "--format", "openai", "--run", "other").returncode == 0
+    out = brewkb(distilled, "eval", "--logs", "other", "--from-run", "air", "--rev", "brew/air/pr",
+                 "--context", "trajectories", "--context", "notes")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == ("Held-out conversations of other: 18; scored: 9 (passed, with a write); memories and KB "
+                        "learned from air")
+    assert [line.split()[0] for line in lines[4:7]] == ["trajectories", "notes", "brew/air/pr"]
 
 
 def test_eval_on_logs_before_distill_says_how_to_learn_a_kb(tmp_path: Path) -> None:

@@ -119,11 +119,7 @@ def comparison_section(comparison: LogEvaluation | None) -> str:
     if comparison is None:
         return ("## Compared with the baselines\n\nNot measured: the logs have fewer than "
                 f"{HOLD_OUT_EVERY} tasks, so none was held out for a test.\n\n")
-    short, matched = comparison.shortfalls(NEW), comparison.matched(NEW)
-    verdict = (f"The new KB does not beat {'; '.join(short)}."
-               + (f" It is at least as good as {', '.join(matched)} on MRR, top-1 and step F1." if matched else "")
-               if short else "The new KB is at least as good as every baseline on MRR, top-1 and step F1.")
-    return ("## Compared with the baselines (test split)\n\n" + verdict + "\n\n"
+    return ("## Compared with the baselines (test split)\n\n" + comparison.verdict(NEW) + "\n\n"
             + "\n".join(logs_table(comparison.to_json())) + "\n\n")
 
 
@@ -140,6 +136,8 @@ class DistillResult:
     """The test split's comparison with the baselines (``LogEvaluation.to_json``)."""
     shortfalls: list[str] = dataclasses.field(default_factory=list)
     """The baselines the new KB does not beat, in words."""
+    verdict: str = ""
+    """Whether the new KB beats each baseline, as the PR says it."""
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -243,7 +241,8 @@ async def _distill(kb: KB, folder: Run, strategy: str | None, iterations: int | 
                                                      for c in sorted(result.trees)},
                          {c.slug: list(c.merged) for c in concepts if c.merged}, len(split[0]), nodes,
                          comparison.to_json() if comparison else None,
-                         comparison.shortfalls(NEW) if comparison else [])
+                         comparison.shortfalls(NEW) if comparison else [],
+                         comparison.verdict(NEW) if comparison else "")
 
 
 def _compare(kb: KB, store: SearchStore, logged: list[Trajectory], split: tuple[set[str], set[str]],

@@ -63,8 +63,7 @@ def distill_cmd(run: str, strategy: str | None, iterations: int | None, width: i
         scores = {a["label"]: a["scores"]["conversation"] for a in result.comparison["arms"]}
         echo(f"Test split ({result.comparison['cases']} conversations): "
              + ", ".join(f"{label} MRR {s['mrr']:.3f}" for label, s in scores.items()))
-        echo(f"The new KB does not beat {'; '.join(result.shortfalls)}." if result.shortfalls else
-             "The new KB is at least as good as every baseline on MRR, top-1 and step F1.")
+        echo(result.verdict)
     echo(f"Review: git diff HEAD brew/{result.run}/pr   ·   brewkb pr {result.run} --body-only")
 
 

@@ -9,11 +9,12 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from brewkb.errors import GitError
 
-__all__ = ["BrewRef", "NOTES_REF", "RESERVED_CONCEPTS", "check_run_id"]
+__all__ = ["BrewRef", "NOTES_REF", "RESERVED_CONCEPTS", "check_run_id", "refs_of_kind"]
 
 PREFIX = "refs/heads/brew/"
 NOTES_REF = "refs/notes/brew"
@@ -96,3 +97,19 @@ class BrewRef:
     def short(self) -> str:
         """The branch name without ``refs/heads/``."""
         return str(self)[len("refs/heads/") :]
+
+
+def refs_of_kind(refs: Mapping[str, str], kind: str) -> list[tuple[BrewRef, str]]:
+    """The run refs of ``kind`` (``node``, ``kb``, ``pr``, ``archive``) among
+    ``refs`` (full ref name → commit, as ``list_refs`` gives them), with their
+    commits, by name; a branch a person made under ``brew/`` is none of a
+    run's and is skipped."""
+    found = []
+    for name, commit in sorted(refs.items()):
+        try:
+            ref = BrewRef.parse(name)
+        except GitError:
+            continue
+        if ref.kind == kind:
+            found.append((ref, commit))
+    return found

@@ -25,6 +25,7 @@ from brewkb.errors import GitError, NotARepoError
 from brewkb.git.notes import Notes
 from brewkb.git.objects import FILE_MODE, Entry, Identity, blob_id, format_message, parse_trailers
 from brewkb.git.refdb import ANY
+from brewkb.git.refs import PREFIX, refs_of_kind
 
 __all__ = ["GitStore", "Entry", "Identity", "format_message", "parse_trailers", "blob_id", "ANY", "FILE_MODE"]
 
@@ -137,7 +138,7 @@ class GitStore(Notes):
             while obj.type == "tag":
                 obj = obj.object
         except (BadName, BadObject, ValueError, git.GitCommandError, IndexError):
-            pr = sorted(h.name for h in self._repo.heads if h.name.startswith("brew/") and h.name.endswith("/pr"))
+            pr = [ref.short for ref, _ in refs_of_kind(self.list_refs(PREFIX), "pr")]
             raise GitError(f"unknown revision {rev!r}: give a branch, tag or commit of this KB"
                            + (f" (the runs' PR branches: {', '.join(pr)})" if pr else "")) from None
         if obj.type != "commit":

@@ -143,7 +143,7 @@ def _requests(insights: Sequence[Insight], concept: str) -> list[str]:
 def _how(concept: str, picked: Sequence[Insight], insights: Sequence[Insight], current: Recipe | None) -> str:
     sequences, own = _procedures(picked, concept)
     every, mine = _procedures(insights, concept)  # which steps most runs take: every run tells, not the sample
-    failed = not mine and _procedures(insights, concept, "tried")[1]
+    failed = [] if mine else _procedures(insights, concept, "tried")[1]
     if failed:  # no passing run did it: how runs that failed did, said as such
         own, mine = _procedures(picked, concept, "tried")[1] or failed, failed
     lines, optional = common(step_lines(own or sequences, concept), mine if own else every, concept)

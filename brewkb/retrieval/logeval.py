@@ -162,10 +162,15 @@ class LogEvaluation:
                 "conversations": self.conversations, "cases": self.cases,
                 "arms": [a.to_json() for a in self.arms], **({"hint": self.hint} if self.hint else {})}
 
-    def matched(self, label: str) -> list[str]:
-        """The baselines the arm ``label`` is at least as good as on MRR, top-1 and step F1."""
+    def verdict(self, label: str) -> str:
+        """Whether the arm ``label`` (the new KB) beats each baseline, plainly."""
+        short = self.shortfalls(label)
+        if not short:
+            return "The new KB is at least as good as every baseline on MRR, top-1 and step F1."
         mine = next(a for a in self.arms if a.label == label).scores["conversation"]
-        return [a.label for a in self.arms if a.kind in MEMORIES and mine.at_least(a.scores["conversation"])]
+        matched = [a.label for a in self.arms if a.kind in MEMORIES and mine.at_least(a.scores["conversation"])]
+        return (f"The new KB does not beat {'; '.join(short)}."
+                + (f" It is at least as good as {', '.join(matched)} on MRR, top-1 and step F1." if matched else ""))
 
     def shortfalls(self, label: str) -> list[str]:
         """How the arm ``label`` falls short of each baseline, in words (empty: it beats them all)."""

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from brewkb.errors import GitError, RefConflictError
-from brewkb.git.refs import BrewRef
+from brewkb.git.refs import BrewRef, refs_of_kind
 from brewkb.git.store import (
     FILE_MODE,
     Entry,
@@ -268,15 +268,7 @@ class SearchStore:
         return len(commits)
 
     def _node_refs(self) -> list[tuple[BrewRef, str]]:
-        refs = []
-        for name, commit in sorted(self.git.list_refs(BrewRef.run_prefix(self.run)).items()):
-            try:
-                ref = BrewRef.parse(name)
-            except GitError:
-                continue  # a branch a person made under the run's folder is none of the run's
-            if ref.kind == "node":
-                refs.append((ref, commit))
-        return refs
+        return refs_of_kind(self.git.list_refs(BrewRef.run_prefix(self.run)), "node")
 
     def _archived(self, archive: str | None) -> list[tuple[tuple[str, int], str]]:
         """(concept, node id) → commit of every node the archive keeps."""
