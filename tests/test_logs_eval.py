@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 from brewkb.config import Boosts
+from brewkb.envs.shop.agent import parse_recipes
 from brewkb.llm.offline import OfflineBackend
 from brewkb.llm.offline_integrate import common, step_lines
 from brewkb.recipes import Recipe
@@ -160,6 +162,30 @@ def test_distill_writes_how_failing_conversations_did_an_action_no_passing_one_d
     assert how["refund-order"] == ("1. `find_customer(email)`\n2. `refund_order(order_id)`\n- No passing run did "
                                    "this: these are the steps of runs that failed; check every detail against the "
                                    "request and the conditions below")
+
+
+def test_distill_names_the_other_writes_of_a_request_as_steps_taken_only_when_asked(tmp_path: Path) -> None:
+    records = []
+    for task in range(10):  # every cancellation passed; three of them also changed the address
+        order = f"O-{task}1"
+        calls = _call(1, "find_customer", {"email": f"c{task}@example.com"}, json.dumps({"orders": [order]}))
+        calls += _call(2, "cancel_order", {"order_id": order}, '{"ok": true}')
+        both = task in (2, 5, 8)
+        if both:
+            calls += _call(3, "change_address", {"order_id": order, "address": "1 Main St"}, '{"ok": true}')
+        request = f"Please cancel my order {order}" + (" and change my address." if both else ".")
+        records.append({"task_id": f"t{task}", "success": True, "messages": [
+            {"role": "user", "content": request}, *calls, {"role": "assistant", "content": "Done."}]})
+    how = _distilled_procedures(tmp_path, records, "cancel-order", "change-address")
+    # counted over the learning split: a held-out conversation is not read
+    assert re.fullmatch(r"1\. `find_customer\(email\)`\n2\. `cancel_order\(order_id\)`\n- `change_address\(order_id, "
+                        r"address\)` only when the request also asks to change address \([23] passing runs did both\)",
+                        how["cancel-order"]), how["cancel-order"]
+    assert re.search(r"(?m)^- `cancel_order\(order_id\)` only when the request also asks to cancel order",
+                     how["change-address"])
+    # the scripted agent leaves such a step to the recipe of that action
+    context = f"## Recipe: cancel-order\n\n## How to perform\n{how['cancel-order']}\n"
+    assert [call for step in parse_recipes(context)[0].steps for call, _ in step] == ["cancel_order"]
 
 
 def test_the_gate_measures_a_request_whose_conversation_wrote_nothing_by_its_concepts_recipe() -> None:

@@ -18,9 +18,13 @@ so different samples differ in quality, as LLM samples do.
   took (all of them, not the sample) is named as optional after the steps
   ("Some runs also used: ..."). A concept that no passing run did, but
   failing ones did without an error, gets their procedure, followed by "No
-  passing run did this: ...". A procedure of this concept's requests that did not
-  use its tool and handed the request to a person becomes a branch: "If it
-  cannot be done: hand off". Without a procedure, the current document's is kept.
+  passing run did this: ...". The other writes passing runs made for the same
+  request follow, most often first, each as a step taken "only when the
+  request also asks to" do that (a conversation that changed a booking and
+  added a bag teaches both recipes of the other). A procedure of this
+  concept's requests that did not use its tool and handed the request to a
+  person becomes a branch: "If it cannot be done: hand off". Without a
+  procedure, the current document's is kept.
 - **Conditions** turn the errors that ended an attempt into checks ("Before
   `w`, check with `lookup`: it failed with ..."), and say when such requests
   were answered without a change.
@@ -30,6 +34,7 @@ so different samples differ in quality, as LLM samples do.
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Sequence
 from itertools import combinations
 
@@ -37,7 +42,7 @@ from brewkb.llm.requests import asks_for, first_line, names_object
 from brewkb.llm.roles import Insight
 from brewkb.recipes import LEARNED_FROM, Recipe, build_body, slugify
 from brewkb.trajectories.schema import content_id
-from brewkb.trajectories.tools import concept_of_tool, is_handoff
+from brewkb.trajectories.tools import ALSO_ASKED, concept_of_tool, is_handoff
 
 __all__ = ["integrate", "merge_steps", "step_lines", "common", "SAMPLE", "MAX_REQUESTS"]
 
@@ -153,6 +158,7 @@ def _how(concept: str, picked: Sequence[Insight], insights: Sequence[Insight], c
     if failed:
         how.append("- No passing run did this: these are the steps of runs that failed; check every detail "
                    "against the request and the conditions below")
+    how += _asked_with(insights, concept)
     if own:  # this concept's requests that passing runs handed to a person instead (any of them, not a sample)
         handoffs = dict.fromkeys(i.steps[-1] for i in insights if i.kind == "steps" and i.steps
                                  and not any(_own(s, concept) for s in i.steps) and is_handoff(_tool(i.steps[-1])))
@@ -160,6 +166,21 @@ def _how(concept: str, picked: Sequence[Insight], insights: Sequence[Insight], c
     if how:
         return "\n".join(how)
     return (current.section("How to perform") if current else "") or NO_PROCEDURE
+
+
+def _asked_with(insights: Sequence[Insight], concept: str) -> list[str]:
+    """The other writes passing runs made for this concept's requests, most
+    often first: each a step taken only when the request asks for it too."""
+    calls: dict[str, Counter[str]] = {}  # tool → its calls as written
+    for i in insights:
+        if i.kind == "together" and i.steps and not _own(i.steps[0], concept):
+            calls.setdefault(_tool(i.steps[0]), Counter())[i.steps[0]] += 1
+    lines = []
+    for tool, seen in sorted(calls.items(), key=lambda item: -item[1].total()):
+        runs = seen.total()
+        lines.append(f"- `{seen.most_common(1)[0][0]}` {ALSO_ASKED} {concept_of_tool(tool)} "
+                     f"({runs} passing run{'s' if runs > 1 else ''} did both)")
+    return lines
 
 
 def _conditions(picked: Sequence[Insight]) -> list[str]:

@@ -17,6 +17,8 @@ insights ``observed`` rather than prescriptive).
   that returned nothing or one such as a calculator whose answer no argument
   holds informed no step), the write, then the first message tool it told the
   user with, in order of first use (never another write of the run).
+- A passing run that made several writes gives each of them the others'
+  calls (kind ``together``): what else such requests asked for.
 - A passing run that handed off gives the procedure that led to the hand-off;
   a passing run that only read, its lookups (kind ``steps`` for a lookup
   concept). A run that changed nothing for a request with an action verb
@@ -175,6 +177,7 @@ async def reflect(trajectory: Trajectory) -> list[Insight]:
             if not any(c.error for c in calls):
                 add(concept, f"A run that called `{step_text(calls[index])}` without errors still failed: check "
                              "that every detail the request asks for is used, and nothing else", DIAGNOSTIC, "pitfall")
+    _together(trajectory, calls, concepts, add)
     _handoff_after_writes(trajectory, calls, concepts, add)
     _errors(trajectory, calls, concepts, add)
     return insights
@@ -203,6 +206,20 @@ def _request_insight(trajectory: Trajectory, calls: Sequence[ToolCall], concept:
         kind = "undone" if action_verb(concept.split()[0]) or not steps else "steps"
         add(concept, f"{A_RUN[trajectory.success]} changed nothing: it checked {checked} and answered",
             polarity_of(trajectory.success), kind, steps)
+
+
+def _together(trajectory: Trajectory, calls: Sequence[ToolCall], concepts: list[tuple[str, int | None]],
+              add: Add) -> None:
+    """A passing run that made several writes teaches each of them what else
+    its request asked for (kind ``together``)."""
+    writes = [(c, i) for c, i in concepts if i is not None]
+    if trajectory.success is not True or len(writes) < 2:
+        return
+    for concept, _ in writes:
+        for other, index in writes:
+            if other != concept:
+                add(concept, f"A passing run also did `{step_text(calls[index])}` for the same request",
+                    polarity_of(True), "together", (step_text(calls[index]),))
 
 
 def _handoff_after_writes(trajectory: Trajectory, calls: Sequence[ToolCall], concepts: list[tuple[str, int | None]],

@@ -48,7 +48,7 @@ class Insight:
     task_id: str
     task: str = ""
     steps: tuple[str, ...] = ()
-    kind: str = "note"  # "steps" | "tried" | "pitfall" | "condition" | "undone" | "note"
+    kind: str = "note"  # "steps" | "tried" | "together" | "pitfall" | "condition" | "undone" | "note"
 
     def to_json(self) -> dict[str, Any]:
         return {"concept": self.concept, "insight": self.insight, "polarity": self.polarity,

@@ -9,7 +9,8 @@ conversation that wrote nothing is not scored. Each case is asked twice: with
 the user's side of the conversation (every user turn) and with the first user
 turn alone. A document's *procedure* is its step lines under ``## How to
 perform`` (lines that start with a backticked call; calls joined by "or" are
-one step). For the ranking of the top ``DEPTH`` documents:
+one step; a step taken "only when the request also asks to" is one too). For
+the ranking of the top ``DEPTH`` documents:
 
 - **MRR**: for each write of the case, 1 / the rank of the first document
   whose procedure names that write's tool (0 when none of the top ``DEPTH``

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 
 from brewkb.trajectories.schema import ToolCall, Trajectory, tool_calls
 
-__all__ = ["READ_VERBS", "used_tools", "is_lookup", "is_talk", "is_handoff", "is_write",
+__all__ = ["ALSO_ASKED", "READ_VERBS", "used_tools", "is_lookup", "is_talk", "is_handoff", "is_write",
            "concept_of_tool", "step_text", "parse_step", "parse_alternatives", "procedure", "name_words",
            "user_turns", "writes_of"]
 
@@ -35,6 +35,10 @@ TALK_VERBS = frozenset({"respond", "reply", "say", "send_message", "message", "a
 HANDOFF_VERBS = frozenset({"transfer", "escalate", "handoff", "hand", "route", "forward"})
 HANDOFF_TARGETS = frozenset({"human", "humans", "agent", "agents", "person", "operator", "support", "staff",
                              "representative", "supervisor", "manager"})
+ALSO_ASKED = "only when the request also asks to"
+"""What a step line says after its call when the step is conditional: a write
+that runs made together with the recipe's own, for requests that asked for
+both. An agent takes it only when its request asks for that too."""
 STEP_RE = re.compile(r"^\s*(?:\d+[.)]|[-*])\s*`([A-Za-z_][\w.]*)\(([^)`]*)\)`")
 CALL_RE = re.compile(r"`([A-Za-z_][\w.]*)\(([^)`]*)\)`")
 

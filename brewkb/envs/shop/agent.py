@@ -9,8 +9,10 @@ same way and is followed the same way) (a numbered line starting with a backtick
 `` `find_customer_by_email(email)` ``), binding each argument by its name
 from the task's entities and from earlier tool results. It then follows
 further retrieved recipes whose goal the task also asks for (a two-step
-task). Without a usable recipe it falls back to a weak policy: the tool whose
-name shares most words with the task, with seeded exploration over whether to
+task); a step a recipe takes "only when the request also asks to" do
+something else is left to that action's own recipe. Without a usable recipe
+it falls back to a weak policy: the tool whose name shares most words with
+the task, with seeded exploration over whether to
 identify the customer and look up the order first. That policy sometimes
 succeeds and often breaks a policy of the world — the material BREW learns from.
 
@@ -30,7 +32,7 @@ from brewkb.envs.base import Environment, Task
 from brewkb.envs.shop.tools import STATE_CHANGING, TOOLS
 from brewkb.envs.shop.world import COLORS, SIZES
 from brewkb.trajectories.schema import Outcome, Trajectory, content_id
-from brewkb.trajectories.tools import parse_alternatives
+from brewkb.trajectories.tools import ALSO_ASKED, parse_alternatives
 
 __all__ = ["ScriptedAgent", "parse_recipes", "entities"]
 
@@ -66,6 +68,8 @@ def parse_recipes(context: str) -> list[RecipeSteps]:
         match = re.search(r"(?ms)^## How to perform\s*\n(.*?)(?=^## |\Z)", chunk)
         steps = []
         for line in (match.group(1) if match else "").splitlines():
+            if ALSO_ASKED in line:
+                continue  # another action's step: the recipe for that action, when retrieved, is followed
             calls = tuple((tool, tuple(args)) for tool, args in parse_alternatives(line) if tool in TOOL_NAMES)
             if calls:
                 steps.append(calls)
