@@ -252,8 +252,8 @@ def distilled(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert brewkb(root, "import", str(_both_writes(chat)), "--format", "openai", "--run", "air").returncode == 0
     done = brewkb(root, "distill", "air", "--iterations", "2")
     assert done.returncode == 0, done.stderr
-    # each cancellation also changed the address: a past conversation names both writes, a recipe one of them
-    assert "The new KB does not beat trajectories (MRR " in done.stdout
+    # each cancellation also changed the address: a past conversation's steps are exactly the tools it used
+    assert "The new KB does not beat trajectories (step F1 " in done.stdout
     return root
 
 
@@ -341,7 +341,7 @@ def test_require_better_fails_a_kb_that_does_not_beat_a_baseline(distilled: Path
     again = brewkb(distilled, "distill", "air", "--require-better")  # a finished run: its recorded result
     assert again.returncode == 1
     error = again.stderr.strip().splitlines()[-1]
-    assert error.startswith("brewkb: error: the distilled KB of run air does not beat trajectories (MRR ")
+    assert error.startswith("brewkb: error: the distilled KB of run air does not beat trajectories (step F1 ")
     assert error.endswith("on the test split; brew/air/pr is written, review it with "
                                          "`brewkb pr air --body-only`")
     shown = ("show", "-s", "--format=%T%n%B")
