@@ -131,32 +131,35 @@ def _distilled_procedures(tmp_path: Path, records: list[dict], *names: str) -> d
             .split("##", 1)[0].strip() for name in names}
 
 
+def _order_record(task: int, request: str, *writes: tuple[str, dict], success: bool = True,
+                  read: bool = False) -> dict:
+    """Task ``task``'s conversation: the customer found by email (and, when
+    ``read``, the order read), then ``writes`` (tool, arguments besides the
+    order id) on its order; ``request`` names the order as ``{order}``."""
+    order = f"O-{task}1"
+    calls = _call(1, "find_customer", {"email": f"c{task}@example.com"}, json.dumps({"orders": [order]}))
+    if read:
+        calls += _call(2, "get_order", {"order_id": order}, '{"status": "pending"}')
+    for n, (tool, args) in enumerate(writes, 3):
+        calls += _call(n, tool, {"order_id": order, **args}, '{"ok": true}')
+    return {"task_id": f"t{task}", "success": success, "messages": [
+        {"role": "user", "content": request.format(order=order)}, *calls, {"role": "assistant", "content": "Done."}]}
+
+
 def test_distill_names_a_step_few_conversations_took_as_optional(tmp_path: Path) -> None:
-    records = []
-    for task in range(10):  # two of ten cancellations also read the order first
-        order = f"O-{task}1"
-        calls = _call(1, "find_customer", {"email": f"c{task}@example.com"}, json.dumps({"orders": [order]}))
-        if task in (3, 7):
-            calls += _call(2, "get_order", {"order_id": order}, '{"status": "pending"}')
-        calls += _call(3, "cancel_order", {"order_id": order}, '{"ok": true}')
-        records.append({"task_id": f"t{task}", "success": True, "messages": [
-            {"role": "user", "content": f"Please cancel my order {order}."}, *calls,
-            {"role": "assistant", "content": "Cancelled."}]})
+    # two of ten cancellations also read the order first
+    records = [_order_record(task, "Please cancel my order {order}.", ("cancel_order", {}), read=task in (3, 7))
+               for task in range(10)]
     how = _distilled_procedures(tmp_path, records, "cancel-order")
     assert how["cancel-order"] == ("1. `find_customer(email)`\n2. `cancel_order(order_id)`\n"
                                    "- Some runs also used: `get_order(order_id)`")
 
 
 def test_distill_writes_how_failing_conversations_did_an_action_no_passing_one_did(tmp_path: Path) -> None:
-    records = []
-    for task in range(10):  # every cancellation passed; every refund was made, and the conversation failed
-        order = f"O-{task}1"
-        action = "cancel" if task % 2 else "refund"
-        calls = _call(1, "find_customer", {"email": f"c{task}@example.com"}, json.dumps({"orders": [order]}))
-        calls += _call(2, f"{action}_order", {"order_id": order}, '{"ok": true}')
-        records.append({"task_id": f"t{task}", "success": action == "cancel", "messages": [
-            {"role": "user", "content": f"Please {action} my order {order}."}, *calls,
-            {"role": "assistant", "content": "Done."}]})
+    # every cancellation passed; every refund was made, and the conversation failed
+    records = [_order_record(task, f"Please {action} my order {{order}}.", (f"{action}_order", {}),
+                             success=action == "cancel")
+               for task, action in ((task, "cancel" if task % 2 else "refund") for task in range(10))]
     how = _distilled_procedures(tmp_path, records, "cancel-order", "refund-order")
     assert how["cancel-order"] == "1. `find_customer(email)`\n2. `cancel_order(order_id)`"
     assert how["refund-order"] == ("1. `find_customer(email)`\n2. `refund_order(order_id)`\n- No passing run did "
@@ -165,17 +168,11 @@ def test_distill_writes_how_failing_conversations_did_an_action_no_passing_one_d
 
 
 def test_distill_names_the_other_writes_of_a_request_as_steps_taken_only_when_asked(tmp_path: Path) -> None:
-    records = []
-    for task in range(10):  # every cancellation passed; three of them also changed the address
-        order = f"O-{task}1"
-        calls = _call(1, "find_customer", {"email": f"c{task}@example.com"}, json.dumps({"orders": [order]}))
-        calls += _call(2, "cancel_order", {"order_id": order}, '{"ok": true}')
-        both = task in (2, 5, 8)
-        if both:
-            calls += _call(3, "change_address", {"order_id": order, "address": "1 Main St"}, '{"ok": true}')
-        request = f"Please cancel my order {order}" + (" and change my address." if both else ".")
-        records.append({"task_id": f"t{task}", "success": True, "messages": [
-            {"role": "user", "content": request}, *calls, {"role": "assistant", "content": "Done."}]})
+    # every cancellation passed; three of them also changed the address
+    address = ("change_address", {"address": "1 Main St"})
+    records = [_order_record(task, "Please cancel my order {order} and change my address.", ("cancel_order", {}),
+                             address) if task in (2, 5, 8) else
+               _order_record(task, "Please cancel my order {order}.", ("cancel_order", {})) for task in range(10)]
     how = _distilled_procedures(tmp_path, records, "cancel-order", "change-address")
     # counted over the learning split: a held-out conversation is not read
     assert re.fullmatch(r"1\. `find_customer\(email\)`\n2\. `cancel_order\(order_id\)`\n- `change_address\(order_id, "

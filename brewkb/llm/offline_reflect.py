@@ -212,14 +212,14 @@ def _together(trajectory: Trajectory, calls: Sequence[ToolCall], concepts: list[
               add: Add) -> None:
     """A passing run that made several writes teaches each of them what else
     its request asked for (kind ``together``)."""
-    writes = [(c, i) for c, i in concepts if i is not None]
+    writes = {concept: step_text(calls[index]) for concept, index in concepts if index is not None}
     if trajectory.success is not True or len(writes) < 2:
         return
-    for concept, _ in writes:
-        for other, index in writes:
+    for concept in writes:
+        for other, step in writes.items():
             if other != concept:
-                add(concept, f"A passing run also did `{step_text(calls[index])}` for the same request",
-                    polarity_of(True), "together", (step_text(calls[index]),))
+                add(concept, f"A passing run also did `{step}` for the same request", polarity_of(True), "together",
+                    (step,))
 
 
 def _handoff_after_writes(trajectory: Trajectory, calls: Sequence[ToolCall], concepts: list[tuple[str, int | None]],
