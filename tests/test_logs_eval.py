@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from brewkb.api.distill import comparison_section
 from brewkb.config import Boosts
 from brewkb.envs.shop.agent import parse_recipes
 from brewkb.llm.offline import OfflineBackend
 from brewkb.llm.offline_integrate import common, step_lines
 from brewkb.recipes import Recipe
 from brewkb.retrieval.index import RecipeIndex
-from brewkb.api.distill import comparison_section
 from brewkb.retrieval.logeval import Arm, LogEvaluation, Scores, cases_of, procedures_of, score
 from brewkb.retrieval.ranking import Retriever
 from brewkb.search.distill import RetrievalEvaluator

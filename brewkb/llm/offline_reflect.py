@@ -212,9 +212,9 @@ def _together(trajectory: Trajectory, calls: Sequence[ToolCall], concepts: list[
               add: Add) -> None:
     """A passing run that made several writes teaches each of them what else
     its request asked for (kind ``together``)."""
-    writes = {concept: step_text(calls[index]) for concept, index in concepts if index is not None}
-    if trajectory.success is not True or len(writes) < 2:
+    if trajectory.success is not True:
         return
+    writes = {concept: step_text(calls[index]) for concept, index in concepts if index is not None}
     for concept in writes:
         for other, step in writes.items():
             if other != concept:
