@@ -206,6 +206,13 @@ def test_alternatives_share_a_line_and_steps_keep_their_order() -> None:
                                                 ["get_order(order_id)"], ["cancel_order(order_id)"]]
 
 
+def test_lookups_led_by_other_verbs_are_never_alternatives() -> None:
+    # never used together and followed by the same step, but one checks a status and the other searches
+    runs = [("get_status(order_id)", "cancel_order(order_id)"), ("search_orders(email)", "cancel_order(order_id)")]
+    assert [sorted(line) for line in step_lines(runs, "cancel order")] == [
+        ["search_orders(email)"], ["get_status(order_id)"], ["cancel_order(order_id)"]]
+
+
 def test_an_aside_is_no_action_and_a_request_left_undone_is_marked_so() -> None:
     aside = conversation(True, _call(1, "get_account", {"id": "1"}, "{}"),
                          turns=("I just created a new account, what is my balance?",))

@@ -12,16 +12,17 @@ so different samples differ in quality, as LLM samples do.
   all), so the recipe is found by the words its users used.
 - **How to perform** merges the procedures of the picked passing runs: every
   step of every run, each placed after the step that preceded it where it was
-  first seen, so steps keep their order of use; two steps that fill the same
-  place and never occur in the same run are *alternatives* and share a line
-  (``a(x)`` or ``b(y)``). A step fewer than half of the concept's passing runs
-  took (all of them, not the sample) is named as optional after the steps
-  ("Some runs also used: ..."). A concept that no passing run did, but
-  failing ones did without an error, gets their procedure, followed by "No
-  passing run did this: ...". The other writes passing runs made for the same
-  request follow, most often first, each as a step taken "only when the
-  request also asks to" do that (a conversation that changed a booking and
-  added a bag teaches both recipes of the other). A procedure of this
+  first seen, so steps keep their order of use; two calls of tools led by
+  the same verb that fill the same place and never occur in the same run are
+  *alternatives* and share a line (``a(x)`` or ``b(y)``). A step fewer than
+  half of the concept's passing runs took (all of them, not the sample) is
+  named as optional after the steps ("Some runs also used: ..."). A concept
+  that no passing run did, but failing ones did without an error, gets their
+  procedure, followed by "No passing run did this: ...". The other writes
+  passing runs made for the same request follow, most often first, each as a
+  step taken "only when the request also asks to" do that (a conversation
+  that changed a booking and added a bag teaches both recipes of the other).
+  A procedure of this
   concept's requests that did not use its tool and handed the request to a
   person becomes a branch: "If it cannot be done: hand off". Without a
   procedure, the current document's is kept.
@@ -42,7 +43,7 @@ from brewkb.llm.requests import asks_for, first_line, names_object
 from brewkb.llm.roles import Insight
 from brewkb.recipes import LEARNED_FROM, Recipe, build_body, slugify
 from brewkb.trajectories.schema import content_id
-from brewkb.trajectories.tools import ALSO_ASKED, concept_of_tool, is_handoff
+from brewkb.trajectories.tools import ALSO_ASKED, concept_of_tool, is_handoff, name_words
 
 __all__ = ["integrate", "merge_steps", "step_lines", "common", "SAMPLE", "MAX_REQUESTS"]
 
@@ -57,6 +58,10 @@ NO_PROCEDURE = "No procedure is known yet; record what works."
 
 def _tool(step: str) -> str:
     return step.split("(", 1)[0]
+
+
+def _verb(step: str) -> str:
+    return next(iter(name_words(_tool(step))), "")
 
 
 def merge_steps(sequences: Sequence[Sequence[str]]) -> list[str]:
@@ -75,10 +80,10 @@ def merge_steps(sequences: Sequence[Sequence[str]]) -> list[str]:
 
 
 def step_lines(sequences: Sequence[Sequence[str]], concept: str) -> list[list[str]]:
-    """The merged steps as lines, alternatives sharing a line: two steps that
-    no run used together and that runs followed with a same step (they fill
-    the same place, such as two ways to identify a customer). The concept's
-    own tool is never an alternative."""
+    """The merged steps as lines, alternatives sharing a line: two calls of
+    tools led by the same verb that no run used together and that runs
+    followed with a same step (they fill the same place, such as two ways to
+    find a customer). The concept's own tool is never an alternative."""
     together = {frozenset(pair) for seq in sequences for pair in combinations(set(seq), 2)}
     after: dict[str, set[str]] = {}
     for seq in sequences:
@@ -87,7 +92,8 @@ def step_lines(sequences: Sequence[Sequence[str]], concept: str) -> list[list[st
     lines: list[list[str]] = []
     for step in merge_steps(sequences):
         place = next((line for line in lines if not _own(step, concept) and not any(_own(s, concept) for s in line)
-                      and all(frozenset((step, s)) not in together and after[step] & after[s] for s in line)), None)
+                      and all(frozenset((step, s)) not in together and after[step] & after[s]
+                              and _verb(step) == _verb(s) for s in line)), None)
         if place is None:
             lines.append([step])
         else:
