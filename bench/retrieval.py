@@ -10,8 +10,11 @@ same corpus and answer the same queries, for five query shapes:
 - ``body4+noise2``: four body words and two common words;
 - ``short3``: three words of its whole text (name, concept, description, body).
 
-No query is a recipe's own text verbatim, so every MRR can fall short of 1. For
-each shape it prints the median and p99 latency of a top-3 query from the raw
+No query is a recipe's own text verbatim, so every MRR can fall short of 1.
+The recipes are named ``r<i>``, words no query holds, so the comparison measures
+the engine; ``--named`` names each after its concept's words, as real recipes
+are, and shows what brewkb's default ``name`` boost costs queries made of body
+words. For each shape it prints the median and p99 latency of a top-3 query from the raw
 text (each system analyses the text: brewkb with its query cache cleared,
 bm25s and rank_bm25 through ``brewkb.retrieval.index.analyze``, the same terms the index
 holds) and the MRR@100 of the recipe the query was drawn from. brewkb and
@@ -41,7 +44,8 @@ embedder (hashed character n-grams) by reciprocal rank fusion
 (``retrieval.mode = "hybrid"``). ``--hybrid`` prints that mode's query time and
 MRR against BM25 alone on the generated corpus.
 
-    python bench/retrieval.py [--sizes 1000,30000] [--queries 300] [--repeats 3] [--boosts FIELD=B,...] [--json] [--check]
+    python bench/retrieval.py [--sizes 1000,30000] [--queries 300] [--repeats 3] [--boosts FIELD=B,...] [--named]
+                              [--json] [--check]
     python bench/retrieval.py --airline [--json]
     python bench/retrieval.py --hybrid [--sizes 1000,30000]
 """
@@ -94,7 +98,9 @@ VOCAB = vocabulary(random.Random(0), 20_000)
 WEIGHTS = [1 / (i + 1) for i in range(len(VOCAB))]  # Zipf-like
 
 
-def generate(n: int, seed: int = 0) -> list[Recipe]:
+def generate(n: int, seed: int = 0, named: bool = False) -> list[Recipe]:
+    """``n`` recipes of Zipf-drawn words, named ``r<i>`` (``named``: after
+    their concept's words, ``<concept>-<i>``, as real recipes are)."""
     rng = random.Random(seed)
 
     def words(k: int) -> str:
@@ -104,7 +110,8 @@ def generate(n: int, seed: int = 0) -> list[Recipe]:
     for i in range(n):
         concept = words(3)
         body = build_body([("When to use", words(20)), ("How to perform", words(80)), ("Pitfalls", words(30))])
-        recipes.append(Recipe(name=f"r{i}", description=f"{concept} {words(15)}", concept=concept,
+        name = f"{concept.replace(' ', '-')}-{i}" if named else f"r{i}"
+        recipes.append(Recipe(name=name, description=f"{concept} {words(15)}", concept=concept,
                               tags=tuple(rng.sample(VOCAB[:50], 2)), body=body))
     return recipes
 
@@ -170,10 +177,10 @@ class Systems:
             if not terms:
                 return []
             docs, _ = self.bm25s.retrieve([terms], k=min(k, len(self.recipes)), show_progress=False, n_threads=0)
-            return [f"r{i}" for i in docs[0]]
+            return [self.recipes[i].name for i in docs[0]]
         scores = self.okapi.get_scores(terms)
         top = np.argpartition(-scores, min(k, len(scores) - 1))[:k]
-        return [f"r{i}" for i in top[np.argsort(-scores[top], kind="stable")]]
+        return [self.recipes[i].name for i in top[np.argsort(-scores[top], kind="stable")]]
 
 
 def measure(systems: Systems, queries: list[tuple[str, str]], names: tuple[str, ...], reps: int,
@@ -202,15 +209,15 @@ def measure(systems: Systems, queries: list[tuple[str, str]], names: tuple[str, 
 
 
 def bench_size(n: int, n_queries: int, reps: int, slow_queries: int, log: Callable[[str], None],
-               boosts: Boosts = Boosts()) -> dict:
+               boosts: Boosts = Boosts(), named: bool = False) -> dict:
     rng = random.Random(n)
-    systems = Systems(generate(n), boosts)
+    systems = Systems(generate(n, named=named), boosts)
     log(f"\n{n} recipes; build s (analysis included): "
         + ", ".join(f"{s} {t:.2f}" for s, t in systems.build_s.items()))
     picks = rng.sample(range(n), min(n_queries, n))
     result: dict[str, dict] = {"build_s": {k: round(v, 3) for k, v in systems.build_s.items()}}
     for shape in SHAPES:
-        queries = [(make_query(shape, systems.recipes[i], rng), f"r{i}") for i in picks]
+        queries = [(make_query(shape, systems.recipes[i], rng), systems.recipes[i].name) for i in picks]
         figures = measure(systems, queries, ("brewkb", "bm25s"), reps, rng)
         slow = queries if n <= 1000 else queries[:slow_queries]
         figures |= measure(systems, slow, ("rank_bm25",), reps if n <= 1000 else 1, rng)
@@ -349,11 +356,13 @@ def main() -> None:
     parser.add_argument("--hybrid", action="store_true", help="cost and MRR of retrieval.mode = hybrid")
     parser.add_argument("--boosts", default="", metavar="FIELD=B,...",
                         help="brewkb's retrieval.boosts on the generated corpus (e.g. summary=0.2)")
+    parser.add_argument("--named", action="store_true",
+                        help="name the generated recipes after their concept's words, so the name boost counts")
     add_check(parser)
     args = parser.parse_args()
     repeats = checked_repeats(args)
-    if args.check and (args.airline or args.hybrid):
-        parser.error("--check measures the default comparison with bm25s; drop --airline / --hybrid")
+    if args.check and (args.airline or args.hybrid or args.named):
+        parser.error("--check measures the default comparison with bm25s; drop --airline / --hybrid / --named")
     if args.hybrid:
         bench_hybrid([int(x) for x in args.sizes.split(",")], min(args.queries, 200))
         return
@@ -371,7 +380,7 @@ def main() -> None:
         boosts = parse_config("[retrieval.boosts]\n" + args.boosts.replace(",", "\n")).retrieval.boosts
     except ConfigError as exc:
         sys.exit(f"bench/retrieval.py: --boosts: {exc}")
-    sizes = {str(n): bench_size(n, args.queries, repeats, args.rank_bm25_queries, log, boosts)
+    sizes = {str(n): bench_size(n, args.queries, repeats, args.rank_bm25_queries, log, boosts, args.named)
              for n in (int(s) for s in args.sizes.split(","))}
     if not args.json:
         bench_hybrids()

@@ -153,13 +153,15 @@ class ExecutorConfig:
 class Boosts:
     """Weights of BM25 scores added up: ``text`` over the whole recipe,
     ``summary`` over its name, concept, aliases and description, each other
-    over that part alone (0 leaves a field out of the index and the query)."""
+    over that part alone (0 leaves a field out of the index and the query).
+    ``name`` and ``aliases`` count by default: they say what a recipe is for
+    (docs/retrieval.md measures what that gains and costs)."""
 
     text: float = field(default=1.0, metadata=_min(0.0))
     summary: float = field(default=0.0, metadata=_min(0.0))
-    name: float = field(default=0.0, metadata=_min(0.0))
+    name: float = field(default=1.0, metadata=_min(0.0))
     concept: float = field(default=0.0, metadata=_min(0.0))
-    aliases: float = field(default=0.0, metadata=_min(0.0))
+    aliases: float = field(default=1.0, metadata=_min(0.0))
     description: float = field(default=0.0, metadata=_min(0.0))
     tags: float = field(default=0.0, metadata=_min(0.0))
     body: float = field(default=0.0, metadata=_min(0.0))

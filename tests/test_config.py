@@ -44,7 +44,7 @@ def test_values_are_read_into_nested_dataclasses() -> None:
         ('[llm]\napi_key = "sk-secret"', "llm.api_key: keys do not belong in brewkb.toml"),
         ("[search\n", "not valid TOML"),
         ("search = 3", "search: expected a table, got 3"),
-        ("[retrieval.boosts]\ntext = 0", "retrieval.boosts: every boost is 0"),
+        ("[retrieval.boosts]\ntext = 0\nname = 0\naliases = 0", "retrieval.boosts: every boost is 0"),
         ("[retrieval.boosts]\ntext = inf", "retrieval.boosts.text: expected a finite number ≥ 0, got inf"),
         ("[retrieval.boosts]\nsummary = nan", "retrieval.boosts.summary: expected a finite number ≥ 0, got nan"),
         ('[retrieval]\nper_turn = true\n[executor]\nname = "ray"', "retrieval.per_turn: not available with"),

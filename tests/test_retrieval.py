@@ -64,9 +64,9 @@ def test_a_placeholder_of_personal_data_is_no_index_term() -> None:
 
 def test_field_boosts_change_the_order() -> None:
     query = "pdf"
-    body_only = RecipeIndex.build(KB_RECIPES, Boosts(text=0.0, summary=0.0, body=1.0))
+    body_only = RecipeIndex.build(KB_RECIPES, Boosts(text=0.0, name=0.0, aliases=0.0, body=1.0))
     assert [h.name for h in retrieve(body_only, query, 3)] == ["print-document", "export-as-pdf"]
-    description_only = RecipeIndex.build(KB_RECIPES, Boosts(text=0.0, summary=0.0, description=1.0))
+    description_only = RecipeIndex.build(KB_RECIPES, Boosts(text=0.0, name=0.0, aliases=0.0, description=1.0))
     assert [h.name for h in retrieve(description_only, query, 3)] == ["export-as-pdf"]
 
 
@@ -192,9 +192,9 @@ def test_search_cli_follows_the_configured_boosts(make_repo: MakeRepo) -> None:
     assert [d["name"] for d in json.loads(search("pdf").stdout)] == ["export-as-pdf", "print-document"]
     # the body alone: "pdf" four times in print-document's pitfalls; the cached
     # whole-text index of the same recipes is not served for other boosts
-    (root / "brewkb.toml").write_text("[retrieval.boosts]\ntext = 0\nbody = 1\n")
+    (root / "brewkb.toml").write_text("[retrieval.boosts]\ntext = 0\nname = 0\naliases = 0\nbody = 1\n")
     assert [d["name"] for d in json.loads(search("pdf").stdout)] == ["print-document", "export-as-pdf"]
-    (root / "brewkb.toml").write_text("[retrieval.boosts]\ntext = 0\n")
+    (root / "brewkb.toml").write_text("[retrieval.boosts]\ntext = 0\nname = 0\naliases = 0\n")
     failed = search("pdf")
     assert failed.returncode == 1 and "Traceback" not in failed.stderr
     assert "retrieval.boosts: every boost is 0" in failed.stderr and failed.stderr.count("\n") == 1
