@@ -268,6 +268,7 @@ def test_pr_of_an_unknown_run_says_there_is_none(refined: tuple[Path, subprocess
     kb, _ = refined
     unknown = run(kb, "pr", "nosuch")
     assert unknown.returncode == 1 and "no run 'nosuch' in this repository" in unknown.stderr
+    assert "; its runs: r)" in unknown.stderr  # the runs it has, as other commands name them
     assert "--resume nosuch" not in unknown.stderr
 
 

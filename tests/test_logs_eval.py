@@ -282,6 +282,9 @@ def test_eval_on_logs_puts_the_kb_beside_every_baseline(distilled: Path) -> None
     missing = brewkb(distilled, "eval", "--logs", "air", "--from-run", "nosuch")
     assert missing.returncode == 1
     assert missing.stderr.startswith("brewkb: error: --from-run nosuch: no run 'nosuch' in ")
+    forgot = brewkb(distilled, "eval", "--from-run", "air")  # --logs left out: no baseline would read air
+    assert forgot.returncode == 2 and "--from-run: it names the run whose conversations the trajectories" \
+        in forgot.stderr and "or --logs RUN" in forgot.stderr
 
 
 def test_eval_on_another_runs_logs_holds_them_out_whole(distilled: Path, tmp_path: Path) -> None:
@@ -291,8 +294,8 @@ def test_eval_on_another_runs_logs_holds_them_out_whole(distilled: Path, tmp_pat
                  "--context", "trajectories", "--context", "notes")
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert lines[0] == ("Held-out conversations of other: 18; scored: 9 (passed, with a write); memories and KB "
-                        "learned from air")
+    assert lines[0] == ("Held-out conversations of other: 18; scored: 9 (passed, with a write); the baselines "
+                        "remember run air but its test split")
     assert [line.split()[0] for line in lines[4:7]] == ["trajectories", "notes", "brew/air/pr"]
 
 

@@ -35,7 +35,7 @@ def logs_table(evaluation: LogEvaluation) -> list[str]:
 
     width = max([16, *(len(a.label) + 1 for a in evaluation.arms)])
     rows = [f"Held-out conversations of {evaluation.logs}: {evaluation.conversations}; scored: {evaluation.cases} "
-            f"(passed, with a write); memories and KB learned from {evaluation.learned_from}"]
+            f"(passed, with a write); the baselines remember run {evaluation.learned_from} but its test split"]
     for query, words in QUERIES.items():
         rows += ["", f"Query: {words}",
                  f"{'':{width}}{'MRR':>7}{'top-1':>8}{'top-3 cover':>13}{'step F1':>9}{'documents':>11}"]
@@ -87,6 +87,10 @@ def eval_cmd(revs: tuple[str, ...], contexts: tuple[str, ...], logs: str | None,
         for line in logs_table(result):
             echo(line)
         return
+    if from_run is not None and not set(contexts) & {"trajectories", "notes"}:
+        raise click.UsageError("--from-run: it names the run whose conversations the trajectories and notes "
+                               "baselines remember; add --context trajectories or --context notes, or --logs RUN "
+                               "to score retrieval on held-out logged conversations")
     from brewkb.api.evaluate import evaluate
 
     columns = evaluate(revs=revs, contexts=contexts, split=split, repeats=repeats, from_run=from_run,

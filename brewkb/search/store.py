@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from brewkb.errors import GitError, RefConflictError
-from brewkb.git.refs import BrewRef, refs_of_kind
+from brewkb.git.refs import PREFIX, BrewRef, refs_of_kind
 from brewkb.git.store import (
     FILE_MODE,
     Entry,
@@ -82,8 +82,11 @@ def find_base(store: GitStore, run: str) -> str:
     base = _archive_base(store, run, None)
     if base is not None:
         return base
-    raise GitError(f"no run {run!r} in this repository (no refs under {BrewRef.run_prefix(run)}); "
-                   "fetch it with `git fetch <remote> 'refs/heads/brew/*:refs/heads/brew/*' 'refs/notes/brew:refs/notes/brew'`")
+    every = store.list_refs(PREFIX)
+    runs = sorted({ref.run for kind in ("kb", "pr") for ref, _ in refs_of_kind(every, kind)})
+    raise GitError(f"no run {run!r} in this repository (no refs under {BrewRef.run_prefix(run)}"
+                   + (f"; its runs: {', '.join(runs)}" if runs else "") + "); fetch it with "
+                   "`git fetch <remote> 'refs/heads/brew/*:refs/heads/brew/*' 'refs/notes/brew:refs/notes/brew'`")
 
 
 def _archive_base(store: GitStore, run: str, fallback: str | None) -> Any:
