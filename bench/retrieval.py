@@ -75,7 +75,7 @@ from benchkit import add_check, checked_repeats, finish, target  # noqa: E402
 from brewkb.config import Boosts, parse_config  # noqa: E402
 from brewkb.errors import ConfigError  # noqa: E402
 from brewkb.kb import KB  # noqa: E402
-from brewkb.recipes import Recipe, build_body  # noqa: E402
+from brewkb.recipes import Recipe, build_body, slugify  # noqa: E402
 from brewkb.retrieval.fusion import Vectors, offline_embed  # noqa: E402
 from brewkb.retrieval.index import MultiIndex, RecipeIndex, analyze  # noqa: E402
 from brewkb.retrieval.ranking import Retriever  # noqa: E402
@@ -110,7 +110,7 @@ def generate(n: int, seed: int = 0, named: bool = False) -> list[Recipe]:
     for i in range(n):
         concept = words(3)
         body = build_body([("When to use", words(20)), ("How to perform", words(80)), ("Pitfalls", words(30))])
-        name = f"{concept.replace(' ', '-')}-{i}" if named else f"r{i}"
+        name = slugify(f"{concept} {i}") if named else f"r{i}"
         recipes.append(Recipe(name=name, description=f"{concept} {words(15)}", concept=concept,
                               tags=tuple(rng.sample(VOCAB[:50], 2)), body=body))
     return recipes

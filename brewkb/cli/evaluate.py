@@ -87,7 +87,9 @@ def eval_cmd(revs: tuple[str, ...], contexts: tuple[str, ...], logs: str | None,
         for line in logs_table(result):
             echo(line)
         return
-    if from_run is not None and not set(contexts) & {"trajectories", "notes"}:
+    from brewkb.retrieval.memory import MEMORIES
+
+    if from_run is not None and not set(contexts) & set(MEMORIES):
         raise click.UsageError("--from-run: it names the run whose conversations the trajectories and notes "
                                "baselines remember; add --context trajectories or --context notes, or --logs RUN "
                                "to score retrieval on held-out logged conversations")
