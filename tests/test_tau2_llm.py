@@ -56,24 +56,24 @@ def brewkb(cwd: Path, fake: FakeOpenAI, *args: str) -> subprocess.CompletedProce
 
 def test_rollout_writes_graded_conversations_whose_user_turns_come_from_the_user_role(
         tmp_path: Path, endpoint: FakeOpenAI) -> None:
-    kb = tau2_kb(tmp_path / "kb", AIRLINE)
+    kb = tau2_kb(tmp_path / "kb", AIRLINE.replace('domain = "airline"\n', 'domain = "airline"\ntasks = 8\n'))
     planned = brewkb(kb, endpoint, "refine", "--plan", "--json")
     assert planned.returncode == 0, planned.stderr
-    assert json.loads(planned.stdout)["calls"]["user"] >= 20 * 31  # train rollouts alone: 20 x (max_steps + 1)
+    assert json.loads(planned.stdout)["calls"]["user"] >= 8 * 31  # train rollouts alone: 8 x (max_steps + 1)
     doctor = brewkb(kb, endpoint, "doctor", "--json")
     assert [r["role"] for r in json.loads(doctor.stdout)["roles"]][:2] == ["agent", "user"]
     probes = len(endpoint.requests)
     out = brewkb(kb, endpoint, "rollout", "--run", "r", "--split", "train", "--context", "none")
     assert out.returncode == 0, out.stderr[-3000:]
     runs = list(read_jsonl(kb / "runs" / "r" / "rollouts.jsonl"))
-    assert len(runs) == 20 and {t.split for t in runs} == {"train"}
+    assert len(runs) == 8 and {t.split for t in runs} == {"train"}
     for t in runs:
         assert t.outcome.detail["grader"] == "tau2", t.outcome.detail
         users = [m["content"] for m in t.messages if m["role"] == "user"]
         assert users == [USER_OPENING, USER_THANKS]
         assert t.meta["ended_by"] == "user"
     user_calls = [r for _, r in endpoint.requests[probes:] if r.get("model") == "user-sim"]
-    assert len(user_calls) == 40 and not any(r.get("tools") for r in user_calls)
+    assert len(user_calls) == 16 and not any(r.get("tools") for r in user_calls)
     assert "<scenario>" in user_calls[0]["messages"][0]["content"]
     roles = {e.role for e in read_ledger(kb / "runs" / "r" / "ledger.jsonl") if e.kind == "chat"}
     assert {"agent", "user"} <= roles

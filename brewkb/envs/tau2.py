@@ -12,18 +12,24 @@ reward).
 Quirks of the package handled here: it fetches a model-price map from the
 network when litellm is imported (``LITELLM_LOCAL_MODEL_COST_MAP`` makes it
 use the bundled copy), logs its registry through loguru at import and then at debug level
-(disabled for ``tau2``), and loads a ``.env`` file from the working folder at
-import (python-dotenv; nothing brewkb can turn off). Nothing here calls τ²'s runner,
-which is what writes results into the package folder.
+(disabled for ``tau2``), loads a ``.env`` file from the working folder at
+import (python-dotenv; nothing brewkb can turn off), and imports litellm, whose
+import takes seconds, for the model calls brewkb never makes through it (its
+user simulator and judge): ``tau2.utils.llm_utils`` is loaded only when one of
+its functions is first called. Nothing here calls τ²'s runner, which is what
+writes results into the package folder.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import io
 import json
 import os
+import sys
 import threading
+import types
 from collections.abc import Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
@@ -58,6 +64,7 @@ def _tau2() -> Any:
             from loguru import logger
 
             logger.disable("tau2")  # before the import: τ² logs its registry at debug level
+            _defer(LLM_UTILS)
             with contextlib.redirect_stdout(io.StringIO()):
                 import tau2.data_model.message as message
                 import tau2.data_model.simulation as simulation
@@ -69,6 +76,51 @@ def _tau2() -> Any:
         except ImportError as exc:
             raise ConfigError(f"{INSTALL_HINT} ({exc})") from None
     return _Modules(message, simulation, tasks, evaluator, user_base, user_simulator, registry)
+
+
+LLM_UTILS = "tau2.utils.llm_utils"
+"""τ²'s model calls, the one module of it that imports litellm."""
+
+
+def _defer(name: str) -> None:
+    """Put in place of the module ``name`` one that loads it when any of its
+    attributes is first used: its functions, which other modules import by
+    name, stand in for the real ones and load the module when called."""
+    if name in sys.modules:
+        return
+    spec = importlib.util.find_spec(name)
+    if spec is None or spec.loader is None:
+        return
+    stand_in = types.ModuleType(name)
+    lock = threading.Lock()
+
+    def real() -> Any:
+        with lock:
+            if sys.modules.get(name) is stand_in:
+                module = importlib.util.module_from_spec(spec)
+                sys.modules[name] = module
+                try:
+                    spec.loader.exec_module(module)  # type: ignore[union-attr]
+                except BaseException:
+                    sys.modules[name] = stand_in
+                    raise
+            return sys.modules[name]
+
+    def deferred(attr: str) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return getattr(real(), attr)(*args, **kwargs)
+        call.__name__ = call.__qualname__ = attr
+        return call
+
+    for attr in ("generate", "get_cost"):
+        setattr(stand_in, attr, deferred(attr))
+    def attribute(attr: str) -> Any:
+        if attr.startswith("__"):  # what the import system asks of any module (``__path__``)
+            raise AttributeError(attr)
+        return getattr(real(), attr)
+
+    stand_in.__getattr__ = attribute  # type: ignore[method-assign]
+    sys.modules[name] = stand_in
 
 
 class _Modules:
