@@ -82,8 +82,10 @@ def kb(tmp_path: Path) -> Path:
 def test_distill_imported_logs_ends_with_a_clean_pr(kb: Path, tmp_path: Path, fmt: str) -> None:
     tau, chat = write_logs(tmp_path)
     assert brewkb(kb, "import", str(tau if fmt == "tau-bench" else chat), "--format", fmt, "--run", "air").returncode == 0
+    assert "(next: grades; run: brewkb distill air)" in brewkb(kb, "runs").stdout
     done = brewkb(kb, "distill", "air", "--iterations", "2")
     assert done.returncode == 0, done.stderr
+    assert "(complete)" in brewkb(kb, "runs").stdout
     assert "reward = retrieval on the eval split" in done.stdout
     changed = git(kb, "diff", "--name-only", "HEAD", "brew/air/pr").split()
     assert changed and all(p.startswith("recipes/") for p in changed)
@@ -116,6 +118,9 @@ def test_refine_on_imported_logs_is_refused_with_a_pointer_to_distill(kb: Path, 
         "environment 'shop', which refine re-runs; learn from the logs with `brewkb distill air`")
     assert git(kb, "branch", "--list", "brew/*") == ""
     assert brewkb(kb, "distill", "air", "--iterations", "1").returncode == 0
+    again = brewkb(kb, "distill", "air", "--iterations", "1")  # a finished run: every stage says so
+    assert again.returncode == 0 and "search: already done, skipped" in again.stderr
+    assert " items" not in again.stderr, again.stderr
     for args in (["--run", "air"], ["--resume", "air"]):  # after distill too: still refused, still pointing there
         again = brewkb(kb, "refine", *args)
         assert again.returncode == 1 and "`brewkb distill air`" in again.stderr

@@ -210,6 +210,12 @@ def test_an_empty_import_is_refused_and_a_repeated_one_says_nothing_is_new(tmp_p
     assert again.returncode == 0
     assert again.stdout.strip() == ("Imported no new trajectories into run logs: all 18 were already there; "
                                     "skipped 0.")
+    _, chat = write_logs(tmp_path)  # other logs into the same run: added, and said so
+    more = brewkb(root, "import", str(chat), "--format", "openai", "--run", "logs")
+    assert more.stdout.strip().splitlines() == [
+        "Imported 18 trajectories into run logs (success rate 66.7%); skipped 0.",
+        "The run now holds 36 trajectories, 18 of them from earlier imports; distill learns from them all."]
+    assert len((root / "runs" / "logs" / "rollouts.jsonl").read_text().splitlines()) == 36
 
 
 def test_a_run_of_the_wrong_kind_is_refused_with_the_command_that_fits(refined: Path, tmp_path: Path) -> None:

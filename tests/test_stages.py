@@ -280,11 +280,16 @@ def test_cli_runs_the_stages(make_repo: MakeRepo) -> None:
         return subprocess.run([sys.executable, "-m", "brewkb", *args], cwd=root, capture_output=True, text=True)
 
     assert cli("rollout", "--run", "c").returncode == 0
-    assert "insights from" in cli("reflect", "c").stdout
-    assert "insights" in cli("concepts", "c").stdout
+    reflected = cli("reflect", "c").stdout
+    assert "insights from" in reflected and reflected.endswith("Next: brewkb concepts c\n")
+    clustered = cli("concepts", "c").stdout
+    assert "insights" in clustered and clustered.endswith("Next: brewkb integrate c\n")
     done = cli("integrate", "c", "--write", "--json")
     assert done.returncode == 0 and json.loads(done.stdout.splitlines()[-1])["written"]  # events, then the result
     assert "7/7 stages (complete)" in cli("runs").stdout
+    for stage in ("reflect", "concepts"):  # shown again on a finished run: no stage to point to
+        again = cli(stage, "c")
+        assert again.returncode == 0 and "Next:" not in again.stdout, again.stdout
 
 
 def test_the_test_split_never_enters_a_run(make_repo: MakeRepo) -> None:

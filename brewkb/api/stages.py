@@ -121,6 +121,8 @@ class RunSummary:
     """Failed items of finished stages, which ``stages.accept_failed`` let the run go on without."""
     damaged: str = ""
     """What is wrong with a run whose record cannot be read (then nothing else is known)."""
+    start: str = ""
+    """The command that runs the stages of an imported run that no command has continued yet."""
 
     @property
     def status(self) -> str:
@@ -130,6 +132,8 @@ class RunSummary:
             return "complete"
         if self.resume:
             return f"stopped before {self.next_stage} finished; continue: {self.resume}"
+        if self.start:
+            return f"next: {self.next_stage}; run: {self.start}"
         return f"next: {self.next_stage}"
 
 
@@ -146,7 +150,9 @@ def summarise_run(run: Run) -> RunSummary:
     following = next((s for s in wanted if s not in done), None)
     left_out, pending = _failures(run, done)
     retry = resume or _STAGE_COMMANDS.get(following or "", "").format(run=run.id) if pending else ""
-    return RunSummary(run.id, list(done), following, left_out + pending, wanted, resume, retry, left_out)
+    start = f"brewkb distill {run.id}" if imported and spec is None and following else ""
+    return RunSummary(run.id, list(done), following, left_out + pending, wanted, resume, retry, left_out,
+                      start=start)
 
 
 _STAGE_COMMANDS = {"rollouts": "brewkb rollout --run {run}", "rollouts-eval": "brewkb rollout --run {run}",

@@ -47,9 +47,12 @@ class ImportResult:
     errors: list[str] = field(default_factory=list)
     already: int = 0
     """Trajectories of the file the run already held (an import repeated adds none)."""
+    total: int = 0
+    """Trajectories the run holds after the import (more than ``imported``: it added to earlier imports)."""
 
     def to_json(self) -> dict[str, object]:
         return {"run": self.run, "imported": self.imported, "skipped": self.skipped, "already": self.already,
+                "total": self.total,
                 "success_rate": None if self.success_rate is None else round(self.success_rate, 6),
                 "unlabelled": self.unlabelled, "labels_attached": self.labels_attached,
                 "relabelled": self.relabelled, "unmatched_labels": len(self.unmatched_labels)}
@@ -159,11 +162,11 @@ def _import(target: Run, path: Path, fmt: str, items: Iterator[Item], labels: La
     if replaced:
         _drop_lines(rollouts, replaced, keep_last=added)
     labelled = added - unlabelled
-    target.record_stage("rollouts", source=f"import:{fmt}", file=str(path),
-                        trajectories=len(existing) - len(replaced) + added, skipped=len(skipped),
-                        unlabelled=len(unknown_before - replaced) + unlabelled)
+    total = len(existing) - len(replaced) + added
+    target.record_stage("rollouts", source=f"import:{fmt}", file=str(path), trajectories=total,
+                        skipped=len(skipped), unlabelled=len(unknown_before - replaced) + unlabelled)
     return ImportResult(target.id, added, len(skipped), wins / labelled if labelled else None, unlabelled,
-                        attached, len(replaced), labels.unused() if labels else [], skipped, already)
+                        attached, len(replaced), labels.unused() if labels else [], skipped, already, total)
 
 
 def _drop_lines(path: Path, lines: set[int], keep_last: int) -> None:

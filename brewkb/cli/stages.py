@@ -73,7 +73,7 @@ def reflect_cmd(run: str, no_cache: bool, force: str | None, as_json: bool) -> N
         echo(f"relabelling skipped: {relabel['skipped_reason']}")
     echo(f"{r.get('insights', 0)} insights from {r.get('trajectories', 0)} trajectories "
          f"({r.get('concepts_per_trajectory', 0)} concepts per trajectory); {r.get('failed', 0)} failed")
-    echo(f"Next: brewkb concepts {run}")
+    _next(run, "concepts", f"brewkb concepts {run}")
 
 
 @click.command("concepts")
@@ -96,7 +96,16 @@ def concepts_cmd(run: str, no_cache: bool, force: str | None, as_json: bool) -> 
     for c in found:
         for note in c.merged:
             echo(f"merged into {c.slug}: {note}")
-    echo(f"Next: brewkb integrate {run}")
+    _next(run, "integrate", f"brewkb integrate {run}")
+
+
+def _next(run: str, stage: str, command: str) -> None:
+    """Say which command comes next, unless the run has done that stage already."""
+    from brewkb.api.stages import list_runs
+
+    summary = next((r for r in list_runs() if r.id == run), None)
+    if summary is None or stage not in summary.stages:
+        echo(f"Next: {command}")
 
 
 @click.command("integrate")

@@ -23,8 +23,8 @@ from brewkb.trajectories.formats import FORMATS
               help="CSV or JSONL of conversation id and success or score: labels kept elsewhere.")
 @click.option("--skip-bad", is_flag=True, help="Skip records that cannot be converted (and count them).")
 @click.option("--json", "as_json", is_flag=True,
-              help="Print {run, imported, skipped, success_rate, unlabelled, labels_attached, relabelled, "
-                   "unmatched_labels}.")
+              help="Print {run, imported, skipped, already, total, success_rate, unlabelled, labels_attached, "
+                   "relabelled, unmatched_labels}.")
 def import_cmd(source: Path, fmt: str, run: str | None, split: str, tasks: Path | None, outcomes: Path | None,
                skip_bad: bool, as_json: bool) -> None:
     """Import trajectories from SOURCE into a run.
@@ -50,6 +50,9 @@ def import_cmd(source: Path, fmt: str, run: str | None, split: str, tasks: Path 
     else:
         echo(f"Imported {result.imported} trajectories into run {result.run} ({rate}{unknown}); "
              f"skipped {result.skipped}.")
+        if result.total > result.imported:
+            echo(f"The run now holds {result.total} trajectories, {result.total - result.imported} of them from "
+                 "earlier imports; distill learns from them all.")
     if outcomes is not None:
         echo(f"Labels from {outcomes.name}: attached to {result.labels_attached} conversations"
              + (f" ({result.relabelled} already in the run relabelled)" if result.relabelled else "") + ".")

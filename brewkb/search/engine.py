@@ -328,10 +328,15 @@ async def search(spec: SearchSpec, store: SearchStore, expander: Expands, evalua
     store.repair()  # what the record lost and the rest of it still says is put back first
     state = rebuild(store, sorted(roots), stored)
     loop = _Loop(spec, store, expander, evaluator, state, events)
-    events(Event("stage_started", "search", done=state.gathers, total=spec.rounds + 1))
+    rooted = state.gathers > 0 and all(t.nodes and t.root.reward is not None for t in state.trees.values())
+    finished = rooted and state.gathers > spec.rounds  # a run's final gather comes after its last iteration
+    if finished:
+        events(Event("stage_skipped", "search", message="already done"))
+    else:
+        events(Event("stage_started", "search", done=state.gathers, total=spec.rounds + 1))
     started = time.monotonic()
     with _set_aside() as keep:
-        if state.gathers == 0 or any(not t.nodes or t.root.reward is None for t in state.trees.values()):
+        if not rooted:
             await loop.roots(roots)
             events(Event("item_done", "search", done=1, total=spec.rounds + 1, message="iteration 0"))
             keep()
@@ -340,7 +345,8 @@ async def search(spec: SearchSpec, store: SearchStore, expander: Expands, evalua
             events(Event("item_done", "search", done=it + 1, total=spec.rounds + 1, message=f"iteration {it}"))
             keep()
     store.keep_branches()
-    events(Event("stage_finished", "search", message=f"in {time.monotonic() - started:.1f} s"))
+    if not finished:
+        events(Event("stage_finished", "search", message=f"in {time.monotonic() - started:.1f} s"))
     chosen = {c: _chosen(spec, t, loop.changed(c, t)).id for c, t in state.trees.items()}
     kb = store.git.read_ref(f"refs/heads/brew/{store.run}/kb")
     return SearchResult(state.trees, chosen, {c: loop.doc((c, n)) for c, n in chosen.items()}, kb,
