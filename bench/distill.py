@@ -18,11 +18,13 @@ conversations the KB could learn from, on:
 - all of these but the test splits (whose tasks the folds hold out too)
   together, each scored conversation weighing the same.
 
-It prints MRR, top-1 and step F1 with each conversation's user side as the
-query (and the first user turn alone), the personal-data matches in the
+It prints MRR, top-1, step F1 and strict step F1 (every step taken "only when
+the request also asks" counted as taken) with each conversation's user side as
+the query (and the first user turn alone), the personal-data matches in the
 recipes (must be 0), and the figures as JSON on its last line. `--check` exits 1
 when the KB falls below the trajectories baseline on MRR, top-1 or step F1 in
-any setting.
+any setting; it names the settings where strict step F1 is behind without
+failing on them.
 
     python bench/distill.py [--check] [--folds N] [--mode bm25|hybrid] [--boosts FIELD=B,...]
 """
@@ -49,8 +51,10 @@ LOGS = {"gpt-4o": ("tau-bench", DATA / "tau-bench-airline" / "gpt-4o-trajectorie
         "claude": ("tau2", DATA / "tau2-airline" / "claude-sonnet-4-5_airline_default_gpt4.1_1trials.json")}
 PERSONAL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[a-z]{2,}|[a-z]+_[a-z]+_[0-9]{4}")
 MEASURES = (("mrr", "MRR"), ("top1", "top-1"), ("step_f1", "step F1"))
+STRICT = ("strict_f1", "strict step F1")
+"""Printed beside the measures, not checked: step F1 with every step taken only when asked counted as taken."""
 QUERIES = ("conversation", "first turn")
-SCORES = [f"{q}: {k}" for q in QUERIES for k, _ in MEASURES]
+SCORES = [f"{q}: {k}" for q in QUERIES for k, _ in (*MEASURES, STRICT)]
 
 
 def brewkb(cwd: Path, *args: str) -> str:
@@ -88,7 +92,7 @@ def compare(kb: Path, held: str, learn: str, setting: str) -> list[dict]:
                                "--context", "trajectories", "--context", "notes", "--json"))
     return [{"setting": setting, "cases": result["cases"],
              "arm": "distilled KB" if arm["kind"] == "kb" else arm["label"],
-             **{f"{q}: {k}": arm["scores"][q][k] for q in QUERIES for k, _ in MEASURES}} for arm in result["arms"]]
+             **{key: arm["scores"][key.split(": ")[0]][key.split(": ")[1]] for key in SCORES}} for arm in result["arms"]]
 
 
 def held_out_tasks(kb: Path, tmp: Path, run: str, folds: int) -> list[dict]:
@@ -169,12 +173,12 @@ def main() -> None:
     if args.folds:  # the folds and the other agent's log: each held-out conversation once per learning log
         rows += weighted([r for r in rows if not r["setting"].endswith("(its test split)")],
                          "all but the test splits")
-    print(f"{'setting':32}{'cases':>6}  {'memory':14}{'MRR':>7}{'top-1':>8}{'step F1':>9}   first turn: "
-          f"{'MRR':>6}{'top-1':>7}")
+    print(f"{'setting':32}{'cases':>6}  {'memory':14}{'MRR':>7}{'top-1':>8}{'step F1':>9}{'strict F1':>11}   "
+          f"first turn: {'MRR':>6}{'top-1':>7}")
     for r in rows:
         print(f"{r['setting']:32}{r['cases']:>6}  {r['arm']:14}{r['conversation: mrr']:>7.3f}"
-              f"{r['conversation: top1']:>8.3f}{r['conversation: step_f1']:>9.3f}   {'':12}"
-              f"{r['first turn: mrr']:>6.3f}{r['first turn: top1']:>7.3f}")
+              f"{r['conversation: top1']:>8.3f}{r['conversation: step_f1']:>9.3f}{r['conversation: strict_f1']:>11.3f}"
+              f"   {'':12}{r['first turn: mrr']:>6.3f}{r['first turn: top1']:>7.3f}")
     print("personal-data matches in the recipes: " + ", ".join(f"{run} {n}" for run, n in privacy.items()))
     behind = [f"{r['setting']}: {name} {r['conversation: ' + key]:.3f} < "
               f"{b['conversation: ' + key]:.3f}"
@@ -183,6 +187,12 @@ def main() -> None:
               for key, name in MEASURES if r["conversation: " + key] < b["conversation: " + key]]
     for line in behind:
         print(f"below the trajectories baseline: {line}")
+    strict = [f"{r['setting']}: {r['conversation: strict_f1']:.3f} < {b['conversation: strict_f1']:.3f}"
+              for r in rows if r["arm"] == "distilled KB"
+              for b in rows if b["setting"] == r["setting"] and b["arm"] == "trajectories"
+              if r["conversation: strict_f1"] < b["conversation: strict_f1"]]
+    for line in strict:
+        print(f"strict step F1 below the trajectories baseline (not checked): {line}")
     print(json.dumps({"rows": rows, "personal_data": privacy, "below_trajectories": behind}))
     if args.check and (behind or any(privacy.values())):
         sys.exit(1)

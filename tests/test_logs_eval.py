@@ -25,6 +25,7 @@ from brewkb.search.episodes import EpisodeCache
 from brewkb.search.final import leave_one_out
 from brewkb.trajectories.schema import Outcome, Trajectory
 from brewkb.trajectories.scrub import Scrubber
+from brewkb.trajectories.tools import ALSO_ASKED
 from tests.conftest import git
 from tests.test_distill import brewkb, write_logs
 
@@ -67,6 +68,21 @@ def test_the_measures_count_writes_of_passing_conversations_and_alternatives_as_
     # rank 1 names the write; steps: 2 of 3 used (alternatives are one step), every tool used is offered
     assert (got.cases, got.mrr, got.top1, got.cover3, got.step_f1) == (1, 1.0, 1.0, 1.0, 0.8)
     assert score(None, {}, cases, "conversation").mrr == 0.0
+
+
+def test_a_step_taken_only_when_asked_counts_where_the_conversation_took_it() -> None:
+    find = _call(1, "find_user", {"email": "a@b.c"}, '{"user": "u1"}')
+    cancel = _call(2, "cancel_order", {"order_id": 7}, "cancelled")
+    refund = _call(3, "refund_order", {"order_id": 7}, "refunded")
+    cases = cases_of([conversation(True, find, cancel), conversation(True, find, cancel, refund)], lambda t: t)
+    docs = [doc("cancel-order", "cancel an order", "1. `find_user(email)`\n2. `cancel_order(order_id)`\n"
+                                                   f"- `refund_order(order_id)` {ALSO_ASKED} refund order")]
+    index = RecipeIndex.build(docs, Boosts())
+    alone, both = (score(index, procedures_of(docs), [case], "conversation") for case in cases)
+    # asked for the cancellation alone: the agent takes two steps, both right; strictly, one of three is wrong
+    assert (alone.mrr, alone.step_f1, alone.strict_f1) == (1.0, 1.0, 0.8)
+    # asked for the refund too: the step names that write and is taken
+    assert (both.mrr, both.top1, both.step_f1, both.strict_f1) == (1.0, 1.0, 1.0, 1.0)
 
 
 def test_offline_rules_learn_every_write_its_request_and_the_condition_an_error_ended() -> None:
@@ -269,6 +285,7 @@ def test_eval_on_logs_puts_the_kb_beside_every_baseline(distilled: Path) -> None
     base = git(distilled, "rev-parse", "HEAD")[:12]
     rows = [line.split()[0] for line in lines[4:9]]  # under "Query: the user's side of the conversation"
     assert rows == ["none", "trajectories", "notes", base, "brew/air/pr"]
+    assert lines[3].split() == ["MRR", "top-1", "top-3", "cover", "step", "F1", "strict", "F1", "documents"]
     data = json.loads(brewkb(distilled, "eval", "--logs", "air", "--json").stdout)
     assert [a["label"] for a in data["arms"]] == ["none", "trajectories", "notes", base, "brew/air/pr"]
     assert set(data["arms"][0]["scores"]) == {"conversation", "first turn"}
@@ -333,7 +350,7 @@ def test_a_mistyped_pr_branch_is_answered_with_the_runs_pr_branches(distilled: P
 
 def test_the_pr_verdict_names_the_baselines_the_kb_beats_and_those_it_does_not() -> None:
     def arm(label: str, kind: str, value: float) -> Arm:
-        scores = Scores(3, value, value, value, value)
+        scores = Scores(3, value, value, value, value, value)
         return Arm(label, kind, 5, {"conversation": scores, "first turn": scores})
 
     comparison = LogEvaluation("air", "air", 4, 3, [arm("trajectories", "trajectories", 0.9),

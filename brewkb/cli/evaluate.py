@@ -38,11 +38,12 @@ def logs_table(evaluation: LogEvaluation) -> list[str]:
             f"(passed, with a write); the baselines remember run {evaluation.learned_from} but its test split"]
     for query, words in QUERIES.items():
         rows += ["", f"Query: {words}",
-                 f"{'':{width}}{'MRR':>7}{'top-1':>8}{'top-3 cover':>13}{'step F1':>9}{'documents':>11}"]
+                 f"{'':{width}}{'MRR':>7}{'top-1':>8}{'top-3 cover':>13}{'step F1':>9}{'strict F1':>11}"
+                 f"{'documents':>11}"]
         for arm in evaluation.arms:
             s = arm.scores[query]
             rows.append(f"{arm.label:{width}}{s.mrr:>7.3f}{s.top1:>8.3f}{s.cover3:>13.3f}{s.step_f1:>9.3f}"
-                        f"{arm.documents:>11}")
+                        f"{s.strict_f1:>11.3f}{arm.documents:>11}")
     return rows + (["", evaluation.hint] if evaluation.hint else [])
 
 

@@ -9,8 +9,9 @@ conversation that wrote nothing is not scored. Each case is asked twice: with
 the user's side of the conversation (every user turn) and with the first user
 turn alone. A document's *procedure* is its step lines under ``## How to
 perform`` (lines that start with a backticked call; calls joined by "or" are
-one step; a step taken "only when the request also asks to" is one too). For
-the ranking of the top ``DEPTH`` documents:
+one step), some of them *asked* steps: a step taken "only when the request
+also asks to" do what it does (``ALSO_ASKED``). For the ranking of the top
+``DEPTH`` documents:
 
 - **MRR**: for each write of the case, 1 / the rank of the first document
   whose procedure names that write's tool (0 when none of the top ``DEPTH``
@@ -18,10 +19,15 @@ the ranking of the top ``DEPTH`` documents:
 - **top-1**: the share of the case's writes the first document names;
 - **top-3 coverage**: the share of the case's writes some of the first three
   documents name;
-- **step F1**: between the first document's steps and the tools the case used
-  (lookups and writes, messages left out): a step counts when the
-  conversation used one of the tools it offers, a tool counts when some step
-  offers it.
+- **step F1**: between the steps the first document has the agent take for
+  the case and the tools the case used (lookups and writes, messages left
+  out): a step counts when the conversation used one of the tools it offers,
+  a tool counts when some step offers it. An asked step is taken when the
+  request asked for it, and a conversation that passed did what its request
+  asked: so it is one of the steps when the conversation used its tool, and
+  left out otherwise (an agent that follows the recipe does not take it);
+- **strict step F1**: the same with every asked step taken, whatever the
+  request asked.
 
 Every measure is averaged over cases, so each conversation weighs the same.
 """
@@ -38,16 +44,31 @@ from brewkb.retrieval.index import Searchable
 from brewkb.retrieval.memory import MEMORIES, memory_documents
 from brewkb.retrieval.ranking import Retriever
 from brewkb.trajectories.schema import Trajectory, tool_calls
-from brewkb.trajectories.tools import procedure, used_tools, user_turns, writes_of
+from brewkb.trajectories.tools import ALSO_ASKED, procedure, used_tools, user_turns, writes_of
 
-__all__ = ["QUERIES", "DEPTH", "Case", "Scores", "cases_of", "procedures_of", "score", "case_scores", "Arm",
-           "LogEvaluation", "compare_arms", "BASELINES"]
+__all__ = ["QUERIES", "DEPTH", "Case", "Scores", "Procedure", "procedure_of", "cases_of", "procedures_of", "score",
+           "case_scores", "Arm", "LogEvaluation", "compare_arms", "BASELINES"]
 
 QUERIES = {"conversation": "the user's side of the conversation", "first turn": "the first user turn"}
 DEPTH = 10
 BASELINES = ("none", *MEMORIES)
 
-Procedure = list[frozenset[str]]
+
+
+@dataclass(frozen=True)
+class Procedure:
+    """The steps of a document: those to take, and those to take only when asked."""
+
+    steps: tuple[frozenset[str], ...]
+    asked: tuple[frozenset[str], ...] = ()
+
+    def names(self, tool: str) -> bool:
+        return any(tool in step for step in (*self.steps, *self.asked))
+
+    def taken(self, tools: frozenset[str] | None = None) -> list[frozenset[str]]:
+        """The steps an agent takes for a conversation that used ``tools``
+        (every asked step when ``tools`` is ``None``)."""
+        return [*self.steps, *(s for s in self.asked if tools is None or s & tools)]
 
 
 @dataclass(frozen=True)
@@ -68,6 +89,7 @@ class Scores:
     top1: float
     cover3: float
     step_f1: float
+    strict_f1: float
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -95,11 +117,17 @@ def cases_of(trajectories: Sequence[Trajectory], scrub: Callable[[Trajectory], T
     return cases
 
 
+def procedure_of(document: Recipe) -> Procedure:
+    lines = document.section("How to perform").splitlines()
+    return Procedure(tuple(procedure("\n".join(line for line in lines if ALSO_ASKED not in line))),
+                     tuple(procedure("\n".join(line for line in lines if ALSO_ASKED in line))))
+
+
 def procedures_of(documents: Sequence[Recipe]) -> dict[str, Procedure]:
-    return {d.name: procedure(d.section("How to perform")) for d in documents}
+    return {d.name: procedure_of(d) for d in documents}
 
 
-def _f1(steps: Procedure, tools: frozenset[str]) -> float:
+def _f1(steps: Sequence[frozenset[str]], tools: frozenset[str]) -> float:
     if not steps or not tools:
         return 0.0
     precision = sum(bool(step & tools) for step in steps) / len(steps)
@@ -109,15 +137,17 @@ def _f1(steps: Procedure, tools: frozenset[str]) -> float:
 
 def _ranks(ranked: Sequence[Procedure], case: Case) -> list[int | None]:
     """The rank of the first document naming each write of ``case``."""
-    return [next((n for n, steps in enumerate(ranked, 1) if any(action in step for step in steps)), None)
-            for action in case.writes]
+    return [next((n for n, found in enumerate(ranked, 1) if found.names(action)), None) for action in case.writes]
 
 
-def case_scores(ranked: Sequence[Procedure], case: Case) -> tuple[float, float, float, float]:
+def case_scores(ranked: Sequence[Procedure], case: Case) -> tuple[float, float, float, float, float]:
+    """MRR, top-1, top-3 coverage, step F1 and strict step F1 of one case."""
     ranks = _ranks(ranked, case)
     n = len(ranks)
     return (sum(1 / r for r in ranks if r) / n, sum(r == 1 for r in ranks) / n,
-            sum(bool(r and r <= 3) for r in ranks) / n, _f1(ranked[0], case.tools) if ranked else 0.0)
+            sum(bool(r and r <= 3) for r in ranks) / n,
+            _f1(ranked[0].taken(case.tools), case.tools) if ranked else 0.0,
+            _f1(ranked[0].taken(), case.tools) if ranked else 0.0)
 
 
 def score(index: Searchable | None, procedures: Mapping[str, Procedure], cases: Sequence[Case],
@@ -128,7 +158,7 @@ def score(index: Searchable | None, procedures: Mapping[str, Procedure], cases: 
         hits = index.search(case.queries[query], DEPTH) if index is not None and len(index) else []
         rows.append(case_scores([procedures[h.name] for h in hits], case))
     n = len(rows)
-    mean = [round(sum(r[i] for r in rows) / n, 4) if n else 0.0 for i in range(4)]
+    mean = [round(sum(r[i] for r in rows) / n, 4) if n else 0.0 for i in range(5)]
     return Scores(n, *mean)
 
 

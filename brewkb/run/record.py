@@ -210,14 +210,16 @@ def logs_table(evaluation: Mapping[str, Any]) -> list[str]:
     one row per arm, both queries."""
     rows = [f"{evaluation['cases']} of {evaluation['conversations']} held-out conversations scored (passed, with a "
             "write). MRR, top-1 and top-3 coverage: the first result whose procedure names each write the "
-            "conversation made; step F1: the first result's steps against the conversation's tool calls "
-            "(see docs/distill.md).", "",
-            "| memory | documents | MRR | top-1 | top-3 cover | step F1 | MRR, first turn | top-1, first turn |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|"]
+            "conversation made; step F1: the steps the first result has the agent take against the "
+            "conversation's tool calls, a step taken only when the request asks for it counted where the "
+            "conversation took it; strict F1: every such step counted (see docs/distill.md).", "",
+            "| memory | documents | MRR | top-1 | top-3 cover | step F1 | strict F1 | MRR, first turn "
+            "| top-1, first turn |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for arm in evaluation["arms"]:
         s, f = arm["scores"]["conversation"], arm["scores"]["first turn"]
         rows.append(f"| {arm['label']} | {arm['documents']} | {s['mrr']:.3f} | {s['top1']:.3f} | {s['cover3']:.3f} | "
-                    f"{s['step_f1']:.3f} | {f['mrr']:.3f} | {f['top1']:.3f} |")
+                    f"{s['step_f1']:.3f} | {s['strict_f1']:.3f} | {f['mrr']:.3f} | {f['top1']:.3f} |")
     return rows
 
 

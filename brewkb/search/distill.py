@@ -28,13 +28,12 @@ from typing import Any
 from brewkb.llm.roles import Backend, Insight
 from brewkb.recipes import Recipe
 from brewkb.retrieval.index import Searchable
-from brewkb.retrieval.logeval import DEPTH, Case, case_scores
+from brewkb.retrieval.logeval import DEPTH, Case, Procedure, case_scores, procedure_of
 from brewkb.retrieval.ranking import Retriever
 from brewkb.search.episodes import EpisodeCache
 from brewkb.search.evaluate import Evaluation
 from brewkb.search.expand import ExpandRequest
 from brewkb.stages.integrate import integrate
-from brewkb.trajectories.tools import procedure
 
 __all__ = ["LogExpander", "RetrievalEvaluator"]
 
@@ -70,7 +69,7 @@ class RetrievalEvaluator:
         self.queries, self.cases, self.q_eval, self.q_train, self.k = queries, cases, q_eval, q_train, k
         self.retriever = retriever
         self.cache = cache  # no episodes are run; the search reports its (zero) counts
-        self._procedures: dict[tuple[str, str], list[frozenset[str]]] = {}
+        self._procedures: dict[tuple[str, str], Procedure] = {}
         self._concepts_of: dict[str, list[str]] = {}  # eval task → the concepts of its request
         for concept, ids in sorted(q_eval.items()):
             for task in ids:
@@ -83,10 +82,10 @@ class RetrievalEvaluator:
             return "eval", ids
         return "train", [t for t in self.q_train.get(concept, ()) if t in self.queries]
 
-    def _procedure(self, recipe: Recipe) -> list[frozenset[str]]:
+    def _procedure(self, recipe: Recipe) -> Procedure:
         key = (recipe.name, recipe.body)
         if key not in self._procedures:
-            self._procedures[key] = procedure(recipe.section("How to perform"))
+            self._procedures[key] = procedure_of(recipe)
         return self._procedures[key]
 
     def _value(self, index: Searchable, task: str, kb: Mapping[str, Recipe]) -> float:
@@ -115,8 +114,8 @@ class RetrievalEvaluator:
         cases = self.cases.get(task, ())
         if not cases:
             return 1.0 / rank
-        named = {tool for step in self._procedure(recipe) for tool in step}
-        return sum(sum(a in named for a in c.writes) / len(c.writes) for c in cases) / len(cases) / rank
+        found = self._procedure(recipe)
+        return sum(sum(found.names(a) for a in c.writes) / len(c.writes) for c in cases) / len(cases) / rank
 
     async def evaluate(self, candidates: Mapping[str, tuple[str, Recipe]], current: Mapping[str, Recipe],
                        only: Sequence[str] | None = None) -> dict[str, Evaluation]:
