@@ -58,6 +58,12 @@ def test_concepts_come_from_the_state_changing_tools(insights: list[Any]) -> Non
     assert concepts["refund reservation"] > 0
 
 
+def test_a_request_verb_is_neither_a_past_form_nor_a_noun() -> None:
+    assert verbs_in("Please check the insurance on my booking; I need it added.") == []  # a thing, a done deed
+    assert verbs_in("I am booking a trip and want to change my booking") == ["book", "change"]
+    assert verbs_in("Cancel the order I placed, then refund it") == ["cancel", "refund"]
+
+
 def test_each_concept_keeps_only_its_own_steps_and_pitfalls(insights: list[Any]) -> None:
     for insight in insights:
         if insight.kind == "together":  # another write of the same request, said as such

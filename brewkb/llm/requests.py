@@ -50,12 +50,17 @@ def verb_of(name: str) -> str:
     return VERB_SYNONYMS.get(words[0], words[0]) if words else ""
 
 
+DETERMINERS = frozenset("a an the my your our his her their its this that these those any each every".split())
+
+
 def verbs_in(text: str) -> list[str]:
     """The actions ``text`` asks for: its action verbs (base forms, in order),
     past forms left out ("a flight I booked" tells what was done, not what is
-    asked)."""
+    asked), and so are "-ing" forms after a determiner, which are nouns ("my
+    booking" names a thing, "booking a flight" asks for an action)."""
     words = re.findall(r"[a-z]+", IDENTIFIERS.sub(" ", text.lower()))
-    return [v for w in words if not w.endswith("ed") and (v := action_verb(w))]
+    return [v for n, w in enumerate(words) if not w.endswith("ed") and (v := action_verb(w))
+            and not (w.endswith("ing") and n and words[n - 1] in DETERMINERS)]
 
 
 def names_action(text: str, concept: str) -> bool:
