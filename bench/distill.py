@@ -92,7 +92,8 @@ def compare(kb: Path, held: str, learn: str, setting: str) -> list[dict]:
                                "--context", "trajectories", "--context", "notes", "--json"))
     return [{"setting": setting, "cases": result["cases"],
              "arm": "distilled KB" if arm["kind"] == "kb" else arm["label"],
-             **{key: arm["scores"][key.split(": ")[0]][key.split(": ")[1]] for key in SCORES}} for arm in result["arms"]]
+             **{f"{q}: {k}": arm["scores"][q][k] for q in QUERIES for k, _ in (*MEASURES, STRICT)}}
+            for arm in result["arms"]]
 
 
 def held_out_tasks(kb: Path, tmp: Path, run: str, folds: int) -> list[dict]:

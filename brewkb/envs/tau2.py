@@ -114,6 +114,7 @@ def _defer(name: str) -> None:
 
     for attr in ("generate", "get_cost"):
         setattr(stand_in, attr, deferred(attr))
+
     def attribute(attr: str) -> Any:
         if attr.startswith("__"):  # what the import system asks of any module (``__path__``)
             raise AttributeError(attr)

@@ -54,7 +54,6 @@ DEPTH = 10
 BASELINES = ("none", *MEMORIES)
 
 
-
 @dataclass(frozen=True)
 class Procedure:
     """The steps of a document: those to take, and those to take only when asked."""
