@@ -135,7 +135,7 @@ def weighted(rows: list[dict], setting: str) -> list[dict]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="Exit 1 when the KB falls below the trajectories "
-                                                             "baseline on any measure in any setting.")
+                                                             "baseline on MRR, top-1 or step F1 in any setting.")
     parser.add_argument("--folds", type=int, default=5, metavar="N",
                         help="Hold out every task of each log once, in N parts (0: the test splits only).")
     parser.add_argument("--mode", choices=("bm25", "hybrid"), default="bm25", help="retrieval.mode of the KB.")

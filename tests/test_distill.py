@@ -82,10 +82,10 @@ def kb(tmp_path: Path) -> Path:
 def test_distill_imported_logs_ends_with_a_clean_pr(kb: Path, tmp_path: Path, fmt: str) -> None:
     tau, chat = write_logs(tmp_path)
     assert brewkb(kb, "import", str(tau if fmt == "tau-bench" else chat), "--format", fmt, "--run", "air").returncode == 0
-    assert "(next: grades; run: brewkb distill air)" in brewkb(kb, "runs").stdout
+    assert "1/7 stages (next: grades; run: brewkb distill air)" in brewkb(kb, "runs").stdout
     done = brewkb(kb, "distill", "air", "--iterations", "2")
     assert done.returncode == 0, done.stderr
-    assert "(complete)" in brewkb(kb, "runs").stdout
+    assert "7/7 stages (complete)" in brewkb(kb, "runs").stdout
     assert "reward = retrieval on the eval split" in done.stdout
     changed = git(kb, "diff", "--name-only", "HEAD", "brew/air/pr").split()
     assert changed and all(p.startswith("recipes/") for p in changed)
@@ -121,6 +121,13 @@ def test_refine_on_imported_logs_is_refused_with_a_pointer_to_distill(kb: Path, 
     again = brewkb(kb, "distill", "air", "--iterations", "1")  # a finished run: every stage says so
     assert again.returncode == 0 and "search: already done, skipped" in again.stderr
     assert " items" not in again.stderr, again.stderr
+    pr = git(kb, "rev-parse", "brew/air/pr")
+    other = brewkb(kb, "distill", "air", "--iterations", "3", "--strategy", "greedy")  # options its search cannot take
+    assert (other.returncode, other.stderr.strip()) == (1, (
+        "brewkb: error: run air was distilled with --strategy mcts --iterations 1, and its search keeps them; "
+        "--strategy greedy --iterations 3 would change nothing: run `brewkb distill air` without them, or import "
+        "the logs into a new run (`brewkb import FILE --format F --run NEW`) and distil that with them"))
+    assert git(kb, "rev-parse", "brew/air/pr") == pr
     for args in (["--run", "air"], ["--resume", "air"]):  # after distill too: still refused, still pointing there
         again = brewkb(kb, "refine", *args)
         assert again.returncode == 1 and "`brewkb distill air`" in again.stderr

@@ -202,6 +202,15 @@ def test_an_empty_import_is_refused_and_a_repeated_one_says_nothing_is_new(tmp_p
     out = brewkb(root, "import", "blank.jsonl", "--format", "openai")
     assert out.stderr.strip() == "brewkb: error: blank.jsonl is empty: nothing to import"
     assert not (root / "runs" / "import-empty").exists()
+    (root / "notes.md").write_text("# My logs\n\nThey are in logs/.\n")
+    out = brewkb(root, "import", "notes.md", "--format", "tau2")
+    assert out.stderr.strip() == ("brewkb: error: notes.md is not JSON (it starts with '# My logs'); `tau2` reads a "
+                                  "JSON file: check the file")
+    (root / "logs").mkdir()
+    (root / "logs" / "day1.jsonl").write_text("")
+    out = brewkb(root, "import", "logs", "--format", "openai")
+    assert out.stderr.strip() == "brewkb: error: logs is a folder and `openai` reads a file; pass one of its files " \
+                                 "(day1.jsonl)"
     assert brewkb(root, "runs").stdout.strip() == "No runs yet."
     tau, _ = write_logs(tmp_path)
     first = brewkb(root, "import", str(tau), "--format", "tau-bench", "--run", "logs")

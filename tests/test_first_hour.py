@@ -104,7 +104,7 @@ def test_import_runs_gc_and_runs_speak_of_what_a_run_needs(tmp_path: Path) -> No
     listed = run(kb, "runs")
     assert listed.returncode == 0, listed.stderr
     lines = listed.stdout.splitlines()
-    assert lines[0].split()[1:] == ["1/6", "stages", "(next:", "grades),", "0", "failed", "items"]
+    assert lines[0].split(None, 1)[1] == "1/7 stages (next: grades; run: brewkb distill imp), 0 failed items"
     assert lines[1].split(None, 1)[1] == ("6/7 stages (stopped before search finished; continue: "
                                           "brewkb refine --resume stopped), 0 failed items")
     data = json.loads(run(kb, "runs", "--json").stdout)

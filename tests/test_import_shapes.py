@@ -159,6 +159,11 @@ def test_outcomes_attach_labels_and_relabel_without_duplicates(kb: Path, tmp_pat
     plain = brewkb(kb, "import", str(log), "--format", "openai", "--run", "logs", "--json")  # the unlabelled log again
     assert json.loads(plain.stdout)["imported"] == 0
     assert [t.success for t in imported(kb, "logs")] == [t.success for t in logged]  # no label is lost
+    one = tmp_path / "one.csv"
+    one.write_text("conversation_id,success\nconv-3,true\n")
+    said = brewkb(kb, "import", str(log), "--format", "openai", "--run", "logs", "--outcomes", str(one)).stdout
+    assert said.splitlines()[0] == "Imported 1 trajectory into run logs (success rate 100.0%); skipped 0."
+    assert said.splitlines()[-1] == "Labels from one.csv: attached to 1 conversation (1 already in the run relabelled)."
 
 
 def test_a_bad_outcomes_file_changes_nothing(kb: Path, tmp_path: Path) -> None:

@@ -312,7 +312,7 @@ def test_eval_on_another_runs_logs_holds_them_out_whole(distilled: Path, tmp_pat
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert lines[0] == ("Held-out conversations of other: 18; scored: 9 (passed, with a write); the baselines "
-                        "remember run air but its test split")
+                        "remember run air except its test split")
     assert [line.split()[0] for line in lines[4:7]] == ["trajectories", "notes", "brew/air/pr"]
 
 
@@ -358,6 +358,15 @@ def test_the_pr_verdict_names_the_baselines_the_kb_beats_and_those_it_does_not()
     verdict = comparison_section(comparison).split("\n\n")[1]
     assert verdict == ("The new KB does not beat trajectories (MRR 0.700 < 0.900, top-1 0.700 < 0.900, step F1 "
                        "0.700 < 0.900). It is at least as good as notes on MRR, top-1 and step F1.")
+    # a new KB ahead of every baseline but behind the KB it would replace is a regression, said as one
+    worse = LogEvaluation("air", "air", 4, 3, [arm("trajectories", "trajectories", 0.5), arm("base KB", "kb", 0.9),
+                                               arm("new KB", "kb", 0.7)])
+    assert worse.shortfalls("new KB") == ["base KB (MRR 0.700 < 0.900, top-1 0.700 < 0.900, step F1 0.700 < 0.900)"]
+    assert worse.verdict("new KB").endswith("It is at least as good as trajectories on MRR, top-1 and step F1.")
+    level = LogEvaluation("air", "air", 4, 3, [arm("trajectories", "trajectories", 0.5), arm("base KB", "kb", 0.7),
+                                               arm("new KB", "kb", 0.7)])
+    assert level.verdict("new KB") == ("The new KB is at least as good as the base KB and every baseline on MRR, "
+                                       "top-1 and step F1.")
 
 
 def test_require_better_fails_a_kb_that_does_not_beat_a_baseline(distilled: Path) -> None:

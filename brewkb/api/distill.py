@@ -135,7 +135,7 @@ class DistillResult:
     comparison: dict[str, Any] | None = None
     """The test split's comparison with the baselines (``LogEvaluation.to_json``)."""
     shortfalls: list[str] = dataclasses.field(default_factory=list)
-    """The baselines the new KB does not beat, in words."""
+    """The baselines, and the base KB, the new KB does not beat, in words."""
     verdict: str = ""
     """Whether the new KB beats each baseline, as the PR says it."""
 
@@ -148,7 +148,7 @@ def distill(run: str, *, strategy: str | None = None, iterations: int | None = N
             events: EventSink = null_sink, start: Path = Path(".")) -> DistillResult:
     """Distil RUN's logged trajectories into recipes; ends with ``brew/RUN/pr``.
     ``require_better``: raise ``NotBetterError`` (after the PR branch is
-    written) when the new KB does not beat every baseline on the test split."""
+    written) when the new KB does not beat every baseline and the base KB on the test split."""
     return run_command(adistill(run, strategy=strategy, iterations=iterations, width=width, depth=depth,
                                 no_cache=no_cache, require_better=require_better, events=events, start=start))
 
@@ -171,6 +171,18 @@ async def adistill(run: str, *, strategy: str | None = None, iterations: int | N
     return result
 
 
+def _same_search(run: str, recorded: dict[str, Any], **given: Any) -> None:
+    """Refuse search options that differ from those run ``run`` searched with:
+    its search keeps them, so they would change nothing."""
+    changed = {k: v for k, v in given.items() if v is not None and recorded.get(k) != v}
+    if changed:
+        asked = " ".join(f"--{k} {v}" for k, v in changed.items())
+        kept = " ".join(f"--{k} {recorded.get(k)}" for k in changed)
+        raise RunError(f"run {run} was distilled with {kept}, and its search keeps them; {asked} would change "
+                       f"nothing: run `brewkb distill {run}` without them, or import the logs into a new run "
+                       "(`brewkb import FILE --format F --run NEW`) and distil that with them")
+
+
 async def _distill(kb: KB, folder: Run, strategy: str | None, iterations: int | None, width: int | None,
                    depth: int | None, no_cache: bool, events: EventSink) -> DistillResult:
     run = folder.id
@@ -184,6 +196,8 @@ async def _distill(kb: KB, folder: Run, strategy: str | None, iterations: int | 
         raise RunError(f"run {run} is a refine run: its search re-ran tasks in the environment and its PR is "
                        f"brew/{run}/pr; continue it with `brewkb refine --resume {run}`, or distill logs imported "
                        "into a run of their own")
+    if recorded is not None:
+        _same_search(run, recorded["spec"], strategy=strategy, iterations=iterations, width=width, depth=depth)
     spec = SearchSpec.from_record(recorded["spec"]) if recorded else SearchSpec.from_config(
         kb.config.search, strategy=strategy, iterations=iterations, width=width, depth=depth, lambda_corr=0.0,
         lambda_ret=1.0)

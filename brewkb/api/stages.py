@@ -106,7 +106,7 @@ def integrate(run: str, *, write: bool = False, no_cache: bool = False, force: s
 @dataclass(frozen=True)
 class RunSummary:
     """How far a run got. ``wanted`` are the stages it needs: an imported run
-    needs no ``rollouts-eval``; a refine run also needs its ``search``."""
+    needs no ``rollouts-eval`` and, as a refine run does, its ``search``."""
 
     id: str
     stages: list[str]
@@ -142,7 +142,8 @@ def summarise_run(run: Run) -> RunSummary:
     done = manifest.get("stages", {})
     imported = run.imported_from() is not None
     spec = manifest.get("search_spec")
-    wanted = tuple(s for s in STAGES if not (imported and s == "rollouts-eval")) + (("search",) if spec else ())
+    searched = ("search",) if spec or imported else ()  # distill searches every imported run
+    wanted = tuple(s for s in STAGES if not (imported and s == "rollouts-eval")) + searched
     limited = {k: v for k, v in (manifest.get("limits") or {}).items() if v is not None}
     raise_ = "".join(f" --max-{k.replace('_', '-')} N" for k in limited)  # kept with the run: raise them to go on
     resume = "" if spec is None else f"brewkb distill {run.id}" if spec.get("kind") == "distill" else \

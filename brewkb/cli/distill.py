@@ -19,8 +19,8 @@ from brewkb.cli.progress import close, renderer
 @click.option("--depth", type=click.IntRange(min=1), default=None, help="Maximum depth k.")
 @click.option("--no-cache", is_flag=True, help="Call the LLM even for requests seen before.")
 @click.option("--require-better", is_flag=True,
-              help="Exit 1 when the new KB does not beat every baseline on the test split (the PR branch is "
-                   "written all the same).")
+              help="Exit 1 when the new KB does not beat the base KB and every baseline on the test split "
+                   "(the PR branch is written all the same).")
 @click.option("--plan", "show_plan", is_flag=True,
               help="Print the most this distill can call (LLM calls per role, cost), calling nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Events and the result as JSON lines.")

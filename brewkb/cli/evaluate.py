@@ -35,7 +35,7 @@ def logs_table(evaluation: LogEvaluation) -> list[str]:
 
     width = max([16, *(len(a.label) + 1 for a in evaluation.arms)])
     rows = [f"Held-out conversations of {evaluation.logs}: {evaluation.conversations}; scored: {evaluation.cases} "
-            f"(passed, with a write); the baselines remember run {evaluation.learned_from} but its test split"]
+            f"(passed, with a write); the baselines remember run {evaluation.learned_from} except its test split"]
     for query, words in QUERIES.items():
         rows += ["", f"Query: {words}",
                  f"{'':{width}}{'MRR':>7}{'top-1':>8}{'top-3 cover':>13}{'step F1':>9}{'strict F1':>11}"

@@ -48,13 +48,14 @@ def import_cmd(source: Path, fmt: str, run: str | None, split: str, tasks: Path 
         echo(f"Imported no new trajectories into run {result.run}: all {result.already} were already there; "
              f"skipped {result.skipped}.")
     else:
-        echo(f"Imported {result.imported} trajectories into run {result.run} ({rate}{unknown}); "
+        imported = _count(result.imported, "trajectory", "trajectories")
+        echo(f"Imported {imported} into run {result.run} ({rate}{unknown}); "
              f"skipped {result.skipped}.")
         if result.total > result.imported:
             echo(f"The run now holds {result.total} trajectories, {result.total - result.imported} of them from "
                  "earlier imports; distill learns from them all.")
     if outcomes is not None:
-        echo(f"Labels from {outcomes.name}: attached to {result.labels_attached} conversations"
+        echo(f"Labels from {outcomes.name}: attached to {_count(result.labels_attached, 'conversation')}"
              + (f" ({result.relabelled} already in the run relabelled)" if result.relabelled else "") + ".")
     if result.unlabelled:
         have = "conversation has" if result.unlabelled == 1 else "conversations have"
@@ -62,3 +63,7 @@ def import_cmd(source: Path, fmt: str, run: str | None, split: str, tasks: Path 
              "endpoint is configured, or attach labels with --outcomes FILE")
     for error in result.errors[:10]:
         note(f"  skipped {error}")
+
+
+def _count(n: int, one: str, many: str = "") -> str:
+    return f"{n} {one if n == 1 else many or one + 's'}"

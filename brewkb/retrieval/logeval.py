@@ -193,22 +193,28 @@ class LogEvaluation:
                 "arms": [a.to_json() for a in self.arms], **({"hint": self.hint} if self.hint else {})}
 
     def verdict(self, label: str) -> str:
-        """Whether the arm ``label`` (the new KB) beats each baseline, plainly."""
+        """Whether the arm ``label`` (the new KB) beats each baseline and every
+        other KB (the base KB it would replace), plainly."""
         short = self.shortfalls(label)
+        others = "the base KB and every baseline" if any(a.kind == "kb" for a in self._rivals(label)) \
+            else "every baseline"
         if not short:
-            return "The new KB is at least as good as every baseline on MRR, top-1 and step F1."
+            return f"The new KB is at least as good as {others} on MRR, top-1 and step F1."
         mine = next(a for a in self.arms if a.label == label).scores["conversation"]
-        matched = [a.label for a in self.arms if a.kind in MEMORIES and mine.at_least(a.scores["conversation"])]
+        matched = [a.label for a in self._rivals(label) if mine.at_least(a.scores["conversation"])]
         return (f"The new KB does not beat {'; '.join(short)}."
                 + (f" It is at least as good as {', '.join(matched)} on MRR, top-1 and step F1." if matched else ""))
 
+    def _rivals(self, label: str) -> list[Arm]:
+        """What the arm ``label`` must beat: the memories, and the other KBs."""
+        return [a for a in self.arms if a.label != label and (a.kind in MEMORIES or a.kind == "kb")]
+
     def shortfalls(self, label: str) -> list[str]:
-        """How the arm ``label`` falls short of each baseline, in words (empty: it beats them all)."""
+        """How the arm ``label`` falls short of each baseline and other KB, in
+        words (empty: it beats them all)."""
         mine = next(a for a in self.arms if a.label == label)
         out = []
-        for arm in self.arms:
-            if arm.kind not in MEMORIES:
-                continue
+        for arm in self._rivals(label):
             ours, theirs = mine.scores["conversation"], arm.scores["conversation"]
             if not ours.at_least(theirs):
                 worse = [f"{name} {getattr(ours, key):.3f} < {getattr(theirs, key):.3f}"

@@ -48,6 +48,8 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
 )}
 
 _SNIFF_ORDER = ("tau-bench", "tau2", "openinference", "otel", "openai")
+JSON_STARTS = frozenset(bytes([c]) for c in b'{["-0123456789tfn')
+"""The bytes a JSON text (or a JSON line) can start with."""
 
 
 def sniff(path: Path) -> str | None:
@@ -79,21 +81,30 @@ def import_file(path: Path, fmt: str, split: str = "train", tasks: Path | None =
     if not path.exists():
         raise TrajectoryError(f"{path}: no such file or folder")
     spec = FORMATS[fmt]
-    if path.is_dir() != spec.folder:
-        kind = "a folder" if spec.folder else "a file"
-        raise TrajectoryError(f"{path}: `{fmt}` reads {kind}; {_looks_like(path)}")
-    if not path.is_dir() and not _holds_text(path):
+    if path.is_dir() and not spec.folder:
+        files = sorted(p.name for p in path.iterdir() if p.suffix in (".json", ".jsonl"))[:3]
+        hint = f"pass one of its files ({', '.join(files)})" if files else _looks_like(path)
+        raise TrajectoryError(f"{path} is a folder and `{fmt}` reads a file; {hint}")
+    if spec.folder and not path.is_dir():
+        raise TrajectoryError(f"{path}: `{fmt}` reads a folder; {_looks_like(path)}")
+    start = b"" if path.is_dir() else _start(path)
+    if not path.is_dir() and not start:
         raise TrajectoryError(f"{path} is empty: nothing to import")
+    if start and start[:1] not in JSON_STARTS:
+        shown = start.decode("utf-8", "replace").splitlines()[0][:40]
+        raise TrajectoryError(f"{path} is not JSON (it starts with {shown!r}); `{fmt}` reads "
+                              f"{'JSON lines' if fmt == 'openai' else 'a JSON file'}: check the file")
     guess = sniff(path)
     if guess is not None and guess != fmt:
         raise TrajectoryError(f"{path} does not look like `{fmt}`: it looks like `{guess}`; use --format {guess}")
     return spec.read(path, split, tasks)
 
 
-def _holds_text(path: Path) -> bool:
-    """Whether the file holds more than white space (read until it does)."""
+def _start(path: Path) -> bytes:
+    """The file's first bytes after white space and a byte-order mark (empty
+    when it holds nothing else; read until it does)."""
     with path.open("rb") as handle:
         while chunk := handle.read(1 << 16):
-            if chunk.strip():
-                return True
-    return False
+            if chunk := chunk.lstrip().removeprefix(b"\xef\xbb\xbf").lstrip():
+                return chunk[:200]
+    return b""
