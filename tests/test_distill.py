@@ -87,6 +87,10 @@ def test_distill_imported_logs_ends_with_a_clean_pr(kb: Path, tmp_path: Path, fm
     assert done.returncode == 0, done.stderr
     assert "7/7 stages (complete)" in brewkb(kb, "runs").stdout
     assert "reward = retrieval on the eval split" in done.stdout
+    outcomes = [line.split(" → ", 1)[1] for line in done.stdout.splitlines() if " → " in line]
+    assert outcomes and all(re.fullmatch(r"(kept the (root|base) version|n\d+( \(the search's root\))?), final "
+                                         r"\d\.\d{3}|(left out|kept the base version) \(.*final reward.*\)", o)
+                            for o in outcomes), outcomes
     changed = git(kb, "diff", "--name-only", "HEAD", "brew/air/pr").split()
     assert changed and all(p.startswith("recipes/") for p in changed)
     names = sorted(Path(p).stem for p in changed)
@@ -105,6 +109,8 @@ def test_distill_imported_logs_ends_with_a_clean_pr(kb: Path, tmp_path: Path, fm
     assert "λ_corr = 0.0" in body and "What could not be measured" in body and "Task success" in body
     shown = brewkb(kb, "pr", "air", "--body-only").stdout  # what a reviewer pipes into `gh pr create`
     assert "What could not be measured" in shown and "held-out" in shown and shown.count("Audit trail") == 1
+    tree = next(line for line in shown.splitlines() if line.startswith("Search tree of"))
+    assert "reward gain +0.000" not in tree and "reward gain -" not in tree, tree  # no gain is shown as none
     assert brewkb(kb, "lint").returncode == 0
 
 

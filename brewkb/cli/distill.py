@@ -50,10 +50,13 @@ def distill_cmd(run: str, strategy: str | None, iterations: int | None, width: i
          f"split ({result.held_out} tasks; task success not measured: no environment).")
     for concept, info in result.concepts.items():
         final = info["final"]
-        chosen = ("left out" if final["base"] == "root" else "kept the base version") if final.get("left_out") \
-            else f"kept the {final['base']} version" if final["kept"] else f"n{final['node']}"
-        why = f" ({final['left_out']})" if final.get("left_out") else ""
-        echo(f"  {concept:32} base {final['base_reward']:.3f} → {chosen}, final {final['reward']:.3f}{why}")
+        if final.get("left_out"):  # the reason says its final reward
+            chosen = f"{'left out' if final['base'] == 'root' else 'kept the base version'} ({final['left_out']})"
+        else:
+            node = f"kept the {final['base']} version" if final["kept"] else \
+                f"n{final['node']}" + (" (the search's root)" if final["node"] == 0 else "")
+            chosen = f"{node}, final {final['reward']:.3f}"
+        echo(f"  {concept:32} base {final['base_reward']:.3f} → {chosen}")
     for concept, notes in result.merged.items():
         for note in notes:
             echo(f"  {concept}: {note}")

@@ -251,7 +251,11 @@ def pr_body(view: RunView) -> str:
     gains = {c.name: (c.final_reward or 0) - (c.root_reward or 0) for c in view.changes if c.name in view.trees}
     if gains:
         biggest = max(sorted(gains), key=lambda n: gains[n])
-        lines += [f"Search tree of `{biggest}` (reward gain {gains[biggest]:+.3f}; ★ marks the chosen path):", "",
+        gained = f"reward gain {gains[biggest]:+.3f}"
+        if gains[biggest] <= 0:  # no tree gained: show the largest
+            biggest = max(sorted(gains), key=lambda n: len(view.trees[n].nodes))
+            gained = "the largest tree; no candidate of any tree beat its root version"
+        lines += [f"Search tree of `{biggest}` ({gained}; ★ marks the chosen path):", "",
                   "```mermaid", *mermaid(view.trees[biggest], view.best[biggest], final_label(view, biggest)),
                   "```", ""]
     lines += ["Audit trail: the node branches `brew/" + view.run + "/<recipe>/n<id>`, rewards in "
