@@ -64,8 +64,8 @@ def _tau2() -> Any:
             from loguru import logger
 
             logger.disable("tau2")  # before the import: τ² logs its registry at debug level
-            _defer(LLM_UTILS)
             with contextlib.redirect_stdout(io.StringIO()):
+                _defer(LLM_UTILS)  # imports the package (its ``__init__``) to find the module
                 import tau2.data_model.message as message
                 import tau2.data_model.simulation as simulation
                 import tau2.data_model.tasks as tasks
