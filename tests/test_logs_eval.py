@@ -124,6 +124,16 @@ def test_a_lookup_is_a_step_only_when_the_write_used_what_it_read() -> None:
     assert insight.steps == ("get_customer(email)", "get_order(order_id)", "cancel_order(order_id)")
 
 
+def test_a_lookup_that_found_what_a_used_lookup_was_given_is_a_step() -> None:
+    run = conversation(True, _call(1, "find_customer_id", {"email": "a@b.c"}, '"C-88"'),
+                       _call(2, "get_customer", {"customer_id": "C-88"}, '{"orders": ["O-5"]}'),
+                       _call(3, "list_products", {"category": "lamps"}, '["P-1", "P-2"]'),
+                       _call(4, "cancel_order", {"order_id": "O-5"}, "ok"), turns=("Please cancel my order.",))
+    [insight] = [i for i in asyncio.run(OfflineBackend().reflect(run)) if i.kind == "steps"]
+    # the search found the id the customer's record was read with; the catalogue fed nothing that was used
+    assert insight.steps == ("find_customer_id(email)", "get_customer(customer_id)", "cancel_order(order_id)")
+
+
 def test_a_step_few_runs_took_is_named_as_optional() -> None:
     runs = [("get_order(order_id)", "cancel_order(order_id)"), ("get_order(order_id)", "cancel_order(order_id)"),
             ("get_order(order_id)", "get_rules(topic)", "cancel_order(order_id)")]

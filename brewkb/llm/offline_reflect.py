@@ -15,8 +15,10 @@ insights ``observed`` rather than prescriptive).
   lookups before it whose answers the write used (one of the write's argument
   values is one the lookup was given or answered with; a scratchpad, a lookup
   that returned nothing or one such as a calculator whose answer no argument
-  holds informed no step), the write, then the first message tool it told the
-  user with, in order of first use (never another write of the run).
+  holds informed no step), and those whose answers such a lookup used in the
+  same way (the search that found the id a used record was read by), the
+  write, then the first message tool it told the user with, in order of first
+  use (never another write of the run).
 - A passing run that made several writes gives each of them the others'
   calls (kind ``together``): what else such requests asked for.
 - A passing run that handed off gives the procedure that led to the hand-off;
@@ -125,10 +127,14 @@ def _informs(lookup: ToolCall, write: ToolCall) -> bool:
 
 
 def _procedure(calls: Sequence[ToolCall], index: int) -> list[ToolCall]:
-    """A write's procedure: the lookups before it whose answers it used, the
-    write, and what the run told the user about it."""
-    return [*(c for c in _lookups_before(calls, index) if _informs(c, calls[index])), calls[index],
-            *_told_after(calls, index)]
+    """A write's procedure: the lookups before it whose answers it used, or
+    whose answers a lookup it used was given (the search that found the id a
+    later read was given), the write, and what the run told the user about it."""
+    used = [calls[index]]
+    for lookup in reversed(_lookups_before(calls, index)):
+        if any(_informs(lookup, later) for later in used):
+            used.append(lookup)
+    return [*reversed(used[1:]), calls[index], *_told_after(calls, index)]
 
 
 def _told_after(calls: Sequence[ToolCall], index: int) -> list[ToolCall]:
