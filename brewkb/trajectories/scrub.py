@@ -45,7 +45,7 @@ DEFAULT_PATTERNS: dict[str, str] = {
     "order_id": r"#[A-Z]?\d{5,}\b",
     "booking_code": r"\b(?:[Rr]eservation|[Bb]ooking|[Cc]onfirmation|[Tt]icket)(?:\s+(?:ID|id|number|code|no\.?))?"
                     r"(?:\s+is)?[\s:#]+((?=[A-Z0-9]*\d)(?=[A-Z0-9]*[A-Z])[A-Z0-9]{5,10}|[A-Z]{6})\b",
-    "name": r"\b(?:[Ii]'m|I am|[Mm]y name is|[Tt]his is|[Yy]ou are)\s+([A-Z][a-z]+(?:\s+[A-Z][a-z]+)+)",
+    "name": r"\b(?:[Ii]'m|I am|[Mm]y name is|[Tt]his is|[Yy]ou are)\s+([A-Z][^\W\d_]+(?:\s+[A-Z][^\W\d_]+)+)",
     "zip": r"\b(?:zip|postal)(?:\s+code)?(?:\s+is)?[:\s]+(\d{5})\b",
 }
 """Placeholder kind → regex. Order matters: earlier patterns win."""
