@@ -1,4 +1,4 @@
-"""Distilled recipes against the baselines on held-out real conversations.
+"""Distilled recipes against the baselines on held-out conversations, logged and built.
 
 Two real logs of the same domain by different agents: the 160 GPT-4o tau-bench
 airline conversations and the 50 tau2 airline conversations of Claude Sonnet 4.5

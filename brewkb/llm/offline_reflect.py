@@ -130,11 +130,11 @@ def _procedure(calls: Sequence[ToolCall], index: int) -> list[ToolCall]:
     """A write's procedure: the lookups before it whose answers it used, or
     whose answers a lookup it used was given (the search that found the id a
     later read was given), the write, and what the run told the user about it."""
-    used = [calls[index]]
+    used: list[ToolCall] = []  # latest first
     for lookup in reversed(_lookups_before(calls, index)):
-        if any(_informs(lookup, later) for later in used):
+        if any(_informs(lookup, later) for later in (calls[index], *used)):
             used.append(lookup)
-    return [*reversed(used[1:]), calls[index], *_told_after(calls, index)]
+    return [*reversed(used), calls[index], *_told_after(calls, index)]
 
 
 def _told_after(calls: Sequence[ToolCall], index: int) -> list[ToolCall]:
