@@ -35,6 +35,7 @@ __all__ = [
     "SearchConfig",
     "StagesConfig",
     "ScrubConfig",
+    "ServeConfig",
     "load_config",
     "parse_config",
     "DEFAULT_TOML",
@@ -230,6 +231,34 @@ class ScrubConfig:
 
 
 @dataclass(frozen=True)
+class ServeConfig:
+    """``brewkb serve``, the OpenAI-compatible proxy (docs/serve.md)."""
+
+    upstream: str = "https://api.openai.com/v1"
+    """Base URL of the endpoint the agents' requests go on to (``--upstream``)."""
+    placement: str = field(default="system", metadata=_choices("system", "message", "user"))
+    """Where the recipes go: at the end of the client's system prompt (``system``), as
+    a system message of their own after it (``message``), or at the end of the last user
+    message (``user``)."""
+    concurrency: int = field(default=128, metadata=_min(1))
+    """Requests forwarded at once; the next ones wait."""
+    queue: int = field(default=1024, metadata=_min(0))
+    """Requests that may wait for a slot; one more is answered 503."""
+    connect_timeout: float = field(default=10.0, metadata=_min(0.001))
+    read_timeout: float = field(default=600.0, metadata=_min(0.001))
+    """Seconds the upstream may stay silent (before its answer, or between two chunks)."""
+    refresh_seconds: float = field(default=5.0, metadata=_min(0.01))
+    """How often the served branch is checked for a new revision."""
+    conversations: int = field(default=4096, metadata=_min(1))
+    """Conversations remembered to group turns by their history."""
+    flush_seconds: float = field(default=5.0, metadata=_min(0.01))
+    """A conversation is written when it has had no turn for this long (and at exit)."""
+    grace_seconds: float = field(default=30.0, metadata=_min(0.0))
+    """On SIGTERM, how long requests in flight may take to finish."""
+    max_request_mb: int = field(default=64, metadata=_min(1))
+
+
+@dataclass(frozen=True)
 class Config:
     kb: KBConfig = KBConfig()
     llm: LLMConfig = LLMConfig()
@@ -240,6 +269,7 @@ class Config:
     stages: StagesConfig = StagesConfig()
     search: SearchConfig = SearchConfig()
     scrub: ScrubConfig = ScrubConfig()
+    serve: ServeConfig = ServeConfig()
 
 
 _FORBIDDEN = {"llm.api_key": "keys do not belong in brewkb.toml; export OPENAI_API_KEY "

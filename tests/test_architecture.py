@@ -10,6 +10,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "brewkb"
 
 LAYERS = [
     ["cli"],
+    ["serve"],
     ["api"],
     ["run"],
     ["search"],

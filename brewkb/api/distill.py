@@ -12,6 +12,7 @@ from typing import Any
 
 from brewkb.api.logeval import LOG_EVAL_FILE
 from brewkb.api.loop import run_command
+from brewkb.api.trajectories import import_recordings
 from brewkb.errors import NotBetterError, RunError
 from brewkb.events import EventSink, null_sink
 from brewkb.fsutil import write_atomic
@@ -186,6 +187,7 @@ def _same_search(run: str, recorded: dict[str, Any], **given: Any) -> None:
 async def _distill(kb: KB, folder: Run, strategy: str | None, iterations: int | None, width: int | None,
                    depth: int | None, no_cache: bool, events: EventSink) -> DistillResult:
     run = folder.id
+    import_recordings(folder, events)  # a serve run: the conversations recorded so far
     logged = folder.read_trajectories(FILES["rollouts"])
     if not logged:
         raise RunError(f"run {run} has no trajectories; bring logs in with "

@@ -21,6 +21,7 @@ GITIGNORE_LINES = (
     "# brewkb: caches and bulky run outputs (manifests and reports may be committed)",
     ".brewkb/",
     "runs/*/*.jsonl",
+    "runs/*/serve/",
 )
 
 

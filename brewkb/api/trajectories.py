@@ -21,11 +21,12 @@ from brewkb.fsutil import atomic_writer
 from brewkb.kb import KB
 from brewkb.recipes import slugify
 from brewkb.run.folder import STAGES, Run
+from brewkb.run.recordings import SERVE_FOLDER
 from brewkb.trajectories.formats import Item, Skipped, import_file
 from brewkb.trajectories.outcomes import Labels, read_outcomes
-from brewkb.trajectories.schema import Trajectory, content_id, read_jsonl
+from brewkb.trajectories.schema import Outcome, Trajectory, content_id, read_jsonl
 
-__all__ = ["ImportResult", "import_trajectories", "ROLLOUTS", "PROGRESS_EVERY"]
+__all__ = ["ImportResult", "import_trajectories", "import_recordings", "recorded", "ROLLOUTS", "PROGRESS_EVERY"]
 
 ROLLOUTS = "rollouts.jsonl"
 PROGRESS_EVERY = 1000
@@ -59,7 +60,10 @@ class ImportResult:
 
 
 def _key(t: Trajectory) -> str:
-    """The conversation apart from its outcome: a label attached later replaces it, never duplicates it."""
+    """The conversation apart from its outcome: a label attached later replaces it, never duplicates it.
+    A conversation ``brewkb serve`` recorded is the same conversation when it has grown since."""
+    if t.meta.get("source") == "serve" and isinstance(t.meta.get("conversation_id"), str):
+        return content_id({"serve": t.meta["conversation_id"]})
     return content_id({"task_id": t.task_id, "task": t.task, "messages": list(t.messages),
                        "relabelled_from": t.relabelled_from, "kb": t.kb.recipes})
 
@@ -80,7 +84,7 @@ def import_trajectories(path: Path, fmt: str, *, run: str | None = None, split: 
     labels = read_outcomes(outcomes) if outcomes is not None else None
     items = import_file(path, fmt, split, tasks)
     with KB.open(start) as kb:
-        run_id = run or f"import-{slugify(path.stem)}"
+        run_id = run or _serve_run(path, fmt) or f"import-{slugify(path.stem)}"
         new_folder = not (kb.runs_dir / run_id).is_dir()
         target = Run.at(kb.runs_dir, run_id, create=True)
         try:
@@ -91,6 +95,36 @@ def import_trajectories(path: Path, fmt: str, *, run: str | None = None, split: 
             if new_folder:  # a failed import into a new run leaves no empty run behind
                 shutil.rmtree(target.path, ignore_errors=True)
             raise
+
+
+def _serve_run(path: Path, fmt: str) -> str | None:
+    """A serve run's recordings go into that run by default."""
+    if fmt != "serve":
+        return None
+    folder = path.resolve()
+    return (folder.parent if folder.name == SERVE_FOLDER else folder).name
+
+
+def _recording(target: Run) -> bool:
+    """Whether ``target`` is a serve run that takes the conversations recorded so far."""
+    folder = target.file(SERVE_FOLDER)
+    return target.imported_from() == "serve" and folder.is_dir() and any(folder.glob("*.jsonl")) and \
+        all(stage == "rollouts" for stage in target.manifest()["stages"])
+
+
+def import_recordings(target: Run, events: EventSink = null_sink) -> ImportResult | None:
+    """What ``brewkb serve`` recorded into ``target`` so far, imported into it
+    (``distill`` does this first; the caller holds the run's lock). ``None``
+    when it is no serve run, or its stages have gone on past the import."""
+    if not _recording(target):
+        return None
+    items = import_file(target.path, "serve")
+    return _import(target, target.path, "serve", items, None, True, events)  # a line being written is skipped
+
+
+def recorded(target: Run) -> list[Trajectory]:
+    """The conversations ``import_recordings`` would add, read without writing anything."""
+    return [t for t in import_file(target.path, "serve") if isinstance(t, Trajectory)] if _recording(target) else []
 
 
 def _check_importable(target: Run) -> None:
@@ -110,11 +144,11 @@ def _check_importable(target: Run) -> None:
 def _import(target: Run, path: Path, fmt: str, items: Iterator[Item], labels: Labels | None, skip_bad: bool,
             events: EventSink) -> ImportResult:
     rollouts = target.file(ROLLOUTS)
-    existing: dict[str, tuple[str, int]] = {}  # key -> (id, line)
+    existing: dict[str, tuple[str, int, Outcome]] = {}  # key -> (id, line, outcome)
     unknown_before: set[int] = set()
     if rollouts.exists():
         for line, t in enumerate(read_jsonl(rollouts)):
-            existing[_key(t)] = (t.id, line)
+            existing[_key(t)] = (t.id, line, t.outcome)
             if t.success is None:
                 unknown_before.add(line)
     seen: set[str] = set()
@@ -145,10 +179,12 @@ def _import(target: Run, path: Path, fmt: str, items: Iterator[Item], labels: La
                 continue
             seen.add(key)
             if key in existing:
-                old_id, old_line = existing[key]
-                if old_id == trajectory.id or (trajectory.success is None and old_line not in unknown_before):
+                old_id, old_line, old_outcome = existing[key]
+                if trajectory.success is None and old_line not in unknown_before:
+                    trajectory = trajectory.derived(outcome=old_outcome)  # a label is never lost
+                if old_id == trajectory.id:
                     already += 1
-                    continue  # the same, or no label where the run has one: a label is never lost
+                    continue
                 replaced.add(old_line)
             out.write(trajectory.to_line() + "\n")
             added += 1

@@ -65,6 +65,7 @@ COMMANDS = {
     "index": "brewkb.cli.retrieval:index_cmd",
     "search": "brewkb.cli.retrieval:search_cmd",
     "mcp": "brewkb.cli.retrieval:mcp_cmd",
+    "serve": "brewkb.cli.serve:serve_cmd",
     "cache": "brewkb.cli.llm:cache_cmd",
     "ledger": "brewkb.cli.llm:ledger_cmd",
     "doctor": "brewkb.cli.doctor:doctor_cmd",
@@ -114,6 +115,8 @@ SUMMARIES = {
     "rollout": "Run the agent on the environment's tasks and record the trajectories.",
     "runs": "List runs and how far each got.",
     "search": "Find the recipes that best match QUERY.",
+    "serve": "Serve the KB to any OpenAI-compatible agent: a proxy that adds recipes to each chat request and "
+             "records the conversations as a serve run for `brewkb distill`.",
     "show": "Print the recipe NAME.",
     "tree": "Draw RUN's search trees (rebuilt from git) with rewards and visits; ★ marks the best path.",
 }

@@ -13,6 +13,13 @@ replies, counts every request, and injects faults on request:
 
     {"content": "x", "prompt_tokens": 2048}        the usage the reply reports
 
+A request with ``"stream": true`` is answered with server-sent events as the
+OpenAI API sends them: a role chunk, the text a word at a time, each tool
+call's name and then its arguments in pieces, the finish reason, the usage
+(with ``stream_options.include_usage``) and ``[DONE]``;
+``{"chunk_delay": 0.2, ...}`` waits between chunks. ``headers`` holds each
+request's headers, ``disconnects`` counts streams whose client went away.
+
 A callable in the script gets the request body and returns one of these.
 When the script is empty, ``default`` answers (``{"content": "ok"}``).
 ``embed`` (texts → vectors) answers ``/v1/embeddings`` instead of hashed
@@ -24,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import threading
 import time
 from collections import deque
@@ -53,6 +61,8 @@ class FakeOpenAI:
         self.embed = embed
         self.script: deque[Reply] = deque()
         self.requests: list[tuple[str, dict[str, Any]]] = []
+        self.headers: list[dict[str, str]] = []
+        self.disconnects = 0
         self._lock = threading.Lock()
         self._server = _Server(("127.0.0.1", 0), self._handler())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -96,6 +106,7 @@ class FakeOpenAI:
                 path = self.path.split("?")[0]
                 with fake._lock:
                     fake.requests.append((path, {}))
+                    fake.headers.append(dict(self.headers.items()))
                 if path.endswith("/models") and fake.models is not None:
                     self._send(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in fake.models]})
                 else:
@@ -107,6 +118,7 @@ class FakeOpenAI:
                 path = self.path.split("?")[0]
                 with fake._lock:
                     fake.requests.append((path, body))
+                    fake.headers.append(dict(self.headers.items()))
                 if fake.latency:
                     time.sleep(fake.latency)
                 if path.endswith("/embeddings"):
@@ -126,8 +138,27 @@ class FakeOpenAI:
                 elif spec.get("status", 200) != 200:
                     self._send(spec["status"], {"error": {"message": spec.get("message", "injected fault"),
                                                           "type": "fake"}}, spec.get("headers"))
+                elif body.get("stream"):
+                    self._stream(_events(body, spec), spec.get("chunk_delay", 0.0))
                 else:
                     self._send(200, _completion(body, spec))
+
+            def _stream(self, events: list[bytes], delay: float) -> None:
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.send_header("transfer-encoding", "chunked")
+                self.end_headers()
+                try:
+                    for event in events:
+                        if delay:
+                            time.sleep(delay)
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+                        self.wfile.flush()
+                    self.wfile.write(b"0\r\n\r\n")
+                except (BrokenPipeError, ConnectionResetError):
+                    with fake._lock:
+                        fake.disconnects += 1
+                    self.close_connection = True
 
             def _send(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
                 data = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
@@ -167,6 +198,29 @@ def _completion(body: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
         "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": len(content.split()),
                   "total_tokens": prompt_tokens + len(content.split())},
     }
+
+
+def _events(body: dict[str, Any], spec: dict[str, Any]) -> list[bytes]:
+    """The server-sent events of a streamed answer to ``body``."""
+    whole = _completion(body, spec)
+    message = whole["choices"][0]["message"] if whole["choices"] else {}
+    head = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0, "model": whole["model"]}
+    deltas: list[dict[str, Any]] = [{"role": "assistant", "content": ""}]
+    text = message.get("content") or ""
+    deltas += [{"content": piece} for piece in re.findall(r"\S+\s*|\s+", text)]
+    for index, call in enumerate(message.get("tool_calls") or []):
+        deltas.append({"tool_calls": [{"index": index, "id": call["id"], "type": "function",
+                                       "function": {"name": call["function"]["name"], "arguments": ""}}]})
+        arguments = call["function"]["arguments"]
+        cut = len(arguments) // 2
+        deltas += [{"tool_calls": [{"index": index, "function": {"arguments": part}}]}
+                   for part in (arguments[:cut], arguments[cut:]) if part]
+    chunks = [{**head, "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
+    finish = whole["choices"][0]["finish_reason"] if whole["choices"] else "stop"
+    chunks.append({**head, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+    if (body.get("stream_options") or {}).get("include_usage"):
+        chunks.append({**head, "choices": [], "usage": whole["usage"]})
+    return [b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks] + [b"data: [DONE]\n\n"]
 
 
 def _embeddings(body: dict[str, Any], embed: Callable[[list[str]], list[list[float]]] | None) -> dict[str, Any]:

@@ -6,6 +6,7 @@
     osworld         a results folder: <domain>/<example_id>/traj.jsonl and result.txt
     otel            OpenTelemetry GenAI spans (and events) in OTLP JSON
     openinference   OpenInference LLM spans in OTLP JSON
+    serve           what `brewkb serve` recorded: a serve run's folder
 
 A reader yields ``Trajectory`` values or ``Skipped`` items (a record it could
 not read, with where it is and why); it writes nothing, reads one record at a
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from brewkb.errors import TrajectoryError
-from brewkb.trajectories.formats import openai, openinference, osworld, otel, tau2, tau_bench
+from brewkb.trajectories.formats import openai, openinference, osworld, otel, serve, tau2, tau_bench
 from brewkb.trajectories.formats.base import Item, Reader, Skipped
 
 __all__ = ["Format", "FORMATS", "Skipped", "Item", "import_file", "sniff"]
@@ -45,6 +46,7 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
     Format("osworld", osworld.read, None, folder=True),
     Format("otel", otel.read, otel.looks_like),
     Format("openinference", openinference.read, openinference.looks_like),
+    Format("serve", serve.read, None, folder=True),
 )}
 
 _SNIFF_ORDER = ("tau-bench", "tau2", "openinference", "otel", "openai")

@@ -1,0 +1,223 @@
+"""The conversations ``brewkb serve`` records, written into serve runs.
+
+A server process writes into ``runs/RUN/serve/`` files of its own, named after
+its host, its process id and when it started (``<writer>.jsonl`` and
+``<writer>.outcomes.jsonl``), so replicas never share a file. Each line is one
+whole append (``fsutil.append_line``): a kill loses at most the line being
+written, and the reader skips a line cut short.
+
+A conversation is held in memory while its turns come in and is written —
+one trajectory, as it stands after its latest turn — once it has had no turn
+for ``serve.flush_seconds``, when more than ``serve.conversations`` are held
+(the one idle longest), and when the server stops. A conversation that goes
+on after it was written is written again; the reader keeps its latest line.
+So a crash loses the conversations in flight, never one already written.
+
+Every trajectory passes ``_admit`` before it is written: the one place where
+what a client sent meets the trust boundary. The work runs on a thread of its
+own, so the requests' event loop never waits for a disk or for scrubbing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import re
+import socket
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from brewkb.config import Config
+from brewkb.fsutil import append_line
+from brewkb.run.folder import Run
+from brewkb.trajectories.formats.serve import OUTCOMES_SUFFIX, recorded_message, text_of_content
+from brewkb.trajectories.schema import UNKNOWN, KBUse, Trajectory, tool_calls
+from brewkb.trajectories.scrub import Scrubber, scrubber_of
+
+__all__ = ["Turn", "Recorder", "writer_name", "SERVE_FOLDER", "TOOL_NAME"]
+
+log = logging.getLogger(__name__)
+
+SERVE_FOLDER = "serve"
+TOOL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}\Z")
+"""A tool name a trajectory may hold."""
+_STOP = object()
+
+
+def writer_name() -> str:
+    """This process's files: host, process id and start time."""
+    host = re.sub(r"[^A-Za-z0-9_.-]", "-", socket.gethostname())[:40] or "host"
+    return f"{host}-{os.getpid()}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One request of a conversation and the answer the client got."""
+
+    conversation: str
+    grouped_by: str
+    """``header`` (the client named the conversation) or ``history``."""
+    messages: Sequence[Any]
+    """The messages as the client sent them (without the recipes)."""
+    response: Mapping[str, Any]
+    """The assistant message of the upstream's answer."""
+    revision: str | None
+    recipes: tuple[str, ...]
+    model: str | None
+    usage: Mapping[str, int]
+    run: Run
+    time: float = field(default_factory=time.time)
+
+
+@dataclass
+class _Held:
+    run: Run
+    latest: Turn | None
+    """``None`` once written: a turn that comes later brings the whole history again."""
+    turns: dict[int, dict[str, Any]]
+    seen: float
+
+
+def _admit(trajectory: Trajectory, config: Config) -> Trajectory | None:
+    """The trajectory as it may be written, or ``None`` when it may not: every
+    recorded trajectory passes here. Tool names must be identifiers; personal
+    data is scrubbed (``[scrub]``)."""
+    if any(not TOOL_NAME.match(call.name) for call in tool_calls(trajectory.messages)):
+        return None
+    return _scrubber(config).trajectory(trajectory)
+
+
+_SCRUBBERS: dict[int, tuple[Any, Scrubber]] = {}
+
+
+def _scrubber(config: Config) -> Scrubber:
+    held = _SCRUBBERS.get(id(config.scrub))
+    if held is None or held[0] is not config.scrub:
+        held = _SCRUBBERS[id(config.scrub)] = (config.scrub, scrubber_of(config.scrub))
+    return held[1]
+
+
+class Recorder:
+    """Turns in, trajectories out to the runs' files, on a thread of its own.
+    ``add`` never blocks; ``close`` writes every conversation held and waits."""
+
+    def __init__(self, config: Config, writer: str | None = None) -> None:
+        self.config = config
+        self.writer = writer or writer_name()
+        self.keep = config.serve.conversations
+        self.idle = config.serve.flush_seconds
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._held: OrderedDict[str, _Held] = OrderedDict()
+        self._runs: OrderedDict[str, Run] = OrderedDict()  # conversation -> its run, for outcomes
+        self._lock = threading.Lock()
+        self.counts = {"turns": 0, "written": 0, "refused": 0, "failed": 0, "outcomes": 0}
+        self._thread = threading.Thread(target=self._work, name="brewkb-recorder", daemon=True)
+        self._thread.start()
+
+    def journal(self, run: Run) -> Path:
+        return run.path / SERVE_FOLDER / f"{self.writer}.jsonl"
+
+    def add(self, turn: Turn) -> None:
+        self._queue.put(turn)
+
+    def outcome(self, conversation: str, success: bool | None, score: float | None, run: Run) -> Path:
+        """Append a posted outcome to the file of the conversation's run (``run``
+        when this process never recorded it); returns that file."""
+        with self._lock:
+            run = self._runs.get(conversation, run)
+        path = run.path / SERVE_FOLDER / f"{self.writer}{OUTCOMES_SUFFIX}"
+        append_line(path, json.dumps({"conversation_id": conversation, "success": success, "score": score,
+                                      "time": time.time()}))
+        self.counts["outcomes"] += 1
+        return path
+
+    def held(self) -> int:
+        return len(self._held)
+
+    def close(self, timeout: float | None = None) -> None:
+        self._queue.put(_STOP)
+        self._thread.join(timeout)
+
+    def _work(self) -> None:
+        last = time.monotonic()
+        while True:
+            try:
+                item = self._queue.get(timeout=min(self.idle, 1.0))
+            except queue.Empty:
+                item = None
+            if item is _STOP:
+                for held in self._held.values():
+                    self._write(held)
+                self._held.clear()
+                return
+            if item is not None:
+                self._take(item)
+            now = time.monotonic()
+            if now - last >= min(self.idle, 1.0) / 2:
+                last = now
+                for conversation, held in list(self._held.items()):
+                    if now - held.seen < self.idle:
+                        break  # the rest came in later
+                    self._write(held)
+
+    def _take(self, turn: Turn) -> None:
+        self.counts["turns"] += 1
+        held = self._held.pop(turn.conversation, None)
+        at = len(turn.messages)
+        info = {"at": at, "revision": turn.revision, "recipes": list(turn.recipes), "model": turn.model,
+                "usage": dict(turn.usage), "time": round(turn.time, 3)}
+        if held is None:
+            held = _Held(turn.run, turn, {}, 0.0)
+        held.turns = {k: v for k, v in held.turns.items() if k < at}  # a turn asked again replaces the later ones
+        held.turns[at] = info
+        held.latest, held.seen = turn, time.monotonic()
+        self._held[turn.conversation] = held
+        with self._lock:
+            self._runs[turn.conversation] = held.run
+            self._runs.move_to_end(turn.conversation)
+            while len(self._runs) > self.keep:
+                self._runs.popitem(last=False)
+        while len(self._held) > self.keep:
+            self._write(self._held.popitem(last=False)[1])
+
+    def _write(self, held: _Held) -> None:
+        turn, held.latest = held.latest, None
+        if turn is None:
+            return  # written already, and nothing came since
+        try:
+            trajectory = _trajectory(turn, held.turns)
+            admitted = None if trajectory is None else _admit(trajectory, self.config)
+            if admitted is None:
+                self.counts["refused"] += 1
+                log.warning("conversation %s not recorded: a message is not a chat message or a tool name is "
+                            "not an identifier", turn.conversation)
+            else:
+                append_line(self.journal(held.run), admitted.to_line())
+                self.counts["written"] += 1
+        except Exception as exc:  # the server goes on; what it could not write is said and counted
+            self.counts["failed"] += 1
+            log.error("conversation %s not recorded: %s", turn.conversation, exc)
+
+
+def _trajectory(turn: Turn, held: dict[int, dict[str, Any]]) -> Trajectory | None:
+    messages = [recorded_message(m) for m in (*turn.messages, turn.response)]
+    if any(m is None for m in messages):
+        return None
+    kept = [m for m in messages if m is not None]
+    turns = [held[at] for at in sorted(held)]
+    task = next((text_of_content(m.get("content")) or "" for m in kept if m["role"] == "user"), "")
+    usage = {key: sum(int(t["usage"].get(key) or 0) for t in turns)
+             for key in ("prompt_tokens", "completion_tokens", "total_tokens")}
+    recipes = tuple(dict.fromkeys(r for t in turns for r in t["recipes"]))
+    models = sorted({t["model"] for t in turns if t["model"]})
+    return Trajectory(task_id=turn.conversation, task=task, messages=tuple(kept), outcome=UNKNOWN,
+                      kb=KBUse(turn.revision, recipes), usage={**usage, "calls": len(turns)},
+                      meta={"source": "serve", "conversation_id": turn.conversation, "grouped_by": turn.grouped_by,
+                            "turns": turns, "models": models})

@@ -1,0 +1,92 @@
+"""Which conversation a request belongs to.
+
+A client may name it: ``X-Brewkb-Conversation: ID`` (1–128 letters, digits
+and ``_ . : -``). Otherwise the resent history says it: a request whose
+messages start with all the messages of a conversation's last turn — its
+request and the answer — continues that conversation. A request that
+continues an earlier turn of a conversation that has gone on since (a
+regenerated answer, a branch) starts a conversation of its own, which begins
+with the same history. Two conversations whose messages are the same so far
+cannot be told apart this way: clients that run such conversations side by
+side name them.
+
+The server remembers ``serve.conversations`` conversations (the ones with the
+latest turns); a turn of one it has forgotten starts a new one, and the
+reader of the recordings puts the two back together (a conversation whose
+messages another starts with is that conversation's start).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from brewkb.trajectories.formats.serve import message_key
+
+__all__ = ["Conversations", "Opened", "HEADER", "valid_id"]
+
+HEADER = "X-Brewkb-Conversation"
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}\Z")
+
+
+def valid_id(value: str) -> bool:
+    return bool(_ID.match(value))
+
+
+@dataclass
+class Opened:
+    """A request's conversation, and the digest of its messages (to which
+    the answer is added when it is known)."""
+
+    id: str
+    grouped_by: str
+    digest: Any = None
+
+
+class Conversations:
+    """Turns grouped into conversations; lives on the event loop (no locks)."""
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self._by_state: OrderedDict[bytes, str] = OrderedDict()  # the state after a conversation's last turn
+        self._latest: dict[str, bytes] = {}
+        self.started = 0
+
+    def open(self, messages: Sequence[Any], named: str | None) -> Opened:
+        """The conversation of a request (``named``: the id the client sent)."""
+        if named is not None:
+            return Opened(named, "header")
+        digest = hashlib.blake2b(digest_size=16)
+        found: str | None = None
+        for message in messages:
+            digest.update(message_key(message))
+            digest.update(b"\x00")
+            if isinstance(message, Mapping) and message.get("role") == "assistant":
+                # only a conversation's last state is kept: an earlier one is a branch, a new conversation
+                found = self._by_state.get(digest.copy().digest(), found)
+        if found is None:
+            self.started += 1
+            found = "c-" + secrets.token_hex(8)
+        return Opened(found, "history", digest)
+
+    def close(self, opened: Opened, answer: Mapping[str, Any]) -> None:
+        """Note the state the conversation is in after ``answer``."""
+        if opened.digest is None:
+            return
+        digest = opened.digest.copy()
+        digest.update(message_key(answer))
+        digest.update(b"\x00")
+        old = self._latest.pop(opened.id, None)
+        if old is not None:
+            self._by_state.pop(old, None)
+        state = digest.digest()
+        self._by_state[state] = opened.id
+        self._latest[opened.id] = state
+        while len(self._by_state) > self.keep:
+            _, gone = self._by_state.popitem(last=False)
+            self._latest.pop(gone, None)

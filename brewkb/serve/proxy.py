@@ -1,0 +1,277 @@
+"""The proxy: requests in, the upstream's answers out, unchanged.
+
+``POST /v1/chat/completions`` gets the recipes for its conversation and goes on
+to the upstream with the caller's own headers (its ``Authorization`` too, which
+is never stored or logged); the answer comes back as the upstream sent it —
+status, headers, body — and a stream chunk by chunk as it arrives, each write
+waiting until the client has taken the one before (so a slow client slows the
+upstream's connection, not the server's memory). Every other path goes on to
+the upstream as it came. ``/v1/X`` (and ``/X``) is the upstream's ``BASE/X``.
+
+Failures are answered in OpenAI's error shape: an upstream that cannot be
+reached is a 502 naming it, one that stays silent past
+``serve.read_timeout`` a 504; a stream that breaks after its first chunk ends
+with an ``error`` event. A client that goes away cancels its upstream request.
+At most ``serve.concurrency`` requests are forwarded at once; up to
+``serve.queue`` more wait, and the next is answered 503.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from brewkb.api.serve import Served, Serving, inject
+from brewkb.serve.answers import DONE, Answer, from_events, from_json
+from brewkb.serve.conversations import HEADER, Conversations, Opened, valid_id
+
+__all__ = ["Proxy"]
+
+log = logging.getLogger(__name__)
+
+HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
+                        "trailers", "transfer-encoding", "upgrade", "host", "content-length"})
+NOT_FORWARDED = HOP_BY_HOP | {"accept-encoding", HEADER.lower()}
+NOT_RELAYED = HOP_BY_HOP
+RECORD_BYTES = 16 * 2**20
+"""An answer longer than this is relayed whole but not recorded."""
+
+
+def error(status: int, message: str, kind: str, headers: Mapping[str, str] | None = None) -> web.Response:
+    return web.json_response({"error": {"message": message, "type": kind, "param": None, "code": kind}},
+                             status=status, headers=headers)
+
+
+class _Chat:
+    """What the proxy keeps of a chat request to record its turn."""
+
+    def __init__(self, opened: Opened, messages: list[Any], served: Served) -> None:
+        self.opened, self.messages, self.served = opened, messages, served
+        self.parts: list[bytes] = []
+        self.size = 0
+        self.dropped = False
+        """Too long to record, or the client did not get it whole."""
+        self.answer: Answer | None = None
+
+
+class Proxy:
+    def __init__(self, serving: Serving, upstream: str) -> None:
+        config = serving.config.serve
+        self.serving, self.config, self.base = serving, config, upstream.rstrip("/")
+        self.conversations = Conversations(config.conversations)
+        self.slots = asyncio.Semaphore(config.concurrency)
+        self.waiting = self.in_flight = 0
+        self.timeout = aiohttp.ClientTimeout(total=None, connect=config.connect_timeout,
+                                             sock_read=config.read_timeout)
+        self.session: aiohttp.ClientSession | None = None
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=self.config.max_request_mb * 2**20)
+        app.router.add_get("/v1/brewkb/status", self.status)
+        app.router.add_post("/v1/brewkb/outcomes", self.outcomes)
+        for path in ("/v1/chat/completions", "/chat/completions"):
+            app.router.add_post(path, self.chat)
+        app.router.add_route("*", "/{tail:.*}", self.relay)
+        app.on_startup.append(self._open)
+        app.on_cleanup.append(self._close)
+        return app
+
+    async def _open(self, app: web.Application) -> None:
+        connector = aiohttp.TCPConnector(limit=self.config.concurrency, limit_per_host=0, ttl_dns_cache=300)
+        self.session = aiohttp.ClientSession(connector=connector, auto_decompress=False,
+                                             skip_auto_headers=("Accept-Encoding",), timeout=self.timeout)
+
+    async def _close(self, app: web.Application) -> None:
+        if self.session is not None:
+            await self.session.close()
+
+    async def status(self, request: web.Request) -> web.Response:
+        return web.json_response({**self.serving.status(), "upstream": self.base, "in_flight": self.in_flight,
+                                  "waiting": self.waiting, "conversations_started": self.conversations.started})
+
+    async def outcomes(self, request: web.Request) -> web.Response:
+        try:
+            body = await request.json()
+        except (ValueError, UnicodeDecodeError):
+            return error(400, "the body must be JSON: {\"conversation_id\": ..., \"success\": true} or a list of them",
+                         "invalid_request_error")
+        rows = body if isinstance(body, list) else [body]
+        checked = []
+        for row in rows:
+            problem = _outcome_problem(row)
+            if problem:
+                return error(400, problem, "invalid_request_error")
+            checked.append((row["conversation_id"], row.get("success"), row.get("score")))
+        for conversation, success, score in checked:
+            await asyncio.to_thread(self.serving.outcome, conversation, success,
+                                    None if score is None else float(score))
+        return web.json_response({"recorded": len(checked)})
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        raw = await request.read()
+        try:
+            body = json.loads(raw)
+        except (ValueError, RecursionError):
+            body = None
+        messages = body.get("messages") if isinstance(body, dict) else None
+        if not isinstance(messages, list) or not messages:
+            return await self.relay(request, raw)  # the upstream says what is wrong with it
+        named = request.headers.get(HEADER)
+        if named is not None and not valid_id(named):
+            return error(400, f"{HEADER} must be 1-128 letters, digits or _ . : - (starting with a letter or digit)",
+                         "invalid_request_error")
+        self.serving.counts["chat"] += 1
+        opened = self.conversations.open(messages, named)
+        served = self.serving.given(messages)
+        sent = inject(messages, served.block, self.config.placement)
+        data = raw if sent is messages else json.dumps({**body, "messages": sent}, ensure_ascii=False).encode()
+        headers = {HEADER: opened.id, "X-Brewkb-Revision": served.revision,
+                   "X-Brewkb-Recipes": ",".join(served.recipes)}
+        return await self.forward(request, data, headers, _Chat(opened, messages, served))
+
+    async def relay(self, request: web.Request, raw: bytes | None = None) -> web.StreamResponse:
+        data = raw if raw is not None else await request.read()
+        return await self.forward(request, data, {}, None)
+
+    async def forward(self, request: web.Request, data: bytes, extra: dict[str, str],
+                      chat: _Chat | None) -> web.StreamResponse:
+        self.serving.counts["requests"] += 1
+        if self.waiting >= self.config.queue and self.slots.locked():
+            return error(503, f"brewkb serve is forwarding {self.config.concurrency} requests and "
+                              f"{self.waiting} more wait (serve.concurrency, serve.queue); retry shortly",
+                         "server_busy", {"Retry-After": "1"})
+        self.waiting += 1
+        try:
+            await self.slots.acquire()
+        finally:
+            self.waiting -= 1
+        self.in_flight += 1
+        try:
+            return await self._exchange(request, data, extra, chat)
+        finally:
+            self.in_flight -= 1
+            self.slots.release()
+
+    async def _exchange(self, request: web.Request, data: bytes, extra: dict[str, str],
+                        chat: _Chat | None) -> web.StreamResponse:
+        assert self.session is not None
+        tail = request.rel_url.path.removeprefix("/v1") or "/"
+        url = self.base + tail + (f"?{request.rel_url.raw_query_string}" if request.rel_url.raw_query_string else "")
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in NOT_FORWARDED}
+        try:
+            upstream = await self.session.request(request.method, url, data=data or None, headers=headers,
+                                                  allow_redirects=False)
+        except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
+            return self._failed(504, f"the upstream {self.base} did not answer within "
+                                     f"{self.config.read_timeout:g} s (serve.read_timeout)", "upstream_timeout")
+        except aiohttp.ClientError as exc:
+            return self._failed(502, f"brewkb serve could not reach the upstream {self.base}: "
+                                     f"{_reason(exc)}", "upstream_unreachable")
+        try:
+            return await self._answer(request, upstream, extra, chat)
+        finally:
+            if upstream.content.is_eof():
+                upstream.release()
+            else:  # the client went away, or the stream broke: the upstream's request is cancelled with it
+                upstream.close()
+
+    def _failed(self, status: int, message: str, kind: str) -> web.Response:
+        self.serving.counts["errors"] += 1
+        log.warning("%s", message)
+        return error(status, message, kind)
+
+    async def _answer(self, request: web.Request, upstream: aiohttp.ClientResponse, extra: dict[str, str],
+                      chat: _Chat | None) -> web.StreamResponse:
+        headers = {k: v for k, v in upstream.headers.items() if k.lower() not in NOT_RELAYED}
+        response = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers={**headers, **extra})
+        recording = chat if chat is not None and 200 <= upstream.status < 300 else None
+        if not upstream.headers.get("content-type", "").startswith("text/event-stream"):
+            try:
+                body = await upstream.read()
+            except (asyncio.TimeoutError, aiohttp.ClientError) as exc:
+                timeout = isinstance(exc, asyncio.TimeoutError)
+                return self._failed(504 if timeout else 502, f"the upstream {self.base} "
+                                    + ("stopped answering" if timeout else f"broke off its answer: {_reason(exc)}"),
+                                    "upstream_timeout" if timeout else "upstream_error")
+            if recording is not None:
+                self._finish(recording, from_json(body))
+            response.content_length = len(body)
+            await response.prepare(request)
+            await response.write(body)
+            await response.write_eof()
+            return response
+        try:
+            await response.prepare(request)
+            while True:
+                try:
+                    chunk = await upstream.content.readany()
+                except (asyncio.TimeoutError, aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError) as exc:
+                    recording = None
+                    self.serving.counts["errors"] += 1
+                    reason = "stopped sending" if isinstance(exc, asyncio.TimeoutError) else \
+                        f"broke off: {_reason(exc)}"
+                    event = {"error": {"message": f"the upstream {self.base} {reason}", "type": "upstream_error"}}
+                    await response.write(b"data: " + json.dumps(event).encode() + b"\n\n")
+                    break
+                if not chunk:
+                    break
+                if recording is not None:
+                    self._keep(recording, chunk)
+                await response.write(chunk)
+            if recording is not None and recording.answer is None:
+                self._finish(recording, from_events(b"".join(recording.parts)))
+            await response.write_eof()
+        except ConnectionResetError:  # the client went away; its answer is not recorded (it never saw it whole)
+            self.serving.counts["gone"] += 1
+        return response
+
+    def _keep(self, chat: _Chat, chunk: bytes) -> None:
+        if chat.dropped:
+            return
+        if chat.size + len(chunk) > RECORD_BYTES:
+            chat.parts, chat.dropped = [], True
+            return
+        chat.parts.append(chunk)
+        chat.size += len(chunk)
+        if DONE in chunk:  # the client may send its next turn as soon as it reads this: note the state first
+            self._finish(chat, from_events(b"".join(chat.parts)))
+
+    def _finish(self, chat: _Chat, answer: Answer | None) -> None:
+        if chat.answer is not None or chat.dropped:
+            return
+        if answer is None:
+            self.serving.recorder.counts["refused"] += 1
+            return
+        chat.answer = answer
+        chat.parts = []
+        self.conversations.close(chat.opened, answer.message)
+        self.serving.record(chat.opened.id, chat.opened.grouped_by, chat.messages, answer.message, chat.served,
+                            answer.model, answer.usage)
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return str(exc.os_error.strerror or exc.os_error) if exc.os_error else str(exc)
+    return str(exc) or type(exc).__name__
+
+
+def _outcome_problem(row: Any) -> str | None:
+    if not isinstance(row, dict):
+        return "an outcome is an object: {\"conversation_id\": ..., \"success\": true} (or \"score\": 0.5)"
+    conversation = row.get("conversation_id")
+    if not isinstance(conversation, str) or not valid_id(conversation):
+        return "`conversation_id` must be the conversation's id (the X-Brewkb-Conversation header of its answers)"
+    success, score = row.get("success"), row.get("score")
+    if not isinstance(success, bool | None):
+        return "`success` must be true or false"
+    if score is not None and (isinstance(score, bool) or not isinstance(score, int | float) or score != score):
+        return "`score` must be a number"
+    if success is None and score is None:
+        return "an outcome needs `success` (true/false) or `score` (a number)"
+    return None

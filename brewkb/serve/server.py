@@ -1,0 +1,78 @@
+"""Start the proxy, follow the KB while it runs, stop it gracefully.
+
+SIGTERM (or Ctrl-C) stops listening at once, lets the requests in flight
+finish (up to ``serve.grace_seconds``), then writes every conversation held
+and returns. The server owns its event loop, as an API command does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from brewkb.api.serve import Serving
+from brewkb.serve.proxy import Proxy
+
+__all__ = ["serve"]
+
+log = logging.getLogger(__name__)
+
+
+def serve(start: Path = Path("."), *, rev: str | None = None, run: str | None = None, upstream: str | None = None,
+          host: str = "127.0.0.1", port: int = 8700, ready: Callable[[dict[str, Any]], None] = lambda info: None,
+          notify: Callable[[str], None] = lambda text: None) -> dict[str, Any]:
+    """Serve until SIGTERM or SIGINT; ``ready`` hears the address and what is
+    served once the server listens, ``notify`` each change of revision or run.
+    Returns the final status (every conversation held is written by then)."""
+    serving = Serving.open(start, rev=rev, run=run)
+    try:
+        asyncio.run(_serve(serving, upstream or serving.config.serve.upstream, host, port, ready, notify))
+    finally:
+        serving.close()
+    return serving.status()
+
+
+async def _serve(serving: Serving, upstream: str, host: str, port: int,
+                 ready: Callable[[dict[str, Any]], None], notify: Callable[[str], None]) -> None:
+    proxy = Proxy(serving, upstream)
+    runner = web.AppRunner(proxy.app(), handle_signals=False, access_log=None, handler_cancellation=True,
+                           shutdown_timeout=serving.config.serve.grace_seconds)
+    await runner.setup()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    for sig in before:
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        site = web.TCPSite(runner, host, port, backlog=1024)
+        await site.start()
+        bound = runner.addresses[0][1] if runner.addresses else port
+        ready({"url": f"http://{host}:{bound}/v1", "host": host, "port": bound, "upstream": proxy.base,
+               **{k: v for k, v in serving.status().items() if k in ("revision", "ref", "run", "journal")}})
+        follower = asyncio.create_task(_follow(serving, notify))
+        await stop.wait()
+        follower.cancel()
+    finally:
+        await runner.cleanup()  # stops listening, then waits for the requests in flight
+        for sig, handler in before.items():
+            loop.remove_signal_handler(sig)
+            signal.signal(sig, handler)  # a second signal while the conversations are written acts as before
+
+
+async def _follow(serving: Serving, notify: Callable[[str], None]) -> None:
+    """Check the served branch and the run every ``serve.refresh_seconds``."""
+    while True:
+        await asyncio.sleep(serving.config.serve.refresh_seconds)
+        try:
+            said = await asyncio.to_thread(serving.refresh)
+        except Exception as exc:  # a revision that cannot be served: keep serving the one that can
+            log.error("still serving %s: %s", serving.revision.commit[:12], exc)
+            continue
+        if said:
+            notify(said)

@@ -1,0 +1,470 @@
+"""``brewkb serve`` through the real CLI and real HTTP: the server runs as a
+subprocess in front of the fake upstream, and agents written against the
+``openai`` SDK talk to it with nothing changed but their base URL."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from tests.conftest import git
+from tests.fakes.openai_server import FakeOpenAI
+from tests.test_distill import PERSONAL, conversation
+
+pytestmark = pytest.mark.xdist_group("serve")
+
+KEY = "sk-brewkb-serve-test-7f3a9c1e"
+SYSTEM = "You help customers of a shop."
+TOOLS = [{"type": "function", "function": {"name": "find_order", "description": "Look an order up.",
+                                           "parameters": {"type": "object", "properties": {"ref": {"type": "string"}}}}}]
+RECIPE = """---
+name: cancel-order
+description: Cancel an order the customer no longer wants.
+---
+
+## How to perform
+
+1. `find_order(ref)`
+2. Cancel it.
+"""
+SCRIPTS: dict[str, list[dict[str, Any]]] = {}
+"""First user message -> the assistant messages of a scripted conversation."""
+
+
+def reply(body: dict[str, Any]) -> dict[str, Any]:
+    """The upstream: a scripted conversation's next message, else an agent that
+    looks the order up once and answers, naming the conversation's marker."""
+    messages = body["messages"]
+    first = next(m["content"] for m in messages if m["role"] == "user")
+    if first in SCRIPTS:
+        message = SCRIPTS[first][sum(m["role"] == "assistant" for m in messages)]
+        calls = [{"id": c["id"], "name": c["function"]["name"], "arguments": c["function"]["arguments"]}
+                 for c in message.get("tool_calls") or []]
+        return {"content": message["content"], "tool_calls": calls} if calls else {"content": message["content"]}
+    marker = re.search(r"\[(\w+)\]", first)
+    tag = marker.group(1) if marker else "none"
+    if tag == "busy":
+        return {"status": 429, "message": "slow down", "headers": {"retry-after": "7"}}
+    if tag == "stall":
+        return {"delay": 1.5, "content": "late"}
+    if tag in ("slow", "long"):
+        return {"content": " ".join(f"word{i}" for i in range(12 if tag == "slow" else 60)), "chunk_delay": 0.05}
+    if messages[-1]["role"] == "tool":
+        return {"content": f"Order {tag} is cancelled."}
+    return {"tool_calls": [{"id": f"call-{tag}", "name": "find_order", "arguments": {"ref": tag}}]}
+
+
+def environment(home: Path) -> dict[str, str]:
+    env = {**os.environ, "HOME": str(home), "GIT_CONFIG_NOSYSTEM": "1", "BREWKB_LOG_DIR": str(home / "logs"),
+           "GIT_AUTHOR_NAME": "Test", "GIT_AUTHOR_EMAIL": "test@example.com", "GIT_COMMITTER_NAME": "Test",
+           "GIT_COMMITTER_EMAIL": "test@example.com"}
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL"):
+        env.pop(name, None)
+    return env
+
+
+def brewkb(kb: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "brewkb", *args], cwd=kb, capture_output=True, text=True, env=env)
+
+
+def make_kb(root: Path, env: dict[str, str], serve: str) -> Path:
+    assert brewkb(root.parent, env, "init", root.name).returncode == 0
+    (root / "recipes" / "cancel-order.md").write_text(RECIPE)
+    with (root / "brewkb.toml").open("a") as config:
+        config.write(f"\n[serve]\n{serve}\n")
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "a recipe")
+    return root
+
+
+class Server:
+    """``brewkb serve --port 0 --json`` in ``kb``, ready when its first line says so."""
+
+    def __init__(self, kb: Path, env: dict[str, str], *args: str) -> None:
+        self.log = kb.parent / f"serve-{time.monotonic_ns()}.err"
+        with self.log.open("w") as err:
+            self.process = subprocess.Popen([sys.executable, "-m", "brewkb", "serve", "--port", "0", "--json", *args],
+                                            cwd=kb, env=env, stdout=subprocess.PIPE, stderr=err, text=True)
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        assert line, self.log.read_text()
+        self.info = json.loads(line)
+        self.url = self.info["url"]
+
+    def get(self, path: str) -> dict[str, Any]:
+        with urllib.request.urlopen(self.url + path, timeout=10) as answer:
+            return json.loads(answer.read())
+
+    def post(self, path: str, value: Any) -> tuple[int, dict[str, Any]]:
+        request = urllib.request.Request(self.url + path, data=json.dumps(value).encode(), method="POST",
+                                         headers={"content-type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                return answer.status, json.loads(answer.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())
+
+    def wait(self, done: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+        """The status once ``done`` says so (polled: the server writes and follows the branch on its own)."""
+        deadline = time.monotonic() + 30
+        while True:
+            status = self.get("/brewkb/status")
+            if done(status) or time.monotonic() > deadline:
+                return status
+            time.sleep(0.05)
+
+    def recorded(self, kb: Path, done: Callable[[dict[str, dict[str, Any]]], bool]) -> dict[str, dict[str, Any]]:
+        """The conversations of the current run once ``done`` holds for them."""
+        status = self.wait(lambda s: done(journal(kb, s["run"])))
+        return journal(kb, status["run"])
+
+    def stop(self) -> tuple[int, dict[str, Any]]:
+        self.process.send_signal(signal.SIGTERM)
+        out, _ = self.process.communicate(timeout=60)
+        return self.process.returncode, json.loads(out.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str], FakeOpenAI, Server]]:
+    home = tmp_path_factory.mktemp("serve-home")
+    env = environment(home)
+    kb = make_kb(tmp_path_factory.mktemp("serve") / "kb", env,
+                 "flush_seconds = 0.2\nrefresh_seconds = 0.2\nread_timeout = 0.5")
+    with FakeOpenAI(default=reply) as fake:
+        server = Server(kb, env, "--upstream", fake.base_url)
+        yield kb, env, fake, server
+        if server.process.poll() is None:
+            server.stop()
+
+
+def journal(kb: Path, run: str) -> dict[str, dict[str, Any]]:
+    """The latest line of each conversation the server wrote into ``run``."""
+    found: dict[str, dict[str, Any]] = {}
+    for path in sorted((kb / "runs" / run / "serve").glob("*.jsonl")):
+        if not path.name.endswith(".outcomes.jsonl"):
+            for line in path.read_text().splitlines():
+                record = json.loads(line)
+                found[record["meta"]["conversation_id"]] = record
+    return found
+
+
+def same(message: Any) -> tuple[Any, ...]:
+    """A message as the client holds it (an SDK object or a dict), compared by what it says."""
+    data = message.model_dump(exclude_none=True) if hasattr(message, "model_dump") else dict(message)
+    calls = tuple((c["id"], c["function"]["name"], c["function"]["arguments"]) for c in data.get("tool_calls") or ())
+    return data["role"], data.get("content") or None, calls, data.get("tool_call_id")
+
+
+def sent_to_upstream(fake: FakeOpenAI, text: str) -> list[dict[str, Any]]:
+    return [body for path, body in fake.requests if path.endswith("/chat/completions")
+            and any(m.get("content") == text for m in body["messages"])]
+
+
+def test_an_sdk_agent_gets_recipes_its_tool_calls_round_trip_and_its_turns_are_recorded(setup: Any) -> None:
+    kb, env, fake, server = setup
+    client = openai.OpenAI(base_url=server.url, api_key=KEY, max_retries=0)
+    ask = "Please cancel the order [sync1], I do not need it."
+    messages: list[Any] = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": ask}]
+    first = client.chat.completions.create(model="m", messages=messages, tools=TOOLS,
+                                           extra_headers={"X-Brewkb-Conversation": "sync-1"})
+    [call] = first.choices[0].message.tool_calls
+    assert (call.id, call.function.name, json.loads(call.function.arguments)) == ("call-sync1", "find_order",
+                                                                                    {"ref": "sync1"})
+    messages += [first.choices[0].message, {"role": "tool", "tool_call_id": call.id, "content": '{"state": "open"}'}]
+    final = client.chat.completions.with_raw_response.create(model="m", messages=messages, tools=TOOLS,
+                                                             extra_headers={"X-Brewkb-Conversation": "sync-1"})
+    assert final.headers["x-brewkb-conversation"] == "sync-1"
+    assert final.headers["x-brewkb-recipes"] == "cancel-order"
+    messages.append(final.parse().choices[0].message)
+    assert messages[-1].content == "Order sync1 is cancelled."
+
+    # the upstream got the client's system prompt unchanged as the start of its first message, then the recipe
+    [upstream_first, upstream_final] = sent_to_upstream(fake, ask)
+    system = upstream_first["messages"][0]["content"]
+    assert system.startswith(SYSTEM + "\n\n# Recipes from the knowledge base") and "find_order(ref)" in system
+    assert [m["role"] for m in upstream_final["messages"]] == ["system", "user", "assistant", "tool"]
+    assert all(h.get("Authorization") == f"Bearer {KEY}" for h in fake.headers[-2:])
+
+    # async and streamed, with no conversation header: the deltas arrive as the upstream sent them, in order
+    async def streamed() -> list[Any]:
+        async with openai.AsyncOpenAI(base_url=server.url, api_key=KEY, max_retries=0) as aclient:
+            chat: list[Any] = [{"role": "system", "content": SYSTEM},
+                               {"role": "user", "content": "Cancel the order [async1] please."}]
+            for _ in range(2):
+                stream = await aclient.chat.completions.create(model="m", messages=chat, tools=TOOLS, stream=True,
+                                                               stream_options={"include_usage": True})
+                text, calls, pieces = "", {}, []
+                async for chunk in stream:
+                    for choice in chunk.choices:
+                        text += choice.delta.content or ""
+                        pieces.append(choice.delta.content)
+                        for delta in choice.delta.tool_calls or ():
+                            held = calls.setdefault(delta.index, {"id": "", "name": "", "arguments": ""})
+                            held["id"] += delta.id or ""
+                            held["name"] += (delta.function.name or "") if delta.function else ""
+                            held["arguments"] += (delta.function.arguments or "") if delta.function else ""
+                message: dict[str, Any] = {"role": "assistant", "content": text or None}
+                if calls:
+                    assert pieces.count("") == 1 and len([p for p in pieces if p is None]) == 4  # role, 3 call deltas
+                    message["tool_calls"] = [{"id": c["id"], "type": "function",
+                                              "function": {"name": c["name"], "arguments": c["arguments"]}}
+                                             for c in calls.values()]
+                    chat += [message, {"role": "tool", "tool_call_id": calls[0]["id"], "content": "open"}]
+                else:
+                    assert [p for p in pieces if p] == ["Order ", "async1 ", "is ", "cancelled."]
+                    chat.append(message)
+            return chat
+
+    chat = asyncio.run(streamed())
+    assert chat[2]["tool_calls"][0]["function"] == {"name": "find_order", "arguments": '{"ref": "async1"}'}
+
+    # upstream errors come back as the upstream sent them; a silent upstream is a 504
+    with pytest.raises(openai.RateLimitError) as busy:
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "Hi [busy]"}])
+    assert busy.value.response.headers["retry-after"] == "7"
+    assert busy.value.body == {"message": "slow down", "type": "fake"}
+    with pytest.raises(openai.APIStatusError) as stalled:
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "Hi [stall]"}])
+    assert stalled.value.status_code == 504 and "did not answer within 0.5 s" in stalled.value.message
+    assert [m.id for m in client.models.list()] == ["fake"]  # other paths go through
+
+    recorded = server.recorded(kb, lambda found: len(found.get("sync-1", {}).get("messages", [])) == 5 and any(
+        "[async1]" in r["task"] and len(r["messages"]) == 5 for r in found.values()))
+    assert [same(m) for m in recorded["sync-1"]["messages"]] == [same(m) for m in messages]
+    by_history = next(r for r in recorded.values() if "[async1]" in r["task"])
+    assert [same(m) for m in by_history["messages"]] == [same(m) for m in chat]
+    assert by_history["meta"]["grouped_by"] == "history" and by_history["usage"]["calls"] == 2
+    for record in (recorded["sync-1"], by_history):
+        assert [t["recipes"] for t in record["meta"]["turns"]] == [["cancel-order"]] * 2
+        assert {t["revision"] for t in record["meta"]["turns"]} == {server.info["revision"]}
+        assert "Recipes from the knowledge base" not in json.dumps(record)  # the injected block is never recorded
+    assert by_history["usage"]["prompt_tokens"] > 0 and by_history["meta"]["models"] == ["m"]
+
+
+def test_64_concurrent_conversations_are_never_mixed(setup: Any) -> None:
+    kb, env, fake, server = setup
+
+    async def one(client: openai.AsyncOpenAI, n: int) -> list[Any]:
+        chat: list[Any] = [{"role": "system", "content": SYSTEM},
+                           {"role": "user", "content": f"Cancel my order [par{n}] now."}]
+        first = await client.chat.completions.create(model="m", messages=chat, tools=TOOLS)
+        [call] = first.choices[0].message.tool_calls
+        chat += [first.choices[0].message, {"role": "tool", "tool_call_id": call.id, "content": f"par{n} open"}]
+        second = await client.chat.completions.create(model="m", messages=chat, tools=TOOLS)
+        return [*chat, second.choices[0].message]
+
+    async def all_of_them() -> list[list[Any]]:
+        async with openai.AsyncOpenAI(base_url=server.url, api_key=KEY, max_retries=0) as client:
+            return list(await asyncio.gather(*(one(client, n) for n in range(64))))
+
+    chats = asyncio.run(all_of_them())
+    def parallel(found: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+        return [r for r in found.values() if "[par" in r["task"] and len(r["messages"]) == 5]
+
+    recorded = parallel(server.recorded(kb, lambda found: len(parallel(found)) >= 64))
+    assert len(recorded) == 64
+    for record in recorded:
+        n = re.search(r"\[par(\d+)\]", record["task"]).group(1)
+        assert [same(m) for m in record["messages"]] == [same(m) for m in chats[int(n)]]
+        assert set(re.findall(r"par\d+", json.dumps(record["messages"]))) == {f"par{n}"}
+
+
+def test_a_client_that_goes_away_cancels_its_upstream_request(setup: Any) -> None:
+    kb, env, fake, server = setup
+    before = fake.disconnects
+    port = int(server.url.split(":")[2].split("/")[0])
+    body = json.dumps({"model": "m", "stream": True, "messages": [{"role": "user", "content": "Go [long]"}]})
+    with socket.create_connection(("127.0.0.1", port)) as connection:
+        connection.sendall(f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                           f"Content-Length: {len(body)}\r\n\r\n{body}".encode())
+        assert connection.recv(4096).startswith(b"HTTP/1.1 200")
+    deadline = time.monotonic() + 20
+    while fake.disconnects == before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert fake.disconnects == before + 1  # the upstream saw its connection closed before its 60 words were sent
+
+
+def test_outcomes_are_posted_and_a_serve_run_distils_into_a_pr_that_is_served_once_merged(setup: Any,
+                                                                                          tmp_path: Path) -> None:
+    kb, env, fake, server = setup
+    client = openai.OpenAI(base_url=server.url, api_key=KEY, max_retries=0)
+    outcomes = []
+    for task in range(9):
+        for trial in range(2):
+            _, script, ok = conversation(task, trial)
+            SCRIPTS[script[1]["content"]] = [m for m in script if m["role"] == "assistant"]
+            name = f"t{task}-{trial}"
+            chat = script[:2]
+            for message in script[2:]:
+                if message["role"] == "assistant":
+                    answer = client.chat.completions.create(model="m", messages=chat,
+                                                            extra_headers={"X-Brewkb-Conversation": name})
+                    chat.append(answer.choices[0].message)
+                    assert same(chat[-1]) == same(message)
+                else:
+                    chat.append(message)
+            outcomes.append({"conversation_id": name, "success": ok})
+    assert server.post("/brewkb/outcomes", outcomes[:-1]) == (200, {"recorded": 17})
+    assert server.post("/brewkb/outcomes", {"conversation_id": "t8-1", "success": "yes"})[0] == 400
+    lengths = {o["conversation_id"]: len(conversation(*map(int, o["conversation_id"][1:].split("-")))[1])
+               for o in outcomes}
+    server.recorded(kb, lambda found: all(len(found.get(c, {}).get("messages", ())) == n for c, n in lengths.items()))
+    run = server.get("/brewkb/status")["run"]
+    (tmp_path / "late.csv").write_text("conversation_id,success\nt8-1,false\n")
+    imported = brewkb(kb, env, "import", f"runs/{run}", "--format", "serve", "--outcomes", str(tmp_path / "late.csv"),
+                      "--json")
+    assert imported.returncode == 0, imported.stderr
+    counts = json.loads(imported.stdout)
+    assert (counts["run"], counts["labels_attached"], counts["unmatched_labels"]) == (run, 1, 0)
+    rollouts = [json.loads(line) for line in (kb / "runs" / run / "rollouts.jsonl").read_text().splitlines()]
+    labelled = {t["meta"]["conversation_id"]: t["outcome"]["success"] for t in rollouts
+                if t["meta"]["conversation_id"].startswith("t")}
+    assert labelled == {o["conversation_id"]: o["success"] for o in outcomes}
+    assert PERSONAL.findall((kb / "runs" / run / "rollouts.jsonl").read_text()) == []  # scrubbed before writing
+
+    done = brewkb(kb, env, "distill", run, "--iterations", "1")
+    assert done.returncode == 0, done.stderr
+    assert "imported from serve logs" in git(kb, "log", "-1", "--format=%B", f"brew/{run}/pr")
+    changed = git(kb, "diff", "--name-only", "HEAD", f"brew/{run}/pr").split()
+    assert "recipes/cancel-pending-order.md" in changed
+    git(kb, "merge", "-q", "--no-edit", f"brew/{run}/pr")
+    head = git(kb, "rev-parse", "HEAD").strip()
+    status = server.wait(lambda s: s["revision"] == head)
+    assert (status["revision"], status["run"]) == (head, f"serve-{head[:12]}")
+    ask = "Please cancel order #W7001 for me."
+    answer = client.chat.completions.with_raw_response.create(model="m", messages=[{"role": "user", "content": ask}])
+    assert answer.headers["x-brewkb-revision"] == head
+    assert "cancel-pending-order" in answer.headers["x-brewkb-recipes"].split(",")
+    assert "cancel_pending_order" in sent_to_upstream(fake, ask)[0]["messages"][0]["content"]
+
+
+def test_the_key_is_in_no_file(setup: Any) -> None:
+    kb, env, fake, server = setup
+    assert server.get("/brewkb/status")["requests"] > 0
+    files = [p for p in (*kb.rglob("*"), *kb.parent.glob("serve-*.err"), *Path(env["HOME"]).rglob("*")) if p.is_file()]
+    assert len(files) > 20 and not [p for p in files if KEY.encode() in p.read_bytes()]
+
+
+def test_an_upstream_that_is_down_is_a_502_naming_it(setup: Any) -> None:
+    kb, env, fake, server = setup
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        down = f"http://127.0.0.1:{closed.getsockname()[1]}/v1"
+    other = Server(kb, env, "--upstream", down, "--run", "down")
+    try:
+        client = openai.OpenAI(base_url=other.url, api_key=KEY, max_retries=0)
+        with pytest.raises(openai.APIStatusError) as failed:
+            client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hello"}])
+        assert failed.value.status_code == 502
+        assert failed.value.body["type"] == "upstream_unreachable" and down in failed.value.body["message"]
+    finally:
+        code, status = other.stop()
+    assert code == 0 and status["errors"] == 1
+
+
+def test_sigterm_lets_a_request_in_flight_finish_and_writes_its_conversation(tmp_path: Path) -> None:
+    env = environment(tmp_path / "home")
+    kb = make_kb(tmp_path / "kb", env, "flush_seconds = 600")
+    with FakeOpenAI(default=reply) as fake:
+        server = Server(kb, env, "--upstream", fake.base_url, "--run", "calls")
+        client = openai.OpenAI(base_url=server.url, api_key=KEY, max_retries=0)
+        got: list[str] = []
+
+        def read() -> None:
+            stream = client.chat.completions.create(model="m", stream=True,
+                                                    messages=[{"role": "user", "content": "Go [slow]"}])
+            got.extend(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        while not fake.count:
+            time.sleep(0.01)
+        code, status = server.stop()
+        reader.join()
+    assert "".join(got) == " ".join(f"word{i}" for i in range(12))
+    assert code == 0 and status["recorder"]["written"] == 1
+    [record] = journal(kb, "calls").values()
+    assert record["messages"][-1]["content"] == "".join(got)
+
+
+@pytest.mark.parametrize("placement, roles, where", [
+    ("system", ["system", "developer", "user"], (1, "developer rules\n\nBLOCK")),
+    ("system", ["user"], (0, "BLOCK")),
+    ("message", ["system", "developer", "user"], (2, "BLOCK")),
+    ("user", ["system", "user", "assistant", "user"], (3, "last ask\n\nBLOCK")),
+])
+def test_the_block_goes_where_the_placement_says_and_the_clients_messages_stay_as_they_were(
+        placement: str, roles: list[str], where: tuple[int, str]) -> None:
+    from brewkb.api.serve import inject
+
+    texts = {"system": "be kind", "developer": "developer rules", "assistant": "sure"}
+    messages = [{"role": r, "content": texts.get(r, "last ask")} for r in roles]
+    before = json.dumps(messages)
+    sent = inject(messages, "BLOCK", placement)
+    assert json.dumps(messages) == before
+    at, text = where
+    assert sent[at]["content"] == text
+    assert len(sent) == len(messages) + (placement == "message" or roles[0] == "user" and placement == "system")
+    assert inject(messages, "", placement) is messages
+
+
+def test_turns_group_by_their_history_and_a_branch_is_a_conversation_of_its_own() -> None:
+    from brewkb.serve.conversations import Conversations
+
+    conversations = Conversations(keep=2)
+    user = {"role": "user", "content": "hi"}
+    answer = {"role": "assistant", "content": "hello", "refusal": None}
+    first = conversations.open([user], None)
+    conversations.close(first, answer)
+    resent = {"role": "assistant", "content": "hello"}  # as a client sends it back, without the null fields
+    second = conversations.open([user, resent, {"role": "user", "content": "more"}], None)
+    assert second.id == first.id
+    conversations.close(second, {"role": "assistant", "content": "here"})
+    branch = conversations.open([user, resent, {"role": "user", "content": "other"}], None)
+    assert branch.id != first.id  # the first turn's state was left behind when the conversation went on
+    assert conversations.open([user], "named-1").id == "named-1"
+    for n in range(3):  # more conversations than it keeps: the oldest is forgotten
+        conversations.close(conversations.open([{"role": "user", "content": str(n)}], None), answer)
+    assert conversations.open([user, resent, {"role": "user", "content": "more"}, {"role": "assistant",
+                                                                                 "content": "here"}], None).id != first.id
+
+
+def test_the_reader_puts_a_conversation_recorded_in_two_parts_back_together(tmp_path: Path) -> None:
+    from brewkb.trajectories.formats import import_file
+    from brewkb.trajectories.schema import Trajectory, UNKNOWN
+
+    def line(conversation: str, messages: list[dict[str, Any]], turns: list[int], by: str = "history") -> str:
+        return Trajectory(conversation, "ask", tuple(messages), UNKNOWN, meta={
+            "source": "serve", "conversation_id": conversation, "grouped_by": by,
+            "turns": [{"at": at, "revision": "r1", "recipes": [f"recipe-{at}"]} for at in turns]}).to_line() + "\n"
+
+    ask, said = {"role": "user", "content": "ask"}, {"role": "assistant", "content": "answer"}
+    more, last = {"role": "user", "content": "more"}, {"role": "assistant", "content": "done"}
+    folder = tmp_path / "serve"
+    folder.mkdir()
+    (folder / "a.jsonl").write_text(line("c-1", [ask, said], [1]) + line("n-1", [ask, said], [1], "header")
+                                    + '{"id": "cut sho')
+    (folder / "b.jsonl").write_text(line("c-2", [ask, said, more, last], [3]))
+    (folder / "b.outcomes.jsonl").write_text(json.dumps({"conversation_id": "c-1", "success": True, "time": 1}) + "\n")
+    items = list(import_file(tmp_path, "serve"))
+    assert [type(i).__name__ for i in items] == ["Skipped", "Trajectory", "Trajectory"]
+    joined, named = items[1], items[2]
+    assert joined.meta["conversation_id"] == "c-2" and len(joined.messages) == 4
+    assert [t["at"] for t in joined.meta["turns"]] == [1, 3] and joined.kb.recipes == ("recipe-1", "recipe-3")
+    assert joined.success is True  # the outcome posted for its first part
+    assert named.meta["conversation_id"] == "n-1" and named.success is None  # a named conversation stays itself
