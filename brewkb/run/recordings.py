@@ -117,7 +117,8 @@ class Recorder:
         self._held: OrderedDict[str, _Held] = OrderedDict()
         self._runs: OrderedDict[str, Run] = OrderedDict()  # conversation -> its run, for outcomes
         self._lock = threading.Lock()
-        self.counts = {"turns": 0, "written": 0, "refused": 0, "failed": 0, "outcomes": 0}
+        # pending: conversations with turns not written yet
+        self.counts = {"turns": 0, "written": 0, "refused": 0, "failed": 0, "outcomes": 0, "pending": 0}
         self._thread = threading.Thread(target=self._work, name="brewkb-recorder", daemon=True)
         self._thread.start()
 
@@ -174,7 +175,8 @@ class Recorder:
         info = {"at": at, "revision": turn.revision, "recipes": list(turn.recipes), "model": turn.model,
                 "usage": dict(turn.usage), "time": round(turn.time, 3)}
         if held is None:
-            held = _Held(turn.run, turn, {}, 0.0)
+            held = _Held(turn.run, None, {}, 0.0)
+        self.counts["pending"] += held.latest is None
         held.turns = {k: v for k, v in held.turns.items() if k < at}  # a turn asked again replaces the later ones
         held.turns[at] = info
         held.latest, held.seen = turn, time.monotonic()
@@ -191,6 +193,7 @@ class Recorder:
         turn, held.latest = held.latest, None
         if turn is None:
             return  # written already, and nothing came since
+        self.counts["pending"] -= 1
         try:
             trajectory = _trajectory(turn, held.turns)
             admitted = None if trajectory is None else _admit(trajectory, self.config)
