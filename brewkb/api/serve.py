@@ -24,7 +24,6 @@ the server goes on in the next free name (``serve-<revision>-2`` ...).
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections import OrderedDict
@@ -42,8 +41,6 @@ from brewkb.run.recordings import SERVE_FOLDER, Recorder, Turn
 from brewkb.trajectories.formats.serve import text_of_content
 
 __all__ = ["Serving", "Served", "query_of", "inject", "PLACEMENTS", "QUERY_CHARS"]
-
-log = logging.getLogger(__name__)
 
 QUERY_CHARS = 4000
 CONTEXTS_KEPT = 1024
@@ -139,11 +136,14 @@ class Serving:
         self.ref = _branch_of(kb, rev)
         """The branch followed (``None``: a fixed revision)."""
         self.pinned_run = run
+        self.waits = self.config.retrieval.mode == "hybrid"
+        """Whether finding recipes may wait for an endpoint (hybrid retrieval's embeddings)."""
         self.revision = self._open(kb.store.resolve(rev or "HEAD"))
         self.run = self._run_for(self.revision.commit)
         self.recorder = Recorder(self.config)
         self.started = time.time()
         self._refreshing = threading.Lock()
+        self._unservable: str | None = None
         self.counts = {"requests": 0, "chat": 0, "errors": 0, "gone": 0, "revisions": 1}
 
     @classmethod
@@ -164,8 +164,9 @@ class Serving:
         self.recorder.add(Turn(conversation, grouped_by, messages, response, served.revision, served.recipes,
                                model, usage, self.run))
 
-    def outcome(self, conversation: str, success: bool | None, score: float | None) -> Path:
-        return self.recorder.outcome(conversation, success, score, self.run)
+    def outcomes(self, posted: Sequence[tuple[str, bool | None, float | None]]) -> None:
+        """Record outcomes posted for conversations (id, success, score)."""
+        self.recorder.outcomes(posted, self.run)
 
     def refresh(self) -> str | None:
         """Follow the branch and the run (blocking: call it in a worker thread);
@@ -177,8 +178,12 @@ class Serving:
         said = []
         revision = self.revision
         commit = self.kb.store.read_ref(f"refs/heads/{self.ref}") if self.ref is not None else None
-        if commit is not None and commit != revision.commit:
-            revision = self._open(commit)
+        if commit is not None and commit not in (revision.commit, self._unservable):
+            try:
+                revision = self._open(commit)
+            except Exception:
+                self._unservable = commit  # tried once; the branch must move again
+                raise
             said.append(f"serving {self.ref} at {commit[:12]}")
         if self.pinned_run is None and (not self.run.id.startswith(f"serve-{revision.commit[:12]}")
                                         or _past_import(self.run)):

@@ -23,6 +23,7 @@ from brewkb.recipes import slugify
 from brewkb.run.folder import STAGES, Run
 from brewkb.run.recordings import SERVE_FOLDER
 from brewkb.trajectories.formats import Item, Skipped, import_file
+from brewkb.trajectories.formats.serve import OUTCOMES_SUFFIX
 from brewkb.trajectories.outcomes import Labels, read_outcomes
 from brewkb.trajectories.schema import Outcome, Trajectory, content_id, read_jsonl
 
@@ -108,7 +109,8 @@ def _serve_run(path: Path, fmt: str) -> str | None:
 def _recording(target: Run) -> bool:
     """Whether ``target`` is a serve run that takes the conversations recorded so far."""
     folder = target.file(SERVE_FOLDER)
-    return target.imported_from() == "serve" and folder.is_dir() and any(folder.glob("*.jsonl")) and \
+    return target.imported_from() == "serve" and folder.is_dir() and \
+        any(not p.name.endswith(OUTCOMES_SUFFIX) for p in folder.glob("*.jsonl")) and \
         all(stage == "rollouts" for stage in target.manifest()["stages"])
 
 

@@ -89,7 +89,9 @@ def _admit(trajectory: Trajectory, config: Config) -> Trajectory | None:
     """The trajectory as it may be written, or ``None`` when it may not: every
     recorded trajectory passes here. Tool names must be identifiers; personal
     data is scrubbed (``[scrub]``)."""
-    if any(not TOOL_NAME.match(call.name) for call in tool_calls(trajectory.messages)):
+    names = [call.name for call in tool_calls(trajectory.messages)]
+    names += [m["name"] for m in trajectory.messages if m.get("role") in ("tool", "function") and "name" in m]
+    if any(not isinstance(name, str) or not TOOL_NAME.match(name) for name in names):
         return None
     return _scrubber(config).trajectory(trajectory)
 
@@ -128,16 +130,16 @@ class Recorder:
     def add(self, turn: Turn) -> None:
         self._queue.put(turn)
 
-    def outcome(self, conversation: str, success: bool | None, score: float | None, run: Run) -> Path:
-        """Append a posted outcome to the file of the conversation's run (``run``
-        when this process never recorded it); returns that file."""
-        with self._lock:
-            run = self._runs.get(conversation, run)
-        path = run.path / SERVE_FOLDER / f"{self.writer}{OUTCOMES_SUFFIX}"
-        append_line(path, json.dumps({"conversation_id": conversation, "success": success, "score": score,
-                                      "time": time.time()}))
-        self.counts["outcomes"] += 1
-        return path
+    def outcomes(self, posted: Sequence[tuple[str, bool | None, float | None]], run: Run) -> None:
+        """Append posted outcomes (conversation id, success, score), each to the
+        file of its conversation's run (``run`` when this process never recorded it)."""
+        for conversation, success, score in posted:
+            with self._lock:
+                into = self._runs.get(conversation, run)
+            append_line(into.path / SERVE_FOLDER / f"{self.writer}{OUTCOMES_SUFFIX}",
+                        json.dumps({"conversation_id": conversation, "success": success, "score": score,
+                                    "time": time.time()}))
+            self.counts["outcomes"] += 1
 
     def held(self) -> int:
         return len(self._held)

@@ -22,7 +22,9 @@ import asyncio
 import json
 import logging
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp import web
@@ -39,7 +41,7 @@ HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy
                         "trailers", "transfer-encoding", "upgrade", "host", "content-length"})
 NOT_FORWARDED = HOP_BY_HOP | {"accept-encoding", HEADER.lower()}
 NOT_RELAYED = HOP_BY_HOP
-RECORD_BYTES = 16 * 2**20
+RECORD_BYTES = 4 * 2**20
 """An answer longer than this is relayed whole but not recorded."""
 
 
@@ -64,12 +66,17 @@ class Proxy:
     def __init__(self, serving: Serving, upstream: str) -> None:
         config = serving.config.serve
         self.serving, self.config, self.base = serving, config, upstream.rstrip("/")
+        parts = urlsplit(self.base)
+        self.shown = parts._replace(netloc=parts.netloc.rsplit("@", 1)[-1]).geturl()
+        """The upstream as messages name it (a user and password in its URL left out)."""
         self.conversations = Conversations(config.conversations)
         self.slots = asyncio.Semaphore(config.concurrency)
         self.waiting = self.in_flight = 0
         self.timeout = aiohttp.ClientTimeout(total=None, connect=config.connect_timeout,
                                              sock_read=config.read_timeout)
         self.session: aiohttp.ClientSession | None = None
+        # hybrid retrieval may wait for an embeddings endpoint: one worker thread, never the event loop
+        self.retriever = ThreadPoolExecutor(1, "brewkb-retrieval") if serving.waits else None
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=self.config.max_request_mb * 2**20)
@@ -90,9 +97,11 @@ class Proxy:
     async def _close(self, app: web.Application) -> None:
         if self.session is not None:
             await self.session.close()
+        if self.retriever is not None:
+            self.retriever.shutdown()
 
     async def status(self, request: web.Request) -> web.Response:
-        return web.json_response({**self.serving.status(), "upstream": self.base, "in_flight": self.in_flight,
+        return web.json_response({**self.serving.status(), "upstream": self.shown, "in_flight": self.in_flight,
                                   "waiting": self.waiting, "conversations_started": self.conversations.started})
 
     async def outcomes(self, request: web.Request) -> web.Response:
@@ -107,10 +116,9 @@ class Proxy:
             problem = _outcome_problem(row)
             if problem:
                 return error(400, problem, "invalid_request_error")
-            checked.append((row["conversation_id"], row.get("success"), row.get("score")))
-        for conversation, success, score in checked:
-            await asyncio.to_thread(self.serving.outcome, conversation, success,
-                                    None if score is None else float(score))
+            score = row.get("score")
+            checked.append((row["conversation_id"], row.get("success"), None if score is None else float(score)))
+        await asyncio.to_thread(self.serving.outcomes, checked)
         return web.json_response({"recorded": len(checked)})
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
@@ -128,7 +136,8 @@ class Proxy:
                          "invalid_request_error")
         self.serving.counts["chat"] += 1
         opened = self.conversations.open(messages, named)
-        served = self.serving.given(messages)
+        served = self.serving.given(messages) if self.retriever is None else \
+            await asyncio.get_running_loop().run_in_executor(self.retriever, self.serving.given, messages)
         sent = inject(messages, served.block, self.config.placement)
         data = raw if sent is messages else json.dumps({**body, "messages": sent}, ensure_ascii=False).encode()
         headers = {HEADER: opened.id, "X-Brewkb-Revision": served.revision,
@@ -161,17 +170,18 @@ class Proxy:
     async def _exchange(self, request: web.Request, data: bytes, extra: dict[str, str],
                         chat: _Chat | None) -> web.StreamResponse:
         assert self.session is not None
-        tail = request.rel_url.path.removeprefix("/v1") or "/"
+        path = request.rel_url.path
+        tail = path[3:] if path == "/v1" or path.startswith("/v1/") else path
         url = self.base + tail + (f"?{request.rel_url.raw_query_string}" if request.rel_url.raw_query_string else "")
         headers = {k: v for k, v in request.headers.items() if k.lower() not in NOT_FORWARDED}
         try:
             upstream = await self.session.request(request.method, url, data=data or None, headers=headers,
                                                   allow_redirects=False)
         except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
-            return self._failed(504, f"the upstream {self.base} did not answer within "
+            return self._failed(504, f"the upstream {self.shown} did not answer within "
                                      f"{self.config.read_timeout:g} s (serve.read_timeout)", "upstream_timeout")
         except aiohttp.ClientError as exc:
-            return self._failed(502, f"brewkb serve could not reach the upstream {self.base}: "
+            return self._failed(502, f"brewkb serve could not reach the upstream {self.shown}: "
                                      f"{_reason(exc)}", "upstream_unreachable")
         try:
             return await self._answer(request, upstream, extra, chat)
@@ -180,6 +190,13 @@ class Proxy:
                 upstream.release()
             else:  # the client went away, or the stream broke: the upstream's request is cancelled with it
                 upstream.close()
+
+    def _broken(self, exc: BaseException) -> tuple[int, str, str]:
+        """Status, message and kind of an answer the upstream began and did not finish."""
+        if isinstance(exc, asyncio.TimeoutError):
+            return 504, (f"the upstream {self.shown} said nothing for {self.config.read_timeout:g} s "
+                         "(serve.read_timeout)"), "upstream_timeout"
+        return 502, f"the upstream {self.shown} broke off its answer: {_reason(exc)}", "upstream_error"
 
     def _failed(self, status: int, message: str, kind: str) -> web.Response:
         self.serving.counts["errors"] += 1
@@ -190,22 +207,21 @@ class Proxy:
                       chat: _Chat | None) -> web.StreamResponse:
         headers = {k: v for k, v in upstream.headers.items() if k.lower() not in NOT_RELAYED}
         response = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers={**headers, **extra})
+        events = upstream.headers.get("content-type", "").startswith("text/event-stream")
         recording = chat if chat is not None and 200 <= upstream.status < 300 else None
-        if not upstream.headers.get("content-type", "").startswith("text/event-stream"):
+        if recording is not None and not events:  # a whole answer: its state is noted before the client reads it
             try:
                 body = await upstream.read()
             except (asyncio.TimeoutError, aiohttp.ClientError) as exc:
-                timeout = isinstance(exc, asyncio.TimeoutError)
-                return self._failed(504 if timeout else 502, f"the upstream {self.base} "
-                                    + ("stopped answering" if timeout else f"broke off its answer: {_reason(exc)}"),
-                                    "upstream_timeout" if timeout else "upstream_error")
-            if recording is not None:
-                self._finish(recording, from_json(body))
+                return self._failed(*self._broken(exc))
+            self._finish(recording, from_json(body))
             response.content_length = len(body)
             await response.prepare(request)
             await response.write(body)
             await response.write_eof()
             return response
+        if upstream.content_length is not None and not events:
+            response.content_length = upstream.content_length
         try:
             await response.prepare(request)
             while True:
@@ -213,11 +229,11 @@ class Proxy:
                     chunk = await upstream.content.readany()
                 except (asyncio.TimeoutError, aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError) as exc:
                     recording = None
-                    self.serving.counts["errors"] += 1
-                    reason = "stopped sending" if isinstance(exc, asyncio.TimeoutError) else \
-                        f"broke off: {_reason(exc)}"
-                    event = {"error": {"message": f"the upstream {self.base} {reason}", "type": "upstream_error"}}
-                    await response.write(b"data: " + json.dumps(event).encode() + b"\n\n")
+                    status, message, kind = self._broken(exc)
+                    self._failed(status, message, kind)
+                    if events:
+                        event = {"error": {"message": message, "type": kind}}
+                        await response.write(b"data: " + json.dumps(event).encode() + b"\n\n")
                     break
                 if not chunk:
                     break

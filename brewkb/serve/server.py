@@ -53,7 +53,7 @@ async def _serve(serving: Serving, upstream: str, host: str, port: int,
         site = web.TCPSite(runner, host, port, backlog=1024)
         await site.start()
         bound = runner.addresses[0][1] if runner.addresses else port
-        ready({"url": f"http://{host}:{bound}/v1", "host": host, "port": bound, "upstream": proxy.base,
+        ready({"url": f"http://{host}:{bound}/v1", "host": host, "port": bound, "upstream": proxy.shown,
                **{k: v for k, v in serving.status().items() if k in ("revision", "ref", "run", "journal")}})
         follower = asyncio.create_task(_follow(serving, notify))
         await stop.wait()

@@ -58,7 +58,8 @@ def text_of_content(content: Any) -> str | None:
 
 def recorded_message(message: Any) -> dict[str, Any] | None:
     """The message as a trajectory keeps it (role, text content, tool calls,
-    ``tool_call_id``, ``name``), or ``None`` when it is not a chat message."""
+    ``tool_call_id``, a tool result's ``name``), or ``None`` when it is not a
+    chat message."""
     if not isinstance(message, Mapping) or message.get("role") not in ROLES:
         return None
     out: dict[str, Any] = {"role": message["role"], "content": text_of_content(message.get("content"))}
@@ -76,9 +77,10 @@ def recorded_message(message: Any) -> dict[str, Any] | None:
                          "function": {"name": function["name"], "arguments": arguments if isinstance(arguments, str)
                                       else json.dumps(arguments, ensure_ascii=False)}})
         out["tool_calls"] = kept
-    for key in ("tool_call_id", "name"):
-        if isinstance(message.get(key), str):
-            out[key] = message[key]
+    if isinstance(message.get("tool_call_id"), str):
+        out["tool_call_id"] = message["tool_call_id"]
+    if out["role"] in ("tool", "function") and isinstance(message.get("name"), str):
+        out["name"] = message["name"]  # the tool's (a user's or an assistant's name is not kept)
     return out
 
 
