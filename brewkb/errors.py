@@ -19,6 +19,7 @@ Every message says what went wrong and what to do next. The CLI prints a
     │   ├── AllFailedError every item of a stage (or every episode of a batch) failed
     │   └── PartlyFailedError  some items of a stage failed (stages.accept_failed goes on without them)
     ├── NotBetterError     a distilled KB does not beat a baseline or its base KB (`distill --require-better`)
+    ├── ServeError         `brewkb serve` cannot start as asked (its port is taken, its upstream is no URL)
     ├── DiskFullError      no space left on the device brewkb was writing to
     └── BudgetExhausted    a run reached --max-episodes/--max-llm-calls/--max-cost (exit 75, not a failure)
 """
@@ -108,6 +109,10 @@ class PartlyFailedError(RunError):
 class NotBetterError(BrewError):
     """The new KB does not beat every baseline, or the base KB, on the test
     split; the PR branch is written all the same."""
+
+
+class ServeError(BrewError):
+    pass
 
 
 class DiskFullError(BrewError):

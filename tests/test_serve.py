@@ -375,6 +375,10 @@ def test_an_upstream_that_is_down_is_a_502_naming_it(setup: Any) -> None:
     finally:
         code, status = other.stop()
     assert code == 0 and status["errors"] == 1
+    wrong = brewkb(kb, env, "serve", "--upstream", "localhost:8000", "--run", "down")
+    assert (wrong.returncode, wrong.stderr.splitlines()) == (1, [
+        "brewkb: error: the upstream must be an http:// or https:// URL such as https://api.openai.com/v1, got "
+        "'localhost:8000'; check --upstream or serve.upstream"])
 
 
 def test_sigterm_lets_a_request_in_flight_finish_and_writes_its_conversation(tmp_path: Path) -> None:

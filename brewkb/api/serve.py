@@ -40,12 +40,11 @@ from brewkb.run.folder import Run
 from brewkb.run.recordings import SERVE_FOLDER, Recorder, Turn
 from brewkb.trajectories.formats.serve import text_of_content
 
-__all__ = ["Serving", "Served", "query_of", "inject", "PLACEMENTS", "QUERY_CHARS"]
+__all__ = ["Serving", "Served", "query_of", "inject", "QUERY_CHARS"]
 
 QUERY_CHARS = 4000
 CONTEXTS_KEPT = 1024
 """Rendered blocks kept per revision (an agent's tool-calling turns ask the same query again)."""
-PLACEMENTS = ("system", "message", "user")
 SYSTEM_ROLES = ("system", "developer")
 
 

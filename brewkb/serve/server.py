@@ -13,10 +13,12 @@ import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from aiohttp import web
 
 from brewkb.api.serve import Serving
+from brewkb.errors import ServeError
 from brewkb.serve.proxy import Proxy
 
 __all__ = ["serve"]
@@ -31,8 +33,13 @@ def serve(start: Path = Path("."), *, rev: str | None = None, run: str | None = 
     served once the server listens, ``notify`` each change of revision or run.
     Returns the final status (every conversation held is written by then)."""
     serving = Serving.open(start, rev=rev, run=run)
+    upstream = upstream or serving.config.serve.upstream
+    parts = urlsplit(upstream)
     try:
-        asyncio.run(_serve(serving, upstream or serving.config.serve.upstream, host, port, ready, notify))
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ServeError(f"the upstream must be an http:// or https:// URL such as https://api.openai.com/v1, "
+                             f"got {upstream!r}; check --upstream or serve.upstream")
+        asyncio.run(_serve(serving, upstream, host, port, ready, notify))
     finally:
         serving.close()
     return serving.status()
@@ -51,7 +58,11 @@ async def _serve(serving: Serving, upstream: str, host: str, port: int,
         loop.add_signal_handler(sig, stop.set)
     try:
         site = web.TCPSite(runner, host, port, backlog=1024)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as exc:
+            raise ServeError(f"cannot listen on {host}:{port} ({exc.strerror or exc}); choose another --port "
+                             "(0 takes any free one) or --host") from None
         bound = runner.addresses[0][1] if runner.addresses else port
         ready({"url": f"http://{host}:{bound}/v1", "host": host, "port": bound, "upstream": proxy.shown,
                **{k: v for k, v in serving.status().items() if k in ("revision", "ref", "run", "journal")}})
