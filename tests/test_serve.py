@@ -346,6 +346,7 @@ def test_outcomes_are_posted_and_a_serve_run_distils_into_a_pr_that_is_served_on
     head = git(kb, "rev-parse", "HEAD").strip()
     status = server.wait(lambda s: s["revision"] == head)
     assert (status["revision"], status["run"]) == (head, f"serve-{head[:12]}")
+    assert not (kb / "runs" / f"{run}-2").exists()  # what distill began takes no more; nothing went to the next
     ask = "Please cancel order #W7001 for me."
     answer = client.chat.completions.with_raw_response.create(model="m", messages=[{"role": "user", "content": ask}])
     assert answer.headers["x-brewkb-revision"] == head

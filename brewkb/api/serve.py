@@ -19,7 +19,8 @@ the conversation.
 
 The run: ``--run RUN``, or by default ``serve-<revision>``, which moves with
 the revision; a run that ``distill`` has begun takes no more conversations, and
-the server goes on in the next free name (``serve-<revision>-2`` ...).
+the server goes on in the next free name (``serve-<revision>-2`` ...). A run's
+folder is made when its first conversation is written.
 """
 
 from __future__ import annotations
@@ -33,11 +34,12 @@ from pathlib import Path
 from typing import Any
 
 from brewkb.errors import GitError, RunError
+from brewkb.git.refs import check_run_id
 from brewkb.kb import KB
 from brewkb.retrieval.context import RecipeContext
 from brewkb.retrieval.ranking import open_index
 from brewkb.run.folder import Run
-from brewkb.run.recordings import SERVE_FOLDER, Recorder, Turn
+from brewkb.run.recordings import Recorder, Turn
 from brewkb.trajectories.formats.serve import text_of_content
 
 __all__ = ["Serving", "Served", "query_of", "inject", "QUERY_CHARS"]
@@ -210,22 +212,23 @@ class Serving:
         return Revision(commit, RecipeContext(index, commit, retrieval.k, retrieval.context_tokens))
 
     def _run_for(self, commit: str) -> Run:
+        """The run conversations go to; its folder is made when the first is written."""
         runs = self.kb.runs_dir
         if self.pinned_run is not None:
-            run = Run.at(runs, self.pinned_run, create=True)
+            try:
+                check_run_id(self.pinned_run)
+            except GitError as exc:
+                raise RunError(str(exc)) from None
+            run = Run(self.pinned_run, runs / self.pinned_run)
             _check_servable(run)
-        else:
-            number = 1
-            while True:
-                name = f"serve-{commit[:12]}" + (f"-{number}" if number > 1 else "")
-                run = Run.at(runs, name, create=True)
-                if not (_past_import(run) or _foreign(run)):
-                    break
-                number += 1
-        if not run.stage_done("rollouts"):
-            run.record_stage("rollouts", source="import:serve", file=str(run.path / SERVE_FOLDER), trajectories=0,
-                             skipped=0, unlabelled=0)
-        return run
+            return run
+        number = 1
+        while True:
+            name = f"serve-{commit[:12]}" + (f"-{number}" if number > 1 else "")
+            run = Run(name, runs / name)
+            if not (_past_import(run) or _foreign(run)):
+                return run
+            number += 1
 
 
 def _branch_of(kb: KB, rev: str | None) -> str | None:

@@ -119,6 +119,7 @@ class Recorder:
         self._held: OrderedDict[str, _Held] = OrderedDict()
         self._runs: OrderedDict[str, Run] = OrderedDict()  # conversation -> its run, for outcomes
         self._lock = threading.Lock()
+        self._begun: set[str] = set()  # runs whose manifest this process has seen marked
         # pending: conversations with turns not written yet
         self.counts = {"turns": 0, "written": 0, "refused": 0, "failed": 0, "outcomes": 0, "pending": 0}
         self._thread = threading.Thread(target=self._work, name="brewkb-recorder", daemon=True)
@@ -204,6 +205,11 @@ class Recorder:
                 log.warning("conversation %s not recorded: a message is not a chat message or a tool name is "
                             "not an identifier", turn.conversation)
             else:
+                if held.run.id not in self._begun and not held.run.stage_done("rollouts"):
+                    # the run's manifest says what it holds: `distill` takes it as imported logs
+                    held.run.record_stage("rollouts", source="import:serve", file=str(held.run.path / SERVE_FOLDER),
+                                          trajectories=0, skipped=0, unlabelled=0)
+                self._begun.add(held.run.id)
                 append_line(self.journal(held.run), admitted.to_line())
                 self.counts["written"] += 1
         except Exception as exc:  # the server goes on; what it could not write is said and counted
