@@ -30,8 +30,9 @@ pytestmark = pytest.mark.xdist_group("serve")
 
 KEY = "sk-brewkb-serve-test-7f3a9c1e"
 SYSTEM = "You help customers of a shop."
-TOOLS = [{"type": "function", "function": {"name": "find_order", "description": "Look an order up.",
-                                           "parameters": {"type": "object", "properties": {"ref": {"type": "string"}}}}}]
+TOOLS = [{"type": "function", "function": {
+    "name": "find_order", "description": "Look an order up.",
+    "parameters": {"type": "object", "properties": {"ref": {"type": "string"}}}}}]
 RECIPE = """---
 name: cancel-order
 description: Cancel an order the customer no longer wants.
@@ -445,8 +446,8 @@ def test_turns_group_by_their_history_and_a_branch_is_a_conversation_of_its_own(
     assert conversations.open([user], "named-1").id == "named-1"
     for n in range(3):  # more conversations than it keeps: the oldest is forgotten
         conversations.close(conversations.open([{"role": "user", "content": str(n)}], None), answer)
-    assert conversations.open([user, resent, {"role": "user", "content": "more"}, {"role": "assistant",
-                                                                                 "content": "here"}], None).id != first.id
+    later = [user, resent, {"role": "user", "content": "more"}, {"role": "assistant", "content": "here"}]
+    assert conversations.open(later, None).id != first.id
 
 
 def test_the_reader_puts_a_conversation_recorded_in_two_parts_back_together(tmp_path: Path) -> None:

@@ -188,7 +188,7 @@ class Serving:
             said.append(f"serving {self.ref} at {commit[:12]}")
         if self.pinned_run is None and (not self.run.id.startswith(f"serve-{revision.commit[:12]}")
                                         or _past_import(self.run)):
-            self.run = self._run_for(revision.commit)  # before the revision: a request never records into the old run
+            self.run = self._run_for(revision.commit)  # first: a status naming the new revision names its run
             said.append(f"recording into run {self.run.id}")
         if revision is not self.revision:
             self.revision = revision
@@ -197,8 +197,9 @@ class Serving:
 
     def status(self) -> dict[str, Any]:
         return {"revision": self.revision.commit, "ref": self.ref, "run": self.run.id,
-                "journal": str(self.recorder.journal(self.run)), "placement": self.config.serve.placement, "uptime": round(time.time() - self.started, 1),
-                **self.counts, "recorder": {**self.recorder.counts, "held": self.recorder.held()}}
+                "journal": str(self.recorder.journal(self.run)), "placement": self.config.serve.placement,
+                "uptime": round(time.time() - self.started, 1), **self.counts,
+                "recorder": {**self.recorder.counts, "held": self.recorder.held()}}
 
     def close(self) -> None:
         """Write every conversation held and let the KB go."""

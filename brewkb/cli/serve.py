@@ -18,7 +18,8 @@ from brewkb.cli.output import echo, note
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8700, show_default=True,
               help="Port to listen on (0: any free port, printed when the server is ready).")
-@click.option("--run", default=None, help="Record into this run (default: serve-<revision>, which follows the revision).")
+@click.option("--run", default=None,
+              help="Record into this run (default: serve-<revision>, which follows the revision).")
 @click.option("--json", "as_json", is_flag=True, help="Print the start and the end as one JSON line each.")
 def serve_cmd(rev: str | None, upstream: str | None, host: str, port: int, run: str | None, as_json: bool) -> None:
     """Serve the KB to any OpenAI-compatible agent: a proxy that adds recipes to each chat request and records

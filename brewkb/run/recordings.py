@@ -137,10 +137,20 @@ class Recorder:
         for conversation, success, score in posted:
             with self._lock:
                 into = self._runs.get(conversation, run)
+            self._begin(into)
             append_line(into.path / SERVE_FOLDER / f"{self.writer}{OUTCOMES_SUFFIX}",
                         json.dumps({"conversation_id": conversation, "success": success, "score": score,
                                     "time": time.time()}))
             self.counts["outcomes"] += 1
+
+    def _begin(self, run: Run) -> None:
+        """Mark a run this process writes into as a serve run, once: its manifest
+        says what it holds, and ``distill`` takes it as imported logs."""
+        with self._lock:
+            if run.id not in self._begun and not run.stage_done("rollouts"):
+                run.record_stage("rollouts", source="import:serve", file=str(run.path / SERVE_FOLDER),
+                                 trajectories=0, skipped=0, unlabelled=0)
+            self._begun.add(run.id)
 
     def held(self) -> int:
         return len(self._held)
@@ -205,11 +215,7 @@ class Recorder:
                 log.warning("conversation %s not recorded: a message is not a chat message or a tool name is "
                             "not an identifier", turn.conversation)
             else:
-                if held.run.id not in self._begun and not held.run.stage_done("rollouts"):
-                    # the run's manifest says what it holds: `distill` takes it as imported logs
-                    held.run.record_stage("rollouts", source="import:serve", file=str(held.run.path / SERVE_FOLDER),
-                                          trajectories=0, skipped=0, unlabelled=0)
-                self._begun.add(held.run.id)
+                self._begin(held.run)
                 append_line(self.journal(held.run), admitted.to_line())
                 self.counts["written"] += 1
         except Exception as exc:  # the server goes on; what it could not write is said and counted
