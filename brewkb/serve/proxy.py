@@ -3,9 +3,10 @@
 ``POST /v1/chat/completions`` gets the recipes for its conversation and goes on
 to the upstream with the caller's own headers (its ``Authorization`` too, which
 is never stored or logged); the answer comes back as the upstream sent it —
-status, headers, body — and a stream chunk by chunk as it arrives, each write
-waiting until the client has taken the one before (so a slow client slows the
-upstream's connection, not the server's memory). Every other path goes on to
+status, headers, body — and a stream chunk by chunk as it arrives; a write
+waits while the client is more than the socket's buffer (64 KB) behind, and the
+next chunk is not read from the upstream meanwhile (so a slow client slows its
+upstream connection, not the server's memory). Every other path goes on to
 the upstream as it came. ``/v1/X`` (and ``/X``) is the upstream's ``BASE/X``.
 
 Failures are answered in OpenAI's error shape: an upstream that cannot be
