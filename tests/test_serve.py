@@ -474,3 +474,30 @@ def test_the_reader_puts_a_conversation_recorded_in_two_parts_back_together(tmp_
     assert [t["at"] for t in joined.meta["turns"]] == [1, 3] and joined.kb.recipes == ("recipe-1", "recipe-3")
     assert joined.success is True  # the outcome posted for its first part
     assert named.meta["conversation_id"] == "n-1" and named.success is None  # a named conversation stays itself
+
+
+def test_a_conversation_that_grew_since_its_import_replaces_its_copy_and_keeps_its_label(tmp_path: Path) -> None:
+    from brewkb.api.trajectories import import_trajectories
+    from brewkb.trajectories.schema import UNKNOWN, Trajectory, read_jsonl
+
+    env = environment(tmp_path / "home")
+    kb = make_kb(tmp_path / "kb", env, "")
+    ask, said = {"role": "user", "content": "ask"}, {"role": "assistant", "content": "answer"}
+    folder = kb / "runs" / "served" / "serve"
+    folder.mkdir(parents=True)
+
+    def write(*messages: dict[str, Any]) -> None:
+        with (folder / "w.jsonl").open("a") as out:
+            out.write(Trajectory("c-1", "ask", messages, UNKNOWN, meta={
+                "source": "serve", "conversation_id": "c-1", "grouped_by": "history",
+                "turns": [{"at": len(messages) - 1, "revision": "r", "recipes": []}]}).to_line() + "\n")
+
+    write(ask, said)
+    (tmp_path / "labels.csv").write_text("conversation_id,success\nc-1,true\n")
+    first = import_trajectories(kb / "runs" / "served", "serve", outcomes=tmp_path / "labels.csv", start=kb)
+    assert (first.run, first.imported, first.labels_attached) == ("served", 1, 1)
+    write(ask, said, {"role": "user", "content": "more"}, {"role": "assistant", "content": "done"})
+    again = import_trajectories(kb / "runs" / "served", "serve", start=kb)
+    assert (again.imported, again.relabelled, again.total) == (1, 1, 1)
+    [kept] = read_jsonl(kb / "runs" / "served" / "rollouts.jsonl")
+    assert (len(kept.messages), kept.success, [t["at"] for t in kept.meta["turns"]]) == (4, True, [1, 3])
