@@ -145,7 +145,7 @@ class Serving:
         self.started = time.time()
         self._refreshing = threading.Lock()
         self._unservable: str | None = None
-        self.counts = {"requests": 0, "chat": 0, "errors": 0, "gone": 0, "revisions": 1}
+        self.counts = {"requests": 0, "chat": 0, "errors": 0, "gone": 0, "unrecorded": 0, "revisions": 1}
 
     @classmethod
     def open(cls, start: Path = Path("."), *, rev: str | None = None, run: str | None = None) -> Serving:

@@ -263,7 +263,7 @@ class Proxy:
         if chat.answer is not None or chat.dropped:
             return
         if answer is None:
-            self.serving.recorder.counts["refused"] += 1
+            self.serving.counts["unrecorded"] += 1  # an answer with no message to record
             return
         chat.answer = answer
         chat.parts = []
