@@ -7,7 +7,7 @@ status, headers, body — and a stream chunk by chunk as it arrives; a write
 waits while the client is more than the socket's buffer (64 KB) behind, and the
 next chunk is not read from the upstream meanwhile (so a slow client slows its
 upstream connection, not the server's memory). Every other path goes on to
-the upstream as it came. ``/v1/X`` (and ``/X``) is the upstream's ``BASE/X``.
+the upstream as it came. ``/v1/X`` (and any other ``/X``) is the upstream's ``BASE/X``.
 
 Failures are answered in OpenAI's error shape: an upstream that cannot be
 reached is a 502 naming it, one that stays silent past
@@ -83,9 +83,7 @@ class Proxy:
         app = web.Application(client_max_size=self.config.max_request_mb * 2**20)
         app.router.add_get("/v1/brewkb/status", self.status)
         app.router.add_post("/v1/brewkb/outcomes", self.outcomes)
-        for path in ("/v1/chat/completions", "/chat/completions"):
-            app.router.add_post(path, self.chat)
-        app.router.add_route("*", "/{tail:.*}", self.relay)
+        app.router.add_route("*", "/{tail:.*}", self.any)
         app.on_startup.append(self._open)
         app.on_cleanup.append(self._close)
         return app
@@ -121,6 +119,13 @@ class Proxy:
             checked.append((row["conversation_id"], row.get("success"), None if score is None else float(score)))
         await asyncio.to_thread(self.serving.outcomes, checked)
         return web.json_response({"recorded": len(checked)})
+
+    async def any(self, request: web.Request) -> web.StreamResponse:
+        """A chat completion (``/v1/chat/completions``, or any path ending so, as Azure's
+        ``/openai/deployments/NAME/chat/completions``) gets recipes; anything else goes through."""
+        if request.method == "POST" and request.rel_url.path.endswith("/chat/completions"):
+            return await self.chat(request)
+        return await self.relay(request)
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         raw = await request.read()
