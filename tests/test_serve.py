@@ -296,7 +296,9 @@ def test_a_client_that_goes_away_cancels_its_upstream_request(setup: Any) -> Non
                            f"Content-Length: {len(body)}\r\n\r\n{body}".encode())
         received = b""
         while b"data: {" not in received:  # the first event, long before the upstream sends its last
-            received += connection.recv(4096)
+            more = connection.recv(4096)
+            assert more, received
+            received += more
         assert received.startswith(b"HTTP/1.1 200")
     deadline = time.monotonic() + 20
     while fake.disconnects == before and time.monotonic() < deadline:
