@@ -332,6 +332,9 @@ def test_outcomes_are_posted_and_a_serve_run_distils_into_a_pr_that_is_served_on
                for o in outcomes}
     server.recorded(kb, lambda found: all(len(found.get(c, {}).get("messages", ())) == n for c, n in lengths.items()))
     run = server.get("/brewkb/status")["run"]
+    plan = brewkb(kb, env, "distill", run, "--plan", "--json")  # reads what the server wrote, writes nothing
+    assert json.loads(plan.stdout)["trajectories"] == len(journal(kb, run)) and \
+        not (kb / "runs" / run / "rollouts.jsonl").exists()
     (tmp_path / "late.csv").write_text("conversation_id,success\nt8-1,false\n")
     imported = brewkb(kb, env, "import", f"runs/{run}", "--format", "serve", "--outcomes", str(tmp_path / "late.csv"),
                       "--json")

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from brewkb.agents import check_agent_name
-from brewkb.api.trajectories import recorded
+from brewkb.api.trajectories import recorded_conversations
 from brewkb.config import Config
 from brewkb.envs import load_environment
 from brewkb.errors import RunError
@@ -141,7 +141,8 @@ def distill_plan(run: str, *, strategy: str | None = None, iterations: int | Non
         recorded = folder.manifest().get("search_spec")
         spec = SearchSpec(**recorded["spec"]) if recorded is not None else SearchSpec.from_config(
             config.search, strategy=strategy, iterations=iterations, width=width, depth=depth)
-        logged = folder.read_trajectories(FILES["rollouts"]) or recorded(folder)  # a serve run not yet imported
+        # a serve run whose conversations are not imported yet: those distill will import
+        logged = folder.read_trajectories(FILES["rollouts"]) or recorded_conversations(folder)
         unlabelled = sum(t.success is None for t in logged)
         done = frozenset(s for s in (*STAGES, "outcomes", "search") if folder.stage_done(s))
         path = folder.file(FILES["concepts"])

@@ -27,7 +27,8 @@ from brewkb.trajectories.formats.serve import OUTCOMES_SUFFIX
 from brewkb.trajectories.outcomes import Labels, read_outcomes
 from brewkb.trajectories.schema import Outcome, Trajectory, content_id, read_jsonl
 
-__all__ = ["ImportResult", "import_trajectories", "import_recordings", "recorded", "ROLLOUTS", "PROGRESS_EVERY"]
+__all__ = ["ImportResult", "import_trajectories", "import_recordings", "recorded_conversations", "ROLLOUTS",
+           "PROGRESS_EVERY"]
 
 ROLLOUTS = "rollouts.jsonl"
 PROGRESS_EVERY = 1000
@@ -124,9 +125,11 @@ def import_recordings(target: Run, events: EventSink = null_sink) -> ImportResul
     return _import(target, target.path, "serve", items, None, True, events)  # a line being written is skipped
 
 
-def recorded(target: Run) -> list[Trajectory]:
+def recorded_conversations(target: Run) -> list[Trajectory]:
     """The conversations ``import_recordings`` would add, read without writing anything."""
-    return [t for t in import_file(target.path, "serve") if isinstance(t, Trajectory)] if _recording(target) else []
+    if not _recording(target):
+        return []
+    return [t for t in import_file(target.path, "serve") if isinstance(t, Trajectory)]
 
 
 def _check_importable(target: Run) -> None:
