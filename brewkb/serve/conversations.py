@@ -18,7 +18,6 @@ messages another starts with is that conversation's start).
 
 from __future__ import annotations
 
-import hashlib
 import re
 import secrets
 from collections import OrderedDict
@@ -26,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from brewkb.trajectories.formats.serve import message_key
+from brewkb.trajectories.formats.serve import text_of_content
 
 __all__ = ["Conversations", "Opened", "HEADER", "valid_id"]
 
@@ -40,12 +39,28 @@ def valid_id(value: str) -> bool:
 
 @dataclass
 class Opened:
-    """A request's conversation, and the digest of its messages (to which
-    the answer is added when it is known)."""
+    """A request's conversation, and the state of its messages (to which the
+    answer is added when it is known)."""
 
     id: str
     grouped_by: str
-    digest: Any = None
+    state: int | None = None
+
+
+def _then(state: int, message: Any) -> int:
+    """The state after ``message``: the messages so far compared by role, text,
+    tool calls and the call a result answers, the way
+    ``trajectories.formats.serve.message_key`` compares them. Python's own hash
+    (keyed per process) is enough here and costs a quarter of a digest: the
+    states live in this process only."""
+    if not isinstance(message, Mapping):
+        return hash((state, None))
+    calls = tuple((str(c.get("id") or ""), str(c["function"].get("name") or ""),
+                   str(c["function"].get("arguments") or ""))
+                  for c in message.get("tool_calls") or () if isinstance(c, Mapping)
+                  and isinstance(c.get("function"), Mapping))
+    return hash((state, str(message.get("role")), text_of_content(message.get("content")) or "", calls,
+                 str(message.get("tool_call_id") or "")))
 
 
 class Conversations:
@@ -53,38 +68,34 @@ class Conversations:
 
     def __init__(self, keep: int) -> None:
         self.keep = keep
-        self._by_state: OrderedDict[bytes, str] = OrderedDict()  # the state after a conversation's last turn
-        self._latest: dict[str, bytes] = {}
+        self._by_state: OrderedDict[int, str] = OrderedDict()  # the state after a conversation's last turn
+        self._latest: dict[str, int] = {}
         self.started = 0
 
     def open(self, messages: Sequence[Any], named: str | None) -> Opened:
         """The conversation of a request (``named``: the id the client sent)."""
         if named is not None:
             return Opened(named, "header")
-        digest = hashlib.blake2b(digest_size=16)
+        state = 0
         found: str | None = None
         for message in messages:
-            digest.update(message_key(message))
-            digest.update(b"\x00")
+            state = _then(state, message)
             if isinstance(message, Mapping) and message.get("role") == "assistant":
                 # only a conversation's last state is kept: an earlier one is a branch, a new conversation
-                found = self._by_state.get(digest.copy().digest(), found)
+                found = self._by_state.get(state, found)
         if found is None:
             self.started += 1
             found = "c-" + secrets.token_hex(8)
-        return Opened(found, "history", digest)
+        return Opened(found, "history", state)
 
     def close(self, opened: Opened, answer: Mapping[str, Any]) -> None:
         """Note the state the conversation is in after ``answer``."""
-        if opened.digest is None:
+        if opened.state is None:
             return
-        digest = opened.digest.copy()
-        digest.update(message_key(answer))
-        digest.update(b"\x00")
         old = self._latest.pop(opened.id, None)
         if old is not None:
             self._by_state.pop(old, None)
-        state = digest.digest()
+        state = _then(opened.state, answer)
         self._by_state[state] = opened.id
         self._latest[opened.id] = state
         while len(self._by_state) > self.keep:

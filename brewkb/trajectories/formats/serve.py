@@ -87,17 +87,17 @@ def recorded_message(message: Any) -> dict[str, Any] | None:
 def message_key(message: Any) -> bytes:
     """What makes two copies of a message the same message: its role, text,
     tool calls and the call it answers (not the fields a client may add or
-    drop when it sends the message back, such as ``refusal: null``)."""
+    drop when it sends the message back, such as ``refusal: null``). Each part
+    is prefixed by its length, so no text can pass for two parts."""
     if not isinstance(message, Mapping):
         return b"?"
-    calls = []
+    parts = [str(message.get("role")), text_of_content(message.get("content")) or ""]
     for call in message.get("tool_calls") or ():
         if isinstance(call, Mapping):
             function = call.get("function") if isinstance(call.get("function"), Mapping) else {}
-            calls.append((call.get("id") or "", function.get("name") or "", function.get("arguments") or ""))
-    text = text_of_content(message.get("content")) or ""
-    return json.dumps([message.get("role"), text, calls, message.get("tool_call_id") or ""],
-                      ensure_ascii=False, default=str).encode()
+            parts += [str(call.get("id") or ""), str(function.get("name") or ""), str(function.get("arguments") or "")]
+    parts.append(str(message.get("tool_call_id") or ""))
+    return "".join(f"{len(part)}:{part}" for part in parts).encode("utf-8", "surrogatepass")
 
 
 def states(messages: Sequence[Any]) -> list[bytes]:
@@ -108,7 +108,6 @@ def states(messages: Sequence[Any]) -> list[bytes]:
     found = []
     for message in messages:
         digest.update(message_key(message))
-        digest.update(b"\x00")
         if isinstance(message, Mapping) and message.get("role") == "assistant":
             found.append(digest.copy().digest())
     return found
