@@ -2,7 +2,7 @@
 
 Each function opens the KB, owns the command's one event loop (``loop``), and
 calls runs, the search, the stages and the subsystems below them. It may import
-anything but the CLI.
+anything but the CLI and the HTTP server (``brewkb.serve``), which call it.
 
 Submodules are imported on first use so light commands stay light.
 """
