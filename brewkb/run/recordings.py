@@ -172,7 +172,11 @@ class Recorder:
                 self._held.clear()
                 return
             if item is not None:
-                self._take(item)
+                try:
+                    self._take(item)
+                except Exception as exc:  # one odd turn never stops the recording of the others
+                    self.counts["failed"] += 1
+                    log.error("a turn of conversation %s not recorded: %s", item.conversation, exc)
             now = time.monotonic()
             if now - last >= min(self.idle, 1.0) / 2:
                 last = now
