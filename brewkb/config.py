@@ -331,7 +331,7 @@ def load_config(root: Path, environ: typing.Mapping[str, str] | None = None) -> 
     can use an endpoint only when its secrets exist)."""
     path = root / CONFIG_FILE
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # -sig: a byte-order mark is not TOML
     except FileNotFoundError:
         text = ""
     try:

@@ -15,8 +15,8 @@ from brewkb.trajectories.formats import FORMATS
 @click.argument("source", type=click.Path(exists=True, path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(list(FORMATS)), required=True, help="Format of SOURCE.")
 @click.option("--run", default=None, help="Run to add them to (default: import-<file name>).")
-@click.option("--split", default="train", show_default=True, type=click.Choice(["train", "eval", "test"]),
-              help="Split the trajectories belong to (test is refused: the test split stays out of runs).")
+@click.option("--split", default="train", show_default=True, type=click.Choice(["train", "eval"]),
+              help="Split the trajectories belong to in the run (the test split stays out of runs).")
 @click.option("--tasks", type=click.Path(exists=True, path_type=Path), default=None,
               help="Task context: OSWorld's tasks folder, or a tau2 domain's tasks.json.")
 @click.option("--outcomes", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
@@ -57,6 +57,9 @@ def import_cmd(source: Path, fmt: str, run: str | None, split: str, tasks: Path 
     if outcomes is not None:
         echo(f"Labels from {outcomes.name}: attached to {_count(result.labels_attached, 'conversation')}"
              + (f" ({result.relabelled} already in the run relabelled)" if result.relabelled else "") + ".")
+    if result.never_ran:
+        note(f"left out {_count(result.never_ran, 'record')} of conversations that never ran (no messages, or "
+             "the harness failed before they began)")
     if result.unlabelled:
         have = "conversation has" if result.unlabelled == 1 else "conversations have"
         note(f"{result.unlabelled} {have} no known outcome: `brewkb distill` has the judge grade them when an "

@@ -14,6 +14,7 @@ Foreign exceptions are translated into ``brewkb.errors.GitError`` subclasses.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -133,11 +134,14 @@ class GitStore(Notes):
     def resolve(self, rev: str) -> str:
         """Commit id of ``rev`` (a branch, tag, id, ``HEAD~2``...)."""
         self.flush_objects()  # GitPython reads through git
+        if re.search(r"^[^:]+:(?![^{]*})", rev):  # `REV:PATH` names a file of a commit (`:/text` and `@{…}` are commits)
+            raise GitError(f"{rev[:200]!r} names a path inside a revision, not a commit: give a branch, tag or commit "
+                           "without `:PATH`")
         try:
             obj = self._repo.rev_parse(rev)
             while obj.type == "tag":
                 obj = obj.object
-        except (BadName, BadObject, ValueError, git.GitCommandError, IndexError):
+        except (BadName, BadObject, ValueError, git.GitCommandError, IndexError, KeyError):
             pr = [ref.short for ref, _ in refs_of_kind(self.list_refs(PREFIX), "pr")]
             raise GitError(f"unknown revision {rev!r}: give a branch, tag or commit of this KB"
                            + (f" (the runs' PR branches: {', '.join(pr)})" if pr else "")) from None

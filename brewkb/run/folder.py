@@ -53,11 +53,15 @@ class Run:
         except Exception as exc:
             raise RunError(str(exc)) from None
         path = runs_dir / run_id
+        _refuse_links(runs_dir, runs_dir.parent, "; to keep runs elsewhere, set kb.runs_dir in brewkb.toml")
+        _refuse_links(path, runs_dir)
         if not path.is_dir():
             if not create:
                 known = sorted(p.name for p in runs_dir.iterdir() if p.is_dir()) if runs_dir.is_dir() else []
                 raise RunError(f"no run {run_id!r} in {runs_dir}; runs: {', '.join(known) or 'none'}")
             path.mkdir(parents=True)
+        for entry in os.scandir(path):
+            _refuse_links(Path(entry.path), path)
         return cls(run_id, path)
 
     def file(self, name: str) -> Path:
@@ -145,6 +149,15 @@ class Run:
 
     def write_trajectories(self, name: str, trajectories: Iterable[Trajectory]) -> int:
         return write_jsonl(self.file(name), trajectories)
+
+
+def _refuse_links(path: Path, parent: Path, hint: str = "") -> None:
+    """Refuse ``path`` when it is a link that leads out of ``parent``: brewkb
+    writes into run folders and would write through it (a committed
+    ``runs/RUN/plots`` pointing at another folder)."""
+    if path.is_symlink() and not path.resolve().is_relative_to(parent.resolve()):
+        raise RunError(f"{path} is a link to {path.resolve()}, outside {parent}; brewkb writes into run folders "
+                       f"and does not follow links out of them: replace the link with a folder of its own{hint}")
 
 
 def _read_owner(path: Path) -> dict[str, Any] | None:

@@ -225,9 +225,7 @@ def _html(markdown: str, view: RunView, svg: str | None) -> str:
 def write_report(run: str, *, start: Path = Path(".")) -> list[Path]:
     """Write ``runs/RUN/report.md``, ``report.html`` and ``plots/rewards.svg``."""
     with KB.open(start) as kb:
-        folder = kb.runs_dir / run
-        if not folder.is_dir():
-            raise RunError(f"no run {run!r} in {kb.runs_dir}")
+        folder = Run.at(kb.runs_dir, run).path  # an unknown run lists the runs; links out of the folder are refused
         view = load_run(kb, run)
         manifest = Run(run, folder).manifest()
         config = (folder / "config.toml").read_text() if (folder / "config.toml").exists() else ""
