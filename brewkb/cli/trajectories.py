@@ -39,6 +39,9 @@ def import_cmd(source: Path, fmt: str, run: str | None, split: str, tasks: Path 
         count = len(result.unmatched_labels)
         note(f"warning: {count} {'id' if count == 1 else 'ids'} of {outcomes} match no imported conversation: "
              f"{shown}")
+    if result.never_ran:
+        note(f"left out {_count(result.never_ran, 'record')} of conversations that never ran (no messages, or "
+             "the harness failed before they began)")
     if as_json:
         echo_json(result.to_json())
         return
@@ -57,9 +60,6 @@ def import_cmd(source: Path, fmt: str, run: str | None, split: str, tasks: Path 
     if outcomes is not None:
         echo(f"Labels from {outcomes.name}: attached to {_count(result.labels_attached, 'conversation')}"
              + (f" ({result.relabelled} already in the run relabelled)" if result.relabelled else "") + ".")
-    if result.never_ran:
-        note(f"left out {_count(result.never_ran, 'record')} of conversations that never ran (no messages, or "
-             "the harness failed before they began)")
     if result.unlabelled:
         have = "conversation has" if result.unlabelled == 1 else "conversations have"
         note(f"{result.unlabelled} {have} no known outcome: `brewkb distill` has the judge grade them when an "
