@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,8 @@ from brewkb.trajectories.tools import user_turns
 __all__ = ["DistillResult", "distill", "adistill"]
 
 BASE, NEW = "base KB", "new KB"
+log = logging.getLogger(__name__)
+
 
 def _hold_out(folder: Run) -> tuple[set[str], set[str]]:
     """Write the eval part of the logs as the run's eval rollouts and record
@@ -204,6 +207,8 @@ async def _distill(kb: KB, folder: Run, strategy: str | None, iterations: int | 
     base = recorded["base"] if recorded else kb.store.head_commit()
     kb.recipes(base[:12])  # a base recipe no reader takes is named now (and skipped in the comparison), not at the end
     if not recorded:
+        for line in kb.uncommitted():
+            log.warning(line)
         folder.set_manifest("search_spec", {"base": base, "spec": dataclasses.asdict(spec), "kind": "distill"})
     kb.config = dataclasses.replace(kb.config, stages=dataclasses.replace(kb.config.stages, relabel=False))
     async with Pipeline.open(kb, folder, no_cache=no_cache, events=events) as pipeline:

@@ -53,10 +53,11 @@ def distill_cmd(run: str, strategy: str | None, iterations: int | None, width: i
         if final.get("left_out"):  # the reason says its final reward
             chosen = f"{'left out' if final['base'] == 'root' else 'kept the base version'} ({final['left_out']})"
         else:
-            node = f"kept the {final['base']} version" if final["kept"] else \
-                f"n{final['node']}" + (" (the search's root)" if final["node"] == 0 else "")
+            node = f"kept the {'base' if final['base'] == 'kb' else 'first'} version" if final["kept"] else \
+                f"n{final['node']}" + (" (the search's first version)" if final["node"] == 0 else "")
             chosen = f"{node}, final {final['reward']:.3f}"
-        echo(f"  {concept:32} base {final['base_reward']:.3f} → {chosen}")
+        start = "base" if final["base"] == "kb" else "new, first version"
+        echo(f"  {concept:32} {start} {final['base_reward']:.3f} → {chosen}")
     for concept, notes in result.merged.items():
         for note in notes:
             echo(f"  {concept}: {note}")

@@ -189,21 +189,57 @@ def _bug() -> None:
     sys.exit(EXIT_BUG)
 
 
+_signalled: list[int] = []
+"""The signals received (SIGINT, SIGTERM): once one came, the command ends as interrupted, whatever error follows."""
+
+
 def _interrupt(signum: int, frame: object) -> None:
+    _signalled.append(signum)
     raise KeyboardInterrupt
 
 
+def _leave(signum: int, frame: object) -> None:
+    os._exit(EXIT_INTERRUPTED)  # a signal while the interpreter shuts down: the outcome is already printed
+
+
+def _interrupted() -> None:
+    click.echo("brewkb: interrupted; what finished is kept (`brewkb runs` says how a run continues)", err=True)
+    sys.exit(EXIT_INTERRUPTED)
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Run the CLI and map every outcome to an exit code."""
+    """Run the CLI and map every outcome to an exit code. A signal wins over
+    the error it causes: Ctrl-C in a terminal reaches the whole process group,
+    so git's children may die first and the command see a broken pipe or a
+    failed git call before its own KeyboardInterrupt."""
     import signal
 
     signal.signal(signal.SIGTERM, _interrupt)  # `kill`, `timeout` or a CI job's end stops a command as Ctrl-C does
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where a parent chose to ignore it
+        signal.signal(signal.SIGINT, _interrupt)
+    try:
+        _main(argv)
+    except SystemExit as exc:
+        code = exc.code
+    else:
+        code = 0
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        if signal.getsignal(signum) is _interrupt:
+            signal.signal(signum, _leave)
+    if _signalled and code != EXIT_INTERRUPTED:
+        _interrupted()
+    sys.exit(code)
+
+
+def _main(argv: list[str] | None) -> None:
     try:
         cli.main(args=argv, prog_name="brewkb", standalone_mode=False)
     except BudgetExhausted as exc:
         click.echo(f"brewkb: {exc}", err=True)
         sys.exit(EXIT_BUDGET)
     except BrewError as exc:
+        if _signalled:
+            _interrupted()
         click.echo(f"brewkb: error: {exc}", err=True)
         sys.exit(EXIT_ERROR)
     except click.exceptions.Exit as exc:
@@ -212,18 +248,22 @@ def main(argv: list[str] | None = None) -> None:
         exc.show()
         sys.exit(exc.exit_code)
     except (KeyboardInterrupt, click.Abort):
-        click.echo("brewkb: interrupted", err=True)
-        sys.exit(EXIT_INTERRUPTED)
+        _interrupted()
     except BrokenPipeError:
+        if _signalled:
+            _interrupted()
         sys.stderr.close()
         sys.exit(EXIT_ERROR)
     except OSError as exc:
         from brewkb.fsutil import is_disk_full
 
+        if _signalled:
+            _interrupted()
         if not is_disk_full(exc):
             _bug()
         click.echo(f"brewkb: error: {DiskFullError.of(exc)}", err=True)
         sys.exit(EXIT_ERROR)
     except Exception:
+        if _signalled:
+            _interrupted()
         _bug()
-    sys.exit(0)

@@ -62,8 +62,11 @@ def refine_cmd(strategy: str | None, iterations: int | None, width: int | None, 
          f"reused {result.episodes_reused} (the PR counts the whole run's).")
     for concept, info in result.concepts.items():
         final = info["final"]
-        chosen = "kept the base version" if final["kept"] else f"n{final['node']}"
-        echo(f"  {concept:32} base {final['base_reward']:.3f} → {chosen}, final reward {final['reward']:.3f}")
+        new = final["base"] == "root"  # a recipe the base KB does not have: its first version stands for the base
+        chosen = (f"left out ({final['left_out']})" if final.get("left_out") and new else
+                  f"kept the {'first' if new else 'base'} version" if final["kept"] else f"n{final['node']}")
+        echo(f"  {concept:32} {'new, first version' if new else 'base'} {final['base_reward']:.3f} → {chosen}, "
+             f"final reward {final['reward']:.3f}")
     echo(f"Review: git diff HEAD brew/{result.run}/pr   ·   brewkb tree {result.run}")
 
 

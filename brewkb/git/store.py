@@ -90,6 +90,22 @@ class GitStore(Notes):
                   "--only", "--", *paths)
         return self.head_commit()
 
+    def uncommitted(self, paths: Sequence[str]) -> list[tuple[str, str]]:
+        """``(path, state)`` of each file under ``paths`` whose working-tree content is not ``HEAD``'s:
+        ``untracked``, ``deleted`` or ``changed`` (staged or not)."""
+        if self.work_tree is None:
+            return []
+        fields = iter(self._git("status", "--porcelain", "-z", "--untracked-files=all", "--", *paths).split("\0"))
+        found = []
+        for entry in fields:
+            if len(entry) < 4:
+                continue
+            code, path = entry[:2], entry[3:]
+            if "R" in code or "C" in code:
+                next(fields, None)  # the name it had
+            found.append((path, "untracked" if code == "??" else "deleted" if "D" in code else "changed"))
+        return found
+
     # ------------------------------------------------------------------ basics
     @property
     def is_bare(self) -> bool:

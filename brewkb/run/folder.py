@@ -23,7 +23,7 @@ from brewkb.fsutil import append_line, write_atomic
 from brewkb.git.refs import check_run_id
 from brewkb.trajectories.schema import Trajectory, read_jsonl, write_jsonl
 
-__all__ = ["Run", "Journal", "new_run_id", "STAGES", "FILES", "LOCK"]
+__all__ = ["Run", "Journal", "new_run_id", "holder", "STAGES", "FILES", "LOCK", "MANIFEST"]
 
 log = logging.getLogger(__name__)
 LOCK = "run.lock"
@@ -158,6 +158,14 @@ def _refuse_links(path: Path, parent: Path, hint: str = "") -> None:
     if path.is_symlink() and not path.resolve().is_relative_to(parent.resolve()):
         raise RunError(f"{path} is a link to {path.resolve()}, outside {parent}; brewkb writes into run folders "
                        f"and does not follow links out of them: replace the link with a folder of its own{hint}")
+
+
+def holder(lock: Path) -> dict[str, Any] | None:
+    """Who holds the run lock ``lock`` (``pid``, ``host``, ``command``), or ``None`` when no live process does."""
+    held = _read_owner(lock) if lock.exists() else None
+    if held is None or held.get("host") == socket.gethostname() and not _alive(int(held.get("pid", 0))):
+        return None
+    return held
 
 
 def _read_owner(path: Path) -> dict[str, Any] | None:

@@ -162,7 +162,7 @@ def _html_tree(tree: Tree, best: int, final: str = "") -> str:
     def item(node_id: int) -> str:
         n = tree.nodes[node_id]
         reward = "–" if n.reward is None else f"{n.reward:.3f}"
-        label = f"n{n.id} · R {reward} · mean {n.mean:.3f} · {n.visits} visits" + (" ★" if node_id in on_path else "")
+        label = f"n{n.id} · R {reward} · mean {n.mean:.3f} · {n.visits} visit{'' if n.visits == 1 else 's'}" + (" ★" if node_id in on_path else "")
         label += f" · {final}" if final and node_id == best else ""
         children = "".join(item(c) for c in n.children)
         return f"<li>{html.escape(label)}{'<ul>' + children + '</ul>' if children else ''}</li>"
