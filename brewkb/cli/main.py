@@ -198,10 +198,6 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def _leave(signum: int, frame: object) -> None:
-    os._exit(EXIT_INTERRUPTED)  # a signal while the interpreter shuts down: the outcome is already printed
-
-
 def _interrupted() -> None:
     click.echo("brewkb: interrupted; what finished is kept (`brewkb runs` says how a run continues)", err=True)
     sys.exit(EXIT_INTERRUPTED)
@@ -214,19 +210,24 @@ def main(argv: list[str] | None = None) -> None:
     failed git call before its own KeyboardInterrupt."""
     import signal
 
+    before = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
     signal.signal(signal.SIGTERM, _interrupt)  # `kill`, `timeout` or a CI job's end stops a command as Ctrl-C does
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where a parent chose to ignore it
+    if before[signal.SIGINT] is signal.default_int_handler:  # not where a parent chose to ignore it
         signal.signal(signal.SIGINT, _interrupt)
+    late = False
     try:
-        _main(argv)
-    except SystemExit as exc:
-        code = exc.code
-    else:
-        code = 0
-    for signum in (signal.SIGTERM, signal.SIGINT):
+        try:
+            _main(argv)
+        except SystemExit as exc:
+            code = exc.code
+        else:
+            code = 0
+    except KeyboardInterrupt:  # a signal between the command's end and here
+        code, late = None, True
+    for signum, handler in before.items():
         if signal.getsignal(signum) is _interrupt:
-            signal.signal(signum, _leave)
-    if _signalled and code != EXIT_INTERRUPTED:
+            signal.signal(signum, handler)
+    if (_signalled or late) and code != EXIT_INTERRUPTED:
         _interrupted()
     sys.exit(code)
 
