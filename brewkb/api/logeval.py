@@ -51,13 +51,15 @@ def evaluate_logs(logs: str, *, revs: Sequence[str] = (), contexts: Sequence[str
             raise BrewError(f"run {logs} holds no held-out conversations: logs of fewer than {HOLD_OUT_EVERY} tasks "
                             f"cannot be split; import more, or evaluate other logs against it with "
                             f"`brewkb eval --logs OTHER --from-run {logs}`")
-        hint = ""
+        hint, names = "", {}
         if not revs and not contexts:
             contexts = BASELINES
             revs, hint = _default_revs(kb, learn_run.id)
+            names = dict(zip(revs, ["base KB", "new KB"], strict=False))  # as distill and the PR call them
         scrub = scrubber_of(kb.config.scrub)
         cases = cases_of(held, scrub.trajectory)
-        kbs = {_label(kb, rev): kb.recipes(None if rev in (".", "working-tree") else rev) for rev in revs}
+        kbs = {(f"{names[rev]} ({_label(kb, rev)})" if rev in names else _label(kb, rev)):
+               kb.recipes(None if rev in (".", "working-tree") else rev) for rev in revs}
         arms = compare_arms(kbs, learn + evaluation, cases, retriever_of(kb), scrub.trajectory, contexts)
         result = LogEvaluation(logs, learn_run.id, len(held), len(cases), arms, hint)
         if save_to:

@@ -9,11 +9,13 @@ already there first) only when the whole file was read. Without
 
 from __future__ import annotations
 
+import logging
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from brewkb.config import CONFIG_FILE
 from brewkb.envs.base import SPLITS
 from brewkb.errors import TrajectoryError
 from brewkb.events import Event, EventSink, null_sink
@@ -27,6 +29,7 @@ from brewkb.trajectories.schema import Trajectory, content_id, read_jsonl
 
 __all__ = ["ImportResult", "import_trajectories", "ROLLOUTS", "PROGRESS_EVERY"]
 
+log = logging.getLogger(__name__)
 ROLLOUTS = "rollouts.jsonl"
 PROGRESS_EVERY = 1000
 """Records between two progress notes."""
@@ -83,6 +86,9 @@ def import_trajectories(path: Path, fmt: str, *, run: str | None = None, split: 
     labels = read_outcomes(outcomes) if outcomes is not None else None
     items = import_file(path, fmt, split, tasks)
     with KB.open(start) as kb:
+        if kb.store.work_tree is not None and not (kb.root / CONFIG_FILE).is_file():
+            log.warning("%s is not a brewkb KB yet (no %s): the logs go into %s, and `brewkb init` makes it one "
+                        "before `brewkb distill`", kb.root, CONFIG_FILE, kb.runs_dir)
         run_id = run or f"import-{slugify(path.stem)}"
         new_folder = not (kb.runs_dir / run_id).is_dir()
         target = Run.at(kb.runs_dir, run_id, create=True)

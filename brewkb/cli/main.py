@@ -37,6 +37,19 @@ class LazyGroup(click.Group):
             return getattr(module, attr)  # type: ignore[no-any-return]
         return super().get_command(ctx, name)
 
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None,
+                                                                             list[str]]:
+        """An unknown command name gets the closest one (``distil`` → ``distill``)."""
+        try:
+            return super().resolve_command(ctx, args)
+        except click.UsageError:
+            import difflib
+
+            close = difflib.get_close_matches(args[0], self.list_commands(ctx), n=1, cutoff=0.6) if args else []
+            if not close:
+                raise
+            raise click.UsageError(f"No such command {args[0]!r}; did you mean {close[0]!r}?", ctx) from None
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """The command list from ``SUMMARIES``, importing only commands missing
         there (a test keeps them equal to the commands' own help)."""
@@ -119,7 +132,17 @@ SUMMARIES = {
 }
 
 
-@click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
+START = """\b
+Where to start:
+  brewkb demo                 the whole loop on a simulated shop, in a new KB
+  brewkb init                 make a folder (or your repository) a KB
+  brewkb import FILE --run R  your agent's logs; then brewkb distill R
+  brewkb refine --plan        what learning with your agent would cost
+  brewkb search / mcp         serve the recipes to an agent
+Options of a command: brewkb COMMAND --help"""
+
+
+@click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]}, epilog=START)
 @click.version_option(__version__, prog_name="brewkb")
 @click.option("-C", "directory", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Run as if brewkb was started in this folder.")

@@ -42,8 +42,7 @@ class GitStore(Notes):
             self._repo = git.Repo(path, search_parent_directories=search_parent)
         except git.InvalidGitRepositoryError:
             raise NotARepoError(
-                f"{path.resolve()} is not inside a git repository; run `brewkb init` there "
-                "(or `git init`)"
+                f"{path.resolve()} is not inside a git repository; run `brewkb init` there"
             ) from None
         except git.NoSuchPathError:
             raise GitError(f"{path}: no such folder") from None
@@ -169,7 +168,8 @@ class GitStore(Notes):
         try:
             return self._repo.head.commit.hexsha
         except ValueError:
-            raise GitError("the repository has no commits yet; commit your recipes first") from None
+            raise GitError("the repository has no commits yet; commit brewkb.toml and recipes/ first "
+                           "(git add -A && git commit -m 'Start a brewkb KB')") from None
 
     def head_branch(self) -> str:
         """The checked-out branch name; refuses a detached HEAD."""
