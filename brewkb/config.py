@@ -142,7 +142,7 @@ class AgentConfig:
 @dataclass(frozen=True)
 class ExecutorConfig:
     name: str = field(default="local", metadata=_choices("local", "ray"))
-    """``local``: a pool on this machine; ``ray``: a Ray cluster (``pip install 'brewkb[ray]'``)."""
+    """``local``: a pool on this machine; ``ray``: a Ray cluster (``pip install 'ray>=2.9'``)."""
     workers: int = field(default=2, metadata=_min(1))
     """Episodes in flight at once (threads, or asyncio tasks for LLM agents)."""
     address: str = ""
@@ -390,7 +390,7 @@ name = "shop-scripted"
 max_steps = 30
 
 [executor]
-name = "local"            # or "ray" (pip install 'brewkb[ray]'), with address = "ray://..."
+name = "local"            # or "ray" (pip install 'ray>=2.9'), with address = "ray://..."
 workers = 2
 
 [retrieval]

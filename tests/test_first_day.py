@@ -391,7 +391,7 @@ def test_tree_takes_the_concept_title_a_report_shows(refined: Path) -> None:
     by_title = brewkb(refined, "tree", "r", "--concept", "Cancel order")
     assert by_title.returncode == 0, by_title.stderr
     assert by_title.stdout == brewkb(refined, "tree", "r", "--concept", "cancel-order").stdout
-    assert by_title.stdout.startswith("cancel-order  (best n")
+    assert by_title.stdout.startswith("cancel-order  (★ n")
     wrong = brewkb(refined, "tree", "r", "--concept", "fly to the moon")
     assert wrong.returncode == 2 and "no concept 'fly to the moon' in run r" in wrong.stderr
 

@@ -69,6 +69,8 @@ def distill_cmd(run: str, strategy: str | None, iterations: int | None, width: i
              + ", ".join(f"{label} MRR {s['mrr']:.3f}" for label, s in scores.items()))
         echo(result.verdict)
     echo(f"Review: git diff HEAD brew/{result.run}/pr   ·   brewkb pr {result.run} --body-only")
+    echo(f"Then `brewkb gc {result.run}` deletes its {result.nodes} node branches (an archive ref keeps their "
+         "rewards for tree and pr).")
 
 
 def _print_plan(run: str, strategy: str | None, iterations: int | None, width: int | None, depth: int | None,

@@ -119,7 +119,7 @@ SUMMARIES = {
     "integrate": "Write one recipe per concept of RUN (into runs/RUN/recipes/).",
     "ledger": "Calls, tokens and estimated cost per role of RUN.",
     "lint": "Check recipe files (default: the KB's recipes folder). Exit 1 on errors.",
-    "mcp": "Serve the KB over the Model Context Protocol on stdio (needs brewkb[mcp]).",
+    "mcp": "Serve the KB over the Model Context Protocol on stdio (needs the mcp package).",
     "pr": "Print (or push) RUN's pull request: its branch and a body with changes, rewards and eval.",
     "refine": "Learn and refine the KB: the BREW stages, then the search; ends with a PR branch.",
     "reflect": "Grade RUN's trajectories, relabel failing ones, and reflect on all of them.",
@@ -128,7 +128,7 @@ SUMMARIES = {
     "runs": "List runs and how far each got.",
     "search": "Find the recipes that best match QUERY.",
     "show": "Print the recipe NAME.",
-    "tree": "Draw RUN's search trees (rebuilt from git) with rewards and visits; ★ marks the best path.",
+    "tree": "Draw RUN's search trees (rebuilt from git) with rewards and visits; ★ marks the chosen version's path.",
 }
 
 

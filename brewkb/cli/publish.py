@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from brewkb.cli.output import echo, echo_json
+from brewkb.cli.output import echo, echo_json, note
 
 
 @click.command("pr")
@@ -77,9 +77,11 @@ def export_skills_cmd(out_dir: str, rev: str | None, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help='Print {"run", "files": [paths]}.')
 def report_cmd(run: str, as_json: bool) -> None:
     """Write RUN's report: runs/RUN/report.md, report.html and plots."""
-    from brewkb.run.report import write_report
+    from brewkb.run.report import NO_PLOTS, write_report
 
     written = write_report(run)
+    if not any(path.suffix == ".svg" for path in written):
+        note(NO_PLOTS.format(run=run))
     if as_json:
         echo_json({"run": run, "files": [str(p) for p in written]})
         return

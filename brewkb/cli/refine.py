@@ -68,6 +68,8 @@ def refine_cmd(strategy: str | None, iterations: int | None, width: int | None, 
         echo(f"  {concept:32} {'new, first version' if new else 'base'} {final['base_reward']:.3f} → {chosen}, "
              f"final reward {final['reward']:.3f}")
     echo(f"Review: git diff HEAD brew/{result.run}/pr   ·   brewkb tree {result.run}")
+    echo(f"Then `brewkb gc {result.run}` deletes its {result.nodes} node branches (an archive ref keeps their "
+         "rewards for tree and pr).")
 
 
 def _print_plan(run: str | None, resume: str | None, base: str | None, strategy: str | None,
@@ -101,7 +103,10 @@ def _print_plan(run: str | None, resume: str | None, base: str | None, strategy:
 @click.option("--concept", default=None, help="Only this concept's tree.")
 @click.option("--json", "as_json", is_flag=True, help="Print the trees as JSON.")
 def tree_cmd(run: str, concept: str | None, as_json: bool) -> None:
-    """Draw RUN's search trees (rebuilt from git) with rewards and visits; ★ marks the best path."""
+    """Draw RUN's search trees (rebuilt from git) with rewards and visits; ★ marks the chosen version's path.
+
+    The chosen version is the one the PR holds: the final evaluation picks it, measuring the best candidates
+    again under the final KB, so its R (the search's own measure) can be below a sibling's."""
     from brewkb.api.refine import load_trees
     from brewkb.search.render import tree_json, tree_lines
 
@@ -135,4 +140,4 @@ def gc_cmd(run: str, as_json: bool) -> None:
     if as_json:
         echo_json({"run": run, "deleted": deleted})
         return
-    echo(f"Deleted {deleted} node branches of run {run}.")
+    echo(f"Deleted {deleted} node branch{'' if deleted == 1 else 'es'} of run {run}.")

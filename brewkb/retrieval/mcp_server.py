@@ -37,7 +37,8 @@ def _import_server() -> tuple[Any, type[Exception]]:
         from mcp.server.mcpserver import MCPServer
         from mcp.server.mcpserver.exceptions import ToolError
     except ImportError:
-        raise BrewError("the MCP server needs the `mcp` package: pip install 'brewkb[mcp]'") from None
+        raise BrewError("the MCP server needs the `mcp` package: pip install 'mcp>=2' (in brewkb's checkout: "
+                        "pip install '.[mcp]')") from None
     return MCPServer, ToolError
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import html
+import json
 from pathlib import Path
 from typing import Any
 
@@ -17,14 +18,15 @@ from brewkb.errors import RunError
 from brewkb.fsutil import write_atomic
 from brewkb.kb import KB
 from brewkb.llm.ledger import read_ledger, summarise
-from brewkb.run.folder import Run
-from brewkb.run.record import RunView, change_table, eval_table, final_label, load_run
+from brewkb.run.folder import LOG_EVAL_FILE, Run
+from brewkb.run.record import RunView, change_table, eval_table, final_label, load_run, logs_table
 from brewkb.search.render import mermaid
 from brewkb.search.tree import Tree
 
 __all__ = ["write_report", "plot_rewards"]
 
-NO_PLOTS = "Plots need matplotlib: `pip install 'brewkb[report]'`, then run `brewkb report {run}` again."
+NO_PLOTS = ("Plots need matplotlib: `pip install matplotlib` (in brewkb's checkout: `pip install '.[report]'`), then "
+            "run `brewkb report {run}` again.")
 
 
 def plot_rewards(view: RunView, path: Path) -> bool:
@@ -139,6 +141,9 @@ def _markdown(kb: KB, view: RunView, config: str, manifest: dict[str, Any], plot
            f"Base `{view.base[:12]}` → pull-request branch `brew/{view.run}/pr` (`{view.pr[:12]}`).", ""]
     if view.eval:
         out += ["## Evaluation", ""] + eval_table(view.eval) + [""]
+    logs = kb.runs_dir / view.run / LOG_EVAL_FILE
+    if logs.is_file():  # a distilled run's comparison with the baselines on held-out logs
+        out += ["## Compared with the baselines (held-out logs)", ""] + logs_table(json.loads(logs.read_text())) + [""]
     out += ["## Recipes", ""] + change_table(view) + [""]
     out += ["## Recipe text", ""] + _recipe_texts(kb, view)
     out += ["## Reward per iteration", ""]
@@ -231,7 +236,8 @@ def write_report(run: str, *, start: Path = Path(".")) -> list[Path]:
         config = (folder / "config.toml").read_text() if (folder / "config.toml").exists() else ""
         plot = folder / "plots" / "rewards.svg"
         plotted = plot_rewards(view, plot)
-        markdown = _markdown(kb, view, config, manifest, plotted)
+        if not plotted:
+            plot.unlink(missing_ok=True)  # an older plot would no longer match the report        markdown = _markdown(kb, view, config, manifest, plotted)
         write_atomic(folder / "report.md", markdown)
         svg = plot.read_text() if plotted else None
         write_atomic(folder / "report.html", _html(markdown, view, svg))

@@ -18,7 +18,7 @@ def _label(tree: Tree, node_id: int, on_path: set[int]) -> str:
 
 def tree_lines(tree: Tree, best: int) -> list[str]:
     on_path = set(tree.path(best)) if tree.nodes else set()
-    lines = [f"{tree.concept}  (best n{best})"]
+    lines = [f"{tree.concept}  (★ n{best}: the version chosen, measured again by the final evaluation)"]
 
     def walk(node_id: int, prefix: str, last: bool) -> None:
         lines.append(f"{prefix}{'└─ ' if last else '├─ '}{_label(tree, node_id, on_path)}")
