@@ -54,7 +54,8 @@ def logs_table(evaluation: LogEvaluation) -> list[str]:
                    "(repeatable).")
 @click.option("--logs", default=None, metavar="RUN",
               help="Measure retrieval on RUN's held-out logged conversations instead of running the agent.")
-@click.option("--split", default="test", show_default=True, type=click.Choice(["train", "eval", "test"]))
+@click.option("--split", default="test", show_default=True, type=click.Choice(["train", "eval", "test"]),
+              help="The environment's tasks to run: test is held out from every run's learning.")
 @click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True,
               help="Episodes per task, for stochastic agents.")
 @click.option("--from-run", default=None, help="Run whose trajectories the baselines remember (with --logs: the "

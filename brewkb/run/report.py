@@ -237,7 +237,8 @@ def write_report(run: str, *, start: Path = Path(".")) -> list[Path]:
         plot = folder / "plots" / "rewards.svg"
         plotted = plot_rewards(view, plot)
         if not plotted:
-            plot.unlink(missing_ok=True)  # an older plot would no longer match the report        markdown = _markdown(kb, view, config, manifest, plotted)
+            plot.unlink(missing_ok=True)  # an older plot would no longer match the report
+        markdown = _markdown(kb, view, config, manifest, plotted)
         write_atomic(folder / "report.md", markdown)
         svg = plot.read_text() if plotted else None
         write_atomic(folder / "report.html", _html(markdown, view, svg))
