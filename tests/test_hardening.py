@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from brewkb.retrieval.mcp_server import MAX_LINE
 from tests.conftest import REPO_ROOT, MakeRepo, recipe_text
 
 FIXTURES = REPO_ROOT / "tests" / "fixtures"
@@ -125,6 +126,12 @@ def _fuzz_lines(seed: int, count: int) -> list[str]:
     return lines
 
 
+def _sized(id_: str, size: int) -> str:
+    """A ping of exactly ``size`` bytes (without its newline)."""
+    head = json.dumps({"jsonrpc": "2.0", "id": id_, "method": "ping", "params": {"x": ""}})
+    return head[:-3] + "y" * (size - len(head)) + head[-3:]
+
+
 def test_mcp_server_answers_every_malformed_message_and_ends_with_its_input(make_repo: MakeRepo) -> None:
     root = make_repo({"recipes/pay.md": recipe_text("pay", "Pay an invoice")})
     malformed = ["[]", "null", "42", '"text"', "[" * 100_000, "{" * 50_000, '{"jsonrpc": "2.0"', "\x00\xff",
@@ -135,7 +142,7 @@ def test_mcp_server_answers_every_malformed_message_and_ends_with_its_input(make
                  json.dumps({"jsonrpc": "2.0", "id": True, "method": "ping"}),
                  json.dumps({"jsonrpc": "2.0", "id": "p", "method": "ping", "params": "x"}),
                  json.dumps({"jsonrpc": "2.0", "id": "m"}),
-                 json.dumps({"jsonrpc": "2.0", "id": "huge", "method": "ping", "params": {"x": "y" * 5_000_000}})]
+                 _sized("at-limit", MAX_LINE), _sized("over", MAX_LINE + 1)]
     fuzz = _fuzz_lines(seed=41, count=150)
     call = {"jsonrpc": "2.0", "id": "last", "method": "tools/call",
             "params": {"name": "search_recipes", "arguments": {"query": "invoice"}}}
@@ -149,7 +156,7 @@ def test_mcp_server_answers_every_malformed_message_and_ends_with_its_input(make
     assert all(r["jsonrpc"] == "2.0" and ("result" in r) != ("error" in r) for r in replies)
     by_id = {r["id"]: r for r in replies if r["id"] is not None}
     assert by_id["p"]["error"]["code"] == -32602 and by_id["m"]["error"]["code"] == -32600
-    assert "huge" not in by_id  # over the line limit: answered unread
+    assert by_id["at-limit"]["result"] == {} and "over" not in by_id  # one byte over the limit: answered unread
     errors = [r["error"] for r in replies if r["id"] is None]
     assert {"code": -32700, "message": "Parse error: nested too deeply"} in errors
     assert {"code": -32600, "message": "Invalid Request: `id` must be a string or an integer"} in errors

@@ -189,17 +189,19 @@ class _Lines:
         """Each line without its newline; ``None`` for a line over ``MAX_LINE``."""
         buffer, oversized = bytearray(), False
         while chunk := await self._read():
+            scanned = len(buffer)  # the bytes before hold no newline: search only what came
             buffer += chunk
-            while (end := buffer.find(b"\n")) != -1:
+            while (end := buffer.find(b"\n", scanned)) != -1:
                 line = bytes(buffer[:end])
                 del buffer[:end + 1]
-                yield None if oversized else line
+                scanned = 0
+                yield None if oversized or len(line) > MAX_LINE else line
                 oversized = False
             if len(buffer) > MAX_LINE:
                 buffer.clear()
                 oversized = True
         if oversized or buffer:
-            yield None if oversized else bytes(buffer)
+            yield None if oversized or len(buffer) > MAX_LINE else bytes(buffer)
 
     async def _lines(self) -> AsyncIterator[str]:
         import anyio
