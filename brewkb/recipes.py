@@ -83,9 +83,10 @@ def _refuse_aliases(fm: str) -> None:
         anchor = getattr(event, "anchor", None)
         if anchor is not None:
             what = "an alias" if isinstance(event, yaml.AliasEvent) else "an anchor"
+            mark = event.start_mark
             raise RecipeError(
                 f"front matter uses {what} (`{'*' if what == 'an alias' else '&'}{anchor[:40]}`), which recipes "
-                "do not allow; write the value out in full", event.start_mark.line + 2)
+                "do not allow; write the value out in full", mark.line + 2 if mark is not None else 2)
 
 
 class _Handler(frontmatter.YAMLHandler):

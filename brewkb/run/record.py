@@ -109,6 +109,7 @@ def load_run(kb: KB, run: str) -> RunView:
     pr = store.read_ref(str(BrewRef.pr(run)))
     if pr is None:
         require_run(kb, run, need="pr")
+        raise AssertionError("require_run raises for a run without a pr branch")
     base = find_base(store, run)
     search = SearchStore(store, run, base, kb.recipes_prefix())
     stored = search.load()
