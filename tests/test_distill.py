@@ -88,7 +88,7 @@ def test_distill_imported_logs_ends_with_a_clean_pr(kb: Path, tmp_path: Path, fm
     assert "7/7 stages (complete)" in brewkb(kb, "runs").stdout
     assert "reward = retrieval on the eval split" in done.stdout
     outcomes = [line.split(" → ", 1)[1] for line in done.stdout.splitlines() if " → " in line]
-    assert outcomes and all(re.fullmatch(r"(kept the (root|base) version|n\d+( \(the search's root\))?), final "
+    assert outcomes and all(re.fullmatch(r"(kept the (first|base) version|n\d+( \(the search's first version\))?), final "
                                          r"\d\.\d{3}|(left out|kept the base version) \(.*final reward.*\)", o)
                             for o in outcomes), outcomes
     changed = git(kb, "diff", "--name-only", "HEAD", "brew/air/pr").split()

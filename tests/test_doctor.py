@@ -86,7 +86,7 @@ def test_ollama_default_context_is_reported_as_truncation(repo: Path) -> None:
     assert result.returncode == 1
     assert "truncated" in row(result.stdout, "reflector")
     assert "arrived as 2048 tokens" in result.stdout and "num_ctx" in result.stdout
-    assert result.stderr.startswith("brewkb: error: 4 role(s) cannot work as configured")
+    assert result.stderr.startswith("brewkb: error: 4 roles cannot work as configured")
     assert "Traceback" not in result.stderr
 
 

@@ -150,7 +150,9 @@ def test_a_dead_endpoint_stops_the_command_at_once_with_one_message(tmp_path: Pa
     assert out.returncode == 1 and not TRACEBACK.search(out.stderr)
     assert asked == 1  # not one call per item: the first that could not connect stops the command
     *progress, error = out.stderr.splitlines()
-    assert progress == ["grades: 14 items"]  # 18 logs; the 4 of the test split enter no stage
+    assert progress == ["brewkb: WARNING: brewkb.toml has uncommitted changes: the run uses them as they are now "
+                        "(commit them to keep them with the KB)",  # the endpoint written above
+                        "grades: 14 items"]  # 18 logs; the 4 of the test split enter no stage
     assert error.startswith(f"brewkb: error: judge: cannot reach {dead.base_url}: no call of this command could "
                             "connect")
     assert "`brewkb doctor`" in error and error.endswith("run the same command again: finished items are kept and "
@@ -241,7 +243,7 @@ def test_a_run_of_the_wrong_kind_is_refused_with_the_command_that_fits(refined: 
     root = new_kb(tmp_path)
     assert brewkb(root, "import", str(tau), "--format", "tau-bench", "--run", "logs").returncode == 0
     early = brewkb(root, "pr", "logs")
-    assert early.stderr.strip() == "brewkb: error: run 'logs' has no pr branch yet; finish it with `brewkb distill logs`"
+    assert early.stderr.strip() == "brewkb: error: run logs has no search yet: `brewkb distill logs`"
     assert brewkb(root, "distill", "logs").returncode == 0
     learned = (root / "runs" / "logs" / "rollouts.jsonl").read_bytes()
     late = brewkb(root, "import", str(tau), "--format", "tau-bench", "--run", "logs")
@@ -391,7 +393,7 @@ def test_tree_takes_the_concept_title_a_report_shows(refined: Path) -> None:
     by_title = brewkb(refined, "tree", "r", "--concept", "Cancel order")
     assert by_title.returncode == 0, by_title.stderr
     assert by_title.stdout == brewkb(refined, "tree", "r", "--concept", "cancel-order").stdout
-    assert by_title.stdout.startswith("cancel-order  (best n")
+    assert by_title.stdout.startswith("cancel-order  (★ n")
     wrong = brewkb(refined, "tree", "r", "--concept", "fly to the moon")
     assert wrong.returncode == 2 and "no concept 'fly to the moon' in run r" in wrong.stderr
 

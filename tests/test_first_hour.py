@@ -88,7 +88,7 @@ def test_import_runs_gc_and_runs_speak_of_what_a_run_needs(tmp_path: Path) -> No
     kb = tmp_path / "kb"
     source = str(FIXTURES / "tau2-results.json")
     bogus = run(kb, "import", source, "--format", "tau2", "--split", "bogus")
-    assert bogus.returncode == 2 and "'bogus' is not one of 'train', 'eval', 'test'" in bogus.stderr
+    assert bogus.returncode == 2 and "'bogus' is not one of 'train', 'eval'." in bogus.stderr
     assert not (kb / "runs" / "import-tau2-results").exists()
     assert run(kb, "import", source, "--format", "tau2", "--run", "imp").returncode == 0
     gc = run(kb, "gc", "imp", "--json")
@@ -268,7 +268,7 @@ def test_pr_of_an_unknown_run_says_there_is_none(refined: tuple[Path, subprocess
     kb, _ = refined
     unknown = run(kb, "pr", "nosuch")
     assert unknown.returncode == 1 and "no run 'nosuch' in this repository" in unknown.stderr
-    assert "; its runs: r)" in unknown.stderr  # the runs it has, as other commands name them
+    assert " (its runs: r)" in unknown.stderr  # the runs it has, as other commands name them
     assert "--resume nosuch" not in unknown.stderr
 
 

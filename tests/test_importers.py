@@ -118,7 +118,7 @@ def test_import_cli_json(make_repo: MakeRepo) -> None:
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == {"run": "t2", "imported": 2, "skipped": 0, "already": 0, "total": 2,
                                       "success_rate": 0.5, "unlabelled": 0,
-                                      "labels_attached": 0, "relabelled": 0, "unmatched_labels": 0}
+                                      "labels_attached": 0, "relabelled": 0, "unmatched_labels": 0, "never_ran": 0}
     wrong = subprocess.run([sys.executable, "-m", "brewkb", "import", str(FIXTURES / "tau2-results.json"),
                             "--format", "openai"], cwd=root, capture_output=True, text=True)
     assert wrong.returncode == 1 and "looks like `tau2`" in wrong.stderr

@@ -21,7 +21,7 @@ def test_problems_carry_path_line_severity_and_a_fix(tmp_path: Path) -> None:
     (folder / "broken.md").write_text("---\nname: broken\ndescription: [x\n---\nbody\n")
     lines = [p.format() for p in lint_paths([folder])]
     broken = lines.pop(0)  # the parser's own words differ between libyaml and pure-Python PyYAML
-    assert broken.startswith(f"{folder}/broken.md:4: error: front matter is not valid YAML: ")
+    assert broken.startswith(f"{folder}/broken.md:3: error: front matter is not valid YAML: ")
     assert "expected ',' or ']'" in broken and broken.endswith(" — fix the YAML syntax")
     assert lines == [
         f"{folder}/renamed.md:3: error: name 'other' differs from the file name 'renamed' — "

@@ -293,11 +293,12 @@ def test_eval_on_logs_puts_the_kb_beside_every_baseline(distilled: Path) -> None
     lines = out.stdout.splitlines()
     assert lines[0].startswith("Held-out conversations of air: 4; scored: 3 (passed, with a write)")
     base = git(distilled, "rev-parse", "HEAD")[:12]
-    rows = [line.split()[0] for line in lines[4:9]]  # under "Query: the user's side of the conversation"
-    assert rows == ["none", "trajectories", "notes", base, "brew/air/pr"]
+    rows = [re.split(r"\s{2,}", line)[0] for line in lines[4:9]]  # under "Query: the user's side of the conversation"
+    assert rows == ["none", "trajectories", "notes", f"base KB ({base})", "new KB (brew/air/pr)"]
     assert lines[3].split() == ["MRR", "top-1", "top-3", "cover", "step", "F1", "strict", "F1", "documents"]
     data = json.loads(brewkb(distilled, "eval", "--logs", "air", "--json").stdout)
-    assert [a["label"] for a in data["arms"]] == ["none", "trajectories", "notes", base, "brew/air/pr"]
+    assert [a["label"] for a in data["arms"]] == ["none", "trajectories", "notes", f"base KB ({base})",
+                                                  "new KB (brew/air/pr)"]
     assert set(data["arms"][0]["scores"]) == {"conversation", "first turn"}
     assert data["arms"][0]["scores"]["conversation"]["mrr"] == 0.0
     # learned from the same logs: the test split names the task ids no stage read

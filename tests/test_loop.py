@@ -142,6 +142,21 @@ def test_pr_body_push_to_a_bare_remote(refined: Path, tmp_path: Path) -> None:
     assert out.stdout == body
 
 
+def test_pr_push_takes_a_remote_never_an_option(refined: Path) -> None:
+    def push(remote: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "brewkb", "pr", "r", "--push", remote], cwd=refined,
+                              capture_output=True, text=True)
+
+    for injected in ("--receive-pack=touch pwned", "-oX", "origin\n--receive-pack=touch pwned"):
+        refused = push(injected)
+        assert refused.returncode == 1 and refused.stderr.startswith(f"brewkb: error: {injected!r} is not a remote")
+        assert len(refused.stderr.splitlines()) == 1
+    missing = push("origin")
+    assert missing.returncode == 1
+    assert missing.stderr == "brewkb: error: no remote 'origin': git remote add origin URL (or pass the URL itself)\n"
+    assert not (refined / "pwned").exists() and not (refined / "runs" / "pwned").exists()
+
+
 def brewkb(cwd: Path, *args: str) -> str:
     return subprocess.run([sys.executable, "-m", "brewkb", *args], cwd=cwd, capture_output=True, text=True,
                           check=True).stdout

@@ -76,7 +76,9 @@ def test_bad_slugs_are_rejected(name: str) -> None:
         ("\ufeff---\nname: a\n---\nx\n", "byte-order mark", 1),
         ("name: a\n", "no front matter", 1),
         ("---\nname: a\ndescription: b\n", "not closed", 1),
-        ("---\nname: a\ndescription: [b\n---\nx\n", "not valid YAML", 4),
+        ("---\nname: a\ndescription: [b\n---\nx\n", "not valid YAML", 3),  # where the unclosed `[` is
+        ("---\nname: a\ndescription: \"b\n---\nx\n", "not valid YAML", 3),
+        ("---\nname: a\ndescription: &d b\ntags: [*d]\n---\nx\n", "an anchor", 3),
         ("---\n- a\n---\nx\n", "mapping", 2),
         ("---\nname: a\ntags: 3\n---\nx\n", "list of strings", None),
     ],

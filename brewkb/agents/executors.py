@@ -126,7 +126,8 @@ class RayExecutor:
         try:
             import ray
         except ImportError:
-            raise ConfigError("executor.name = \"ray\" needs Ray: pip install 'brewkb[ray]'") from None
+            raise ConfigError("executor.name = \"ray\" needs Ray: pip install 'ray>=2.9' (in brewkb's checkout: "
+                              "pip install '.[ray]')") from None
         self.ray = ray
         self.workers = workers
         if not ray.is_initialized():

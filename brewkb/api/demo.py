@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from brewkb.errors import BrewError, GitError
 from brewkb.events import EventSink, null_sink
 from brewkb.fsutil import write_atomic
 from brewkb.git.store import GitStore
+from brewkb.run.folder import Run
 from brewkb.run.record import EVAL_FILE
 from brewkb.run.report import write_report
 
@@ -77,13 +79,15 @@ def _inside_repo(path: Path) -> Path | None:
 
 
 def demo(*, directory: Path | None = None, backend: str = "offline", confirm: Callable[[str], bool] = lambda _: False,
-         publish: Path | None = None, small: bool = False, events: EventSink = null_sink) -> DemoResult:
+         publish: Path | None = None, small: bool = False, events: EventSink = null_sink,
+         command: str = "brewkb") -> DemoResult:
     """Create a KB in ``directory`` (default ``./brewkb-demo``), refine it on the
     shop world, and compare the learned KB with no KB on the test split
-    (``small``: a tenth of the tasks, see ``demo_config``)."""
+    (``small``: a tenth of the tasks, see ``demo_config``). ``command`` is how
+    the user runs brewkb, for the commands a message suggests."""
     root = (directory or Path.cwd() / "brewkb-demo").resolve()
     if root.exists() and any(root.iterdir()):
-        raise BrewError(f"{root} exists and is not empty; pass another --dir")
+        raise BrewError(f"{root} exists and is not empty; " + _made_before(root, command))
     enclosing = _inside_repo(root)
     if enclosing is not None and not confirm(f"{root} is inside the git repository {enclosing}; create the "
                                              "demo's own repository there anyway?"):
@@ -100,6 +104,28 @@ def demo(*, directory: Path | None = None, backend: str = "offline", confirm: Ca
     if publish is not None:
         _publish(root, publish)
     return DemoResult(root, result, columns, recipes)
+
+
+def _made_before(root: Path, command: str) -> str:
+    """What to do with a folder a demo already made (finished or interrupted), or with any other folder."""
+    if not (root / CONFIG_FILE).is_file() or not (root / "runs" / RUN).is_dir():
+        return "pass another --dir"
+    try:
+        with GitStore(root, search_parent=False) as store:
+            finished = store.read_ref(f"refs/heads/brew/{RUN}/pr") is not None
+    except GitError:
+        return "pass another --dir"
+    if finished and (root / "runs" / RUN / "report.md").is_file():
+        return (f"a finished demo is there (its report: {root / 'runs' / RUN / 'report.html'}); pass another --dir "
+                "to make a new one, or delete the folder")
+    here = shlex.quote(str(root))
+    try:  # a demo stopped before its search started continues with --run, one stopped in the search with --resume
+        searching = Run(RUN, root / "runs" / RUN).manifest().get("search_spec") is not None
+    except BrewError:
+        searching = False
+    refine = f"refine --resume {RUN}" if searching else f"refine --run {RUN}"
+    return (f"an interrupted demo is there: finish it with `{command} -C {here} {refine} && {command} "
+            f"-C {here} report {RUN}`, or delete the folder (or pass another --dir) to start again")
 
 
 async def _refine_and_evaluate(root: Path, events: EventSink) -> tuple[RefineResult, list[Column]]:

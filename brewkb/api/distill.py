@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -13,11 +14,11 @@ from typing import Any
 from brewkb.api.logeval import LOG_EVAL_FILE
 from brewkb.api.loop import run_command
 from brewkb.api.trajectories import import_recordings
-from brewkb.errors import NotBetterError, RunError
+from brewkb.errors import NotBetterError, RecipeError, RunError
 from brewkb.events import EventSink, null_sink
 from brewkb.fsutil import write_atomic
 from brewkb.kb import KB
-from brewkb.recipes import parse_recipe
+from brewkb.recipes import Recipe, parse_recipe
 from brewkb.retrieval.logeval import Case, LogEvaluation, cases_of, compare_arms
 from brewkb.retrieval.ranking import Retriever, retriever_of
 from brewkb.run.folder import FILES, Run
@@ -37,6 +38,8 @@ from brewkb.trajectories.tools import user_turns
 __all__ = ["DistillResult", "distill", "adistill"]
 
 BASE, NEW = "base KB", "new KB"
+log = logging.getLogger(__name__)
+
 
 def _hold_out(folder: Run) -> tuple[set[str], set[str]]:
     """Write the eval part of the logs as the run's eval rollouts and record
@@ -204,7 +207,10 @@ async def _distill(kb: KB, folder: Run, strategy: str | None, iterations: int | 
         kb.config.search, strategy=strategy, iterations=iterations, width=width, depth=depth, lambda_corr=0.0,
         lambda_ret=1.0)
     base = recorded["base"] if recorded else kb.store.head_commit()
+    kb.recipes(base[:12])  # a base recipe no reader takes is named now (and skipped in the comparison), not at the end
     if not recorded:
+        for line in kb.uncommitted():
+            log.warning(line)
         folder.set_manifest("search_spec", {"base": base, "spec": dataclasses.asdict(spec), "kind": "distill"})
     kb.config = dataclasses.replace(kb.config, stages=dataclasses.replace(kb.config.stages, relabel=False))
     async with Pipeline.open(kb, folder, no_cache=no_cache, events=events) as pipeline:
@@ -267,12 +273,22 @@ def _compare(kb: KB, store: SearchStore, logged: list[Trajectory], split: tuple[
     baselines remember every conversation that is not a test one."""
     held, test = split
     final = store.final_commit()
-    kbs = {BASE: [parse_recipe(t.decode()) for t in store.git.read_folder(store.base, store.recipes_dir).values()],
-           NEW: [parse_recipe(t.decode()) for t in store.git.read_folder(final or store.base, store.recipes_dir).values()]}
+    kbs = {BASE: _readable(store, store.base), NEW: _readable(store, final or store.base)}
     tested = [t for t in logged if t.task_id in test]
     cases = cases_of(tested, scrub.trajectory)
     arms = compare_arms(kbs, [t for t in logged if t.task_id not in test], cases, retriever, scrub.trajectory)
     return LogEvaluation(store.run, store.run, len(tested), len(cases), arms)
+
+
+def _readable(store: SearchStore, commit: str) -> list[Recipe]:
+    """The recipes of ``commit`` that parse; the others were named when the run started (``KB.recipes``)."""
+    found = []
+    for text in store.git.read_folder(commit, store.recipes_dir).values():
+        try:
+            found.append(parse_recipe(text.decode("utf-8")))
+        except (RecipeError, UnicodeDecodeError):
+            continue
+    return found
 
 
 def _mapping(folder: Run) -> dict[str, str]:

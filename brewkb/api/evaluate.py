@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,7 @@ from brewkb.trajectories.schema import Trajectory, read_jsonl
 
 __all__ = ["Column", "Effect", "evaluate", "aevaluate"]
 
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -157,6 +159,7 @@ async def aevaluate(*, revs: Sequence[str] = (), contexts: Sequence[str] = (), s
     if not revs and not contexts:
         contexts, revs = ("none",), (".",)
     with KB.open(start, require_config=True) as kb:
+        target = Run.at(kb.runs_dir, save_to) if save_to else None  # a typo is refused before any episode runs
         config = kb.config
         if env_name or data is not None:
             config = dataclasses.replace(config, env=dataclasses.replace(
@@ -178,11 +181,23 @@ async def aevaluate(*, revs: Sequence[str] = (), contexts: Sequence[str] = (), s
             await executor.aclose()
             if client is not None:
                 await client.aclose()
-        if save_to:
-            run = Run.at(kb.runs_dir, save_to)
-            write_atomic(run.file(EVAL_FILE), json.dumps({"split": split, "repeats": repeats, "columns": [
+        if target is not None:
+            _replacing(target)
+            write_atomic(target.file(EVAL_FILE), json.dumps({"split": split, "repeats": repeats, "columns": [
                 c.to_json() for c in columns]}, indent=2) + "\n")
         return columns
+
+
+def _replacing(run: Run) -> None:
+    """Say what evaluation a run held before this one replaces it (its report and PR show only one)."""
+    try:
+        old = json.loads(run.file(EVAL_FILE).read_text(encoding="utf-8"))
+        held = ", ".join(str(c["label"]) for c in old["columns"])
+        split = old["split"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    log.warning("replaced the evaluation runs/%s/%s held (%s split: %s); the run's report and PR show this one now",
+                run.id, EVAL_FILE, split, held)
 
 
 async def evaluate_arms(kb: KB, agent: Any, env: Any, executor: Any, *, revs: Sequence[str] = (),

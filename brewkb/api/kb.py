@@ -11,7 +11,7 @@ from brewkb.errors import BrewError, GitError
 from brewkb.fsutil import write_atomic
 from brewkb.git.store import GitStore
 from brewkb.kb import KB
-from brewkb.lint import Problem, fix_bom, lint_paths
+from brewkb.lint import Problem, fix_bom, lint_paths, recipe_files
 from brewkb.recipes import Recipe
 from brewkb.trajectories.scrub import scrubber_of
 
@@ -31,6 +31,8 @@ class InitResult:
     created: list[str] = field(default_factory=list)
     git_initialised: bool = False
     commit: str | None = None
+    already: bool = False
+    """The folder was a KB already (its ``brewkb.toml`` is kept; nothing was done)."""
 
 
 def _repo_top(path: Path) -> Path | None:
@@ -54,8 +56,8 @@ def init_kb(path: Path, *, force: bool = False, commit: bool = True) -> InitResu
     if path.exists() and not path.is_dir():
         raise BrewError(f"{path} is a file; pass a folder")
     config = path / CONFIG_FILE
-    if config.exists() and not force:
-        raise BrewError(f"{config} exists; use --force to overwrite it")
+    if config.exists() and not force:  # running init again is a common slip, not an error
+        return InitResult(root=path, already=True)
     top = _repo_top(path) if path.exists() else None
     if top is not None and top != path:
         raise BrewError(
@@ -104,11 +106,12 @@ def _first_commit(root: Path, created: list[str]) -> str | None:
 
 
 def lint(paths: list[Path], *, start: Path = Path("."), fix: bool = False,
-         fixed: list[Path] | None = None) -> list[Problem]:
+         fixed: list[Path] | None = None, checked: list[Path] | None = None) -> list[Problem]:
     """Lint recipe files or folders; without paths, the KB's recipes folder
     (where a recipe in a sub-folder, which no command reads, is a warning).
     ``fix`` removes UTF-8 byte-order marks first (the only change lint makes);
-    the files it changed are appended to ``fixed`` when it is given."""
+    the files it changed are appended to ``fixed`` when it is given, the files
+    it read to ``checked``."""
     scrubber = None
     nested: list[Problem] = []
     max_kb = KBConfig().max_recipe_kb
@@ -130,6 +133,8 @@ def lint(paths: list[Path], *, start: Path = Path("."), fix: bool = False,
         changed = fix_bom(paths)
         if fixed is not None:
             fixed.extend(changed)
+    if checked is not None:
+        checked.extend(recipe_files(paths))
     return sorted(lint_paths(paths, scrubber, max_kb) + nested, key=lambda p: (p.path, p.line, p.message))
 
 

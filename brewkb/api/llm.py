@@ -41,6 +41,8 @@ def cache_clear(*, run: str | None = None, role: str | None = None, start: Path 
     with KB.open(start) as kb:
         path = cache_path(kb.cache_dir)
         if not path.exists():
+            if run is not None:
+                _known(kb, run)
             return 0
         try:
             cache = ResponseCache(path)
@@ -51,8 +53,8 @@ def cache_clear(*, run: str | None = None, role: str | None = None, start: Path 
             log.warning("the LLM cache %s was damaged; deleted it", path)
             return 0
         try:
-            if run is not None and run not in cache.runs() and not (kb.runs_dir / run).is_dir():
-                raise RunError(f"no run {run!r} in {kb.runs_dir} and no cached reply of it; `brewkb runs` lists runs")
+            if run is not None and run not in cache.runs():
+                _known(kb, run)
             try:
                 return cache.clear(run=run, role=role)
             except LLMError:
@@ -63,6 +65,13 @@ def cache_clear(*, run: str | None = None, role: str | None = None, start: Path 
         ResponseCache.remove(path)
         log.warning("the LLM cache %s was damaged; deleted it", path)
         return 0
+
+
+def _known(kb: KB, run: str) -> None:
+    """Refuse a run that has neither a folder nor a cached reply (a typo), listing the runs."""
+    if not (kb.runs_dir / run).is_dir():
+        known = sorted(p.name for p in kb.runs_dir.iterdir() if p.is_dir()) if kb.runs_dir.is_dir() else []
+        raise RunError(f"no run {run!r} in {kb.runs_dir} and no cached reply of it; runs: {', '.join(known) or 'none'}")
 
 
 def ledger_totals(run: str, *, start: Path = Path(".")) -> dict[str, RoleTotals]:

@@ -13,6 +13,7 @@ logs.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -22,14 +23,15 @@ from brewkb.git.refs import BrewRef
 from brewkb.kb import KB
 from brewkb.retrieval.logeval import BASELINES, LogEvaluation, cases_of, compare_arms
 from brewkb.retrieval.ranking import retriever_of
-from brewkb.run.folder import FILES, Run
+from brewkb.run.folder import FILES, LOG_EVAL_FILE, Run
 from brewkb.trajectories.schema import Trajectory
 from brewkb.trajectories.scrub import scrubber_of
 from brewkb.trajectories.split import HOLD_OUT_EVERY, split_logs
 
 __all__ = ["evaluate_logs", "logged_split", "LOG_EVAL_FILE"]
 
-LOG_EVAL_FILE = "eval-logs.json"
+log = logging.getLogger(__name__)
+
 
 
 def evaluate_logs(logs: str, *, revs: Sequence[str] = (), contexts: Sequence[str] = (), from_run: str | None = None,
@@ -44,6 +46,7 @@ def evaluate_logs(logs: str, *, revs: Sequence[str] = (), contexts: Sequence[str
     with KB.open(start, require_config=True) as kb:
         held_run = _run(kb, logs, "--logs")
         learn_run = _run(kb, from_run, "--from-run") if from_run else held_run
+        target = _run(kb, save_to, "--run") if save_to else None
         learn, evaluation, held = logged_split(learn_run)
         if learn_run.id != held_run.id:
             held = _logged(held_run)
@@ -51,18 +54,22 @@ def evaluate_logs(logs: str, *, revs: Sequence[str] = (), contexts: Sequence[str
             raise BrewError(f"run {logs} holds no held-out conversations: logs of fewer than {HOLD_OUT_EVERY} tasks "
                             f"cannot be split; import more, or evaluate other logs against it with "
                             f"`brewkb eval --logs OTHER --from-run {logs}`")
-        hint = ""
+        hint, names = "", {}
         if not revs and not contexts:
             contexts = BASELINES
             revs, hint = _default_revs(kb, learn_run.id)
+            names = dict(zip(revs, ["base KB", "new KB"], strict=False))  # as distill and the PR call them
         scrub = scrubber_of(kb.config.scrub)
         cases = cases_of(held, scrub.trajectory)
-        kbs = {_label(kb, rev): kb.recipes(None if rev in (".", "working-tree") else rev) for rev in revs}
+        kbs = {(f"{names[rev]} ({_label(kb, rev)})" if rev in names else _label(kb, rev)):
+               kb.recipes(None if rev in (".", "working-tree") else rev) for rev in revs}
         arms = compare_arms(kbs, learn + evaluation, cases, retriever_of(kb), scrub.trajectory, contexts)
         result = LogEvaluation(logs, learn_run.id, len(held), len(cases), arms, hint)
-        if save_to:
-            write_atomic(Run.at(kb.runs_dir, save_to).file(LOG_EVAL_FILE),
-                         json.dumps(result.to_json(), indent=2) + "\n")
+        if target is not None:
+            if target.file(LOG_EVAL_FILE).exists():
+                log.warning("replaced the comparison runs/%s/%s held; the run's report shows this one now", target.id,
+                            LOG_EVAL_FILE)
+            write_atomic(target.file(LOG_EVAL_FILE), json.dumps(result.to_json(), indent=2) + "\n")
         return result
 
 

@@ -24,6 +24,7 @@ from brewkb.llm.ledger import Ledger, LedgerEntry, read_ledger, summarise
 from brewkb.retrieval.ranking import retriever_of
 from brewkb.run.budget import Limits
 from brewkb.run.folder import Journal, Run, new_run_id
+from brewkb.run.lookup import require_run
 from brewkb.run.pipeline import Pipeline
 from brewkb.run.record import EVAL_FILE, effects_table, eval_table, final_rows, left_out
 from brewkb.search.engine import SearchResult, SearchSpec, note_of, rebuild, search
@@ -126,6 +127,9 @@ async def _refine(run_id: str, *, resume: str | None, base: str | None, strategy
         if relabel is not None:
             kb.config = dataclasses.replace(kb.config, stages=dataclasses.replace(kb.config.stages, relabel=relabel))
         base_commit = recorded["base"] if recorded else kb.store.resolve(base) if base else kb.store.head_commit()
+        if recorded is None and not base:
+            for line in kb.uncommitted():
+                log.warning(line)
         spec = SearchSpec.from_record(recorded["spec"]) if recorded else SearchSpec.from_config(
             kb.config.search, strategy=strategy, iterations=iterations, width=width, depth=depth)
         if not recorded:
@@ -193,7 +197,7 @@ async def _search(kb: KB, pipeline: Pipeline, folder: Run, spec: SearchSpec, bas
                              iteration=spec.rounds + 1)
     # the KB the PR holds: the final gather, whether this process or an interrupted one wrote it
     result = dataclasses.replace(result, kb_commit=store.final_commit() or result.kb_commit)
-    events(Event("stage_finished", "final", message=f"{sum(not c.kept for c in choices.values())} recipes change"))
+    events(Event("stage_finished", "final", message=_changes(sum(not c.kept for c in choices.values()))))
     ledger = Ledger(folder.file("ledger.jsonl"))  # episodes run are recorded as they finish (BudgetedExecutor)
     ledger.record(LedgerEntry("agent", "episodes", cached=True, kind="episode", count=result.episodes_reused))
     return result, choices
@@ -274,6 +278,7 @@ def load_trees(run: str, *, start: Path = Path(".")) -> tuple[dict[str, Tree], d
     """The run's search trees rebuilt from git (node branches, or the archive
     after ``gc``), and the node of each tree whose document the PR holds."""
     with KB.open(start) as kb:
+        require_run(kb, run)
         base = find_base(kb.store, run)
         store = SearchStore(kb.store, run, base, kb.recipes_prefix())
         stored = store.load()
@@ -295,3 +300,7 @@ def gc(run: str, *, start: Path = Path(".")) -> int:
         if refs:
             SearchStore(kb.store, run, find_base(kb.store, run), kb.recipes_prefix()).archive()
         return kb.store.delete_refs(refs)
+
+
+def _changes(n: int) -> str:
+    return f"{n} recipe{'' if n == 1 else 's'} change{'s' if n == 1 else ''}"

@@ -14,7 +14,7 @@ from brewkb.events import EventSink, null_sink
 from brewkb.fsutil import write_atomic
 from brewkb.kb import KB
 from brewkb.recipes import Recipe, render_for_file, slugify
-from brewkb.run.folder import STAGES, Run, new_run_id
+from brewkb.run.folder import LOCK, STAGES, Run, holder, new_run_id
 from brewkb.run.pipeline import Pipeline
 from brewkb.stages.concepts import Concept
 
@@ -123,11 +123,15 @@ class RunSummary:
     """What is wrong with a run whose record cannot be read (then nothing else is known)."""
     start: str = ""
     """The command that runs the stages of an imported run that no command has continued yet."""
+    running: str = ""
+    """The process working on the run now (``pid N: brewkb COMMAND``), or empty."""
 
     @property
     def status(self) -> str:
         if self.damaged:
             return f"damaged: {self.damaged}"
+        if self.running:
+            return f"in progress ({self.running})"
         if self.next_stage is None:
             return "complete"
         if self.resume:
@@ -152,8 +156,10 @@ def summarise_run(run: Run) -> RunSummary:
     left_out, pending = _failures(run, done)
     retry = resume or _STAGE_COMMANDS.get(following or "", "").format(run=run.id) if pending else ""
     start = f"brewkb distill {run.id}" if imported and spec is None and following else ""
+    owner = holder(run.file(LOCK))
+    running = f"pid {owner.get('pid')}: brewkb {owner.get('command')}" if owner else ""
     return RunSummary(run.id, list(done), following, left_out + pending, wanted, resume, retry, left_out,
-                      start=start)
+                      start=start, running=running)
 
 
 _STAGE_COMMANDS = {"rollouts": "brewkb rollout --run {run}", "rollouts-eval": "brewkb rollout --run {run}",

@@ -9,11 +9,13 @@ already there first) only when the whole file was read. Without
 
 from __future__ import annotations
 
+import logging
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from brewkb.config import CONFIG_FILE
 from brewkb.envs.base import SPLITS
 from brewkb.errors import TrajectoryError
 from brewkb.events import Event, EventSink, null_sink
@@ -30,6 +32,7 @@ from brewkb.trajectories.schema import Outcome, Trajectory, content_id, read_jso
 __all__ = ["ImportResult", "import_trajectories", "import_recordings", "recorded_conversations", "ROLLOUTS",
            "PROGRESS_EVERY"]
 
+log = logging.getLogger(__name__)
 ROLLOUTS = "rollouts.jsonl"
 PROGRESS_EVERY = 1000
 """Records between two progress notes."""
@@ -52,13 +55,16 @@ class ImportResult:
     """Trajectories of the file the run already held (an import repeated adds none)."""
     total: int = 0
     """Trajectories the run holds after the import (more than ``imported``: it added to earlier imports)."""
+    never_ran: int = 0
+    """Records of conversations that never took place (a τ² simulation its harness could not run): skipped."""
 
     def to_json(self) -> dict[str, object]:
         return {"run": self.run, "imported": self.imported, "skipped": self.skipped, "already": self.already,
                 "total": self.total,
                 "success_rate": None if self.success_rate is None else round(self.success_rate, 6),
                 "unlabelled": self.unlabelled, "labels_attached": self.labels_attached,
-                "relabelled": self.relabelled, "unmatched_labels": len(self.unmatched_labels)}
+                "relabelled": self.relabelled, "unmatched_labels": len(self.unmatched_labels),
+                "never_ran": self.never_ran}
 
 
 def _key(t: Trajectory) -> str:
@@ -86,6 +92,9 @@ def import_trajectories(path: Path, fmt: str, *, run: str | None = None, split: 
     labels = read_outcomes(outcomes) if outcomes is not None else None
     items = import_file(path, fmt, split, tasks)
     with KB.open(start) as kb:
+        if kb.store.work_tree is not None and not (kb.root / CONFIG_FILE).is_file():
+            log.warning("%s is not a brewkb KB yet (no %s): the logs go into %s, and `brewkb init` makes it one "
+                        "before `brewkb distill`", kb.root, CONFIG_FILE, kb.runs_dir)
         run_id = run or _serve_run(path, fmt) or f"import-{slugify(path.stem)}"
         new_folder = not (kb.runs_dir / run_id).is_dir()
         target = Run.at(kb.runs_dir, run_id, create=True)
@@ -159,6 +168,7 @@ def _import(target: Run, path: Path, fmt: str, items: Iterator[Item], labels: La
     seen: set[str] = set()
     replaced: set[int] = set()
     skipped: list[str] = []
+    never_ran: list[str] = []
     added = wins = unlabelled = attached = already = read = 0
     with atomic_writer(rollouts) as out:
         if rollouts.exists():
@@ -171,6 +181,9 @@ def _import(target: Run, path: Path, fmt: str, items: Iterator[Item], labels: La
                 events(Event("note", "import", done=read, successes=wins,
                              message=f"{read:,} records read, {added:,} new, {len(skipped):,} skipped"))
             read += 1
+            if isinstance(item, Skipped) and item.never_ran:
+                never_ran.append(f"{item.where}: {item.reason}")
+                continue
             if isinstance(item, Skipped):
                 if not skip_bad:
                     raise TrajectoryError(f"{item.where}: {item.reason} (nothing was imported; use --skip-bad "
@@ -196,7 +209,8 @@ def _import(target: Run, path: Path, fmt: str, items: Iterator[Item], labels: La
             wins += trajectory.success is True
             unlabelled += trajectory.success is None
     if not (added or already):  # refused: the run folder a failed import made goes with it
-        why = (f"all {len(skipped)} records were skipped; the first: {skipped[0]}" if skipped else
+        left_out = skipped + never_ran
+        why = (f"all {len(left_out)} records were skipped; the first: {left_out[0]}" if left_out else
                "it holds no records")
         raise TrajectoryError(f"nothing to import from {path}: {why}; check that it is a --format {fmt} file "
                               "(docs/trajectories.md shows each format)")
@@ -205,9 +219,11 @@ def _import(target: Run, path: Path, fmt: str, items: Iterator[Item], labels: La
     labelled = added - unlabelled
     total = len(existing) - len(replaced) + added
     target.record_stage("rollouts", source=f"import:{fmt}", file=str(path), trajectories=total,
-                        skipped=len(skipped), unlabelled=len(unknown_before - replaced) + unlabelled)
+                        skipped=len(skipped), never_ran=len(never_ran),
+                        unlabelled=len(unknown_before - replaced) + unlabelled)
     return ImportResult(target.id, added, len(skipped), wins / labelled if labelled else None, unlabelled,
-                        attached, len(replaced), labels.unused() if labels else [], skipped, already, total)
+                        attached, len(replaced), labels.unused() if labels else [], skipped, already, total,
+                        len(never_ran))
 
 
 def _drop_lines(path: Path, lines: set[int], keep_last: int) -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import shlex
+import shutil
 import sys
 from pathlib import Path
 
@@ -32,15 +35,15 @@ def demo_cmd(directory: Path | None, backend: str, small: bool, yes: bool, publi
     def confirm(question: str) -> bool:
         return yes or (sys.stdin.isatty() and click.confirm(question, default=False))
 
+    me = invoked_as()
     sink = renderer(False)
     try:
         result = demo(directory=directory, backend=backend, confirm=confirm, publish=publish, small=small,
-                      events=sink)
+                      events=sink, command=me)
     finally:
         close(sink)
     commands = [f"brewkb tree {RUN}", f"git log --notes=brew --first-parent brew/{RUN}/kb",
-                'brewkb search "cancel my order" --rev brew/demo/pr', f"brewkb report {RUN}",
-                f"git diff HEAD brew/{RUN}/pr"]
+                'brewkb search "cancel my order" --rev brew/demo/pr', f"git diff HEAD brew/{RUN}/pr"]
     if as_json:
         echo_json({"root": str(result.root), "run": RUN, "backend": backend, "split": "test",
                    "columns": [c.to_json() for c in result.columns], "recipes": result.recipes,
@@ -52,6 +55,20 @@ def demo_cmd(directory: Path | None, backend: str, small: bool, yes: bool, publi
         echo("  " + line)
     echo(f"  learned recipes: {result.recipes}; search nodes: {result.refine.nodes}")
     echo()
-    echo("Next, in " + str(result.root) + ":")
+    echo(f"Report: {result.root / 'runs' / RUN / 'report.html'} (and report.md beside it)")
+    echo("Next:")
+    echo(f"  cd {shlex.quote(str(result.root))}")
     for command in commands:
-        echo(f"  {command}")
+        echo(f"  {me + command.removeprefix('brewkb') if command.startswith('brewkb ') else command}")
+
+
+def invoked_as() -> str:
+    """How to run this brewkb from a shell: ``brewkb`` when that is the one on the PATH, else its path (a
+    virtual environment that is not activated), else ``python -m brewkb``."""
+    script = sys.argv[0] if sys.argv else ""
+    if not script or script.endswith(("__main__.py", "-c")) or not Path(script).is_file():
+        return f"{shlex.quote(sys.executable)} -m brewkb"
+    found = shutil.which("brewkb")
+    if found and Path(found).resolve() == Path(script).resolve():
+        return "brewkb"
+    return shlex.quote(os.path.abspath(script))

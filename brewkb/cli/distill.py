@@ -14,9 +14,12 @@ from brewkb.cli.progress import close, renderer
 @click.argument("run")
 @click.option("--strategy", type=click.Choice(["mcts", "greedy", "iterative"]), default=None,
               help="Search strategy (default: search.strategy, mcts).")
-@click.option("--iterations", type=click.IntRange(min=1), default=None, help="MCTS iterations M.")
-@click.option("--width", type=click.IntRange(min=1), default=None, help="Children per node e.")
-@click.option("--depth", type=click.IntRange(min=1), default=None, help="Maximum depth k.")
+@click.option("--iterations", type=click.IntRange(min=1), default=None,
+              help="Search iterations (the paper's M; default: search.iterations).")
+@click.option("--width", type=click.IntRange(min=1), default=None,
+              help="Most children of a node (the paper's e; default: search.width).")
+@click.option("--depth", type=click.IntRange(min=1), default=None,
+              help="Most refinements in a row from the first version (the paper's k; default: search.depth).")
 @click.option("--no-cache", is_flag=True, help="Call the LLM even for requests seen before.")
 @click.option("--require-better", is_flag=True,
               help="Exit 1 when the new KB does not beat the base KB and every baseline on the test split "
@@ -53,10 +56,11 @@ def distill_cmd(run: str, strategy: str | None, iterations: int | None, width: i
         if final.get("left_out"):  # the reason says its final reward
             chosen = f"{'left out' if final['base'] == 'root' else 'kept the base version'} ({final['left_out']})"
         else:
-            node = f"kept the {final['base']} version" if final["kept"] else \
-                f"n{final['node']}" + (" (the search's root)" if final["node"] == 0 else "")
+            node = f"kept the {'base' if final['base'] == 'kb' else 'first'} version" if final["kept"] else \
+                f"n{final['node']}" + (" (the search's first version)" if final["node"] == 0 else "")
             chosen = f"{node}, final {final['reward']:.3f}"
-        echo(f"  {concept:32} base {final['base_reward']:.3f} → {chosen}")
+        start = "base" if final["base"] == "kb" else "new, first version"
+        echo(f"  {concept:32} {start} {final['base_reward']:.3f} → {chosen}")
     for concept, notes in result.merged.items():
         for note in notes:
             echo(f"  {concept}: {note}")
@@ -68,6 +72,8 @@ def distill_cmd(run: str, strategy: str | None, iterations: int | None, width: i
              + ", ".join(f"{label} MRR {s['mrr']:.3f}" for label, s in scores.items()))
         echo(result.verdict)
     echo(f"Review: git diff HEAD brew/{result.run}/pr   ·   brewkb pr {result.run} --body-only")
+    echo(f"Then `brewkb gc {result.run}` deletes its {result.nodes} node branches (an archive ref keeps their "
+         "rewards for tree and pr).")
 
 
 def _print_plan(run: str, strategy: str | None, iterations: int | None, width: int | None, depth: int | None,

@@ -42,5 +42,5 @@ def doctor_cmd(long_prompt: int, as_json: bool) -> None:
                 echo(f"{', '.join(dict.fromkeys(roles))}: {line}")
     if not result.ok:
         failed = [r.role for r in result.roles if not r.ok]
-        raise LLMError(f"{len(failed)} role(s) cannot work as configured ({', '.join(failed)}); "
+        raise LLMError(f"{len(failed)} role{'' if len(failed) == 1 else 's'} cannot work as configured ({', '.join(failed)}); "
                        "see the report above and docs/llm.md#endpoint-profiles")

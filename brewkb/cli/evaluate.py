@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from brewkb.cli.output import echo, echo_json
+from brewkb.cli.output import echo, echo_json, note
 
 if TYPE_CHECKING:  # the API module imports numpy; `brewkb --help` must not
     from brewkb.api.evaluate import Column
@@ -54,7 +54,8 @@ def logs_table(evaluation: LogEvaluation) -> list[str]:
                    "(repeatable).")
 @click.option("--logs", default=None, metavar="RUN",
               help="Measure retrieval on RUN's held-out logged conversations instead of running the agent.")
-@click.option("--split", default="test", show_default=True, type=click.Choice(["train", "eval", "test"]))
+@click.option("--split", default="test", show_default=True, type=click.Choice(["train", "eval", "test"]),
+              help="The environment's tasks to run: test is held out from every run's learning.")
 @click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True,
               help="Episodes per task, for stochastic agents.")
 @click.option("--from-run", default=None, help="Run whose trajectories the baselines remember (with --logs: the "
@@ -98,6 +99,8 @@ def eval_cmd(revs: tuple[str, ...], contexts: tuple[str, ...], logs: str | None,
 
     columns = evaluate(revs=revs, contexts=contexts, split=split, repeats=repeats, from_run=from_run,
                        save_to=save_to, env_name=env_name, agent_name=agent_name, data=data)
+    if save_to:
+        note(f"saved into run {save_to}'s eval.json: `brewkb report {save_to}` and `brewkb pr {save_to}` show it")
     if as_json:
         echo_json([c.to_json() for c in columns])
         return

@@ -22,16 +22,21 @@ def init_cmd(directory: Path, force: bool, no_commit: bool, as_json: bool) -> No
     result = api.init_kb(directory, force=force, commit=not no_commit)
     if as_json:
         echo_json({"root": str(result.root), "created": result.created,
-                   "git_initialised": result.git_initialised, "commit": result.commit})
+                   "git_initialised": result.git_initialised, "commit": result.commit, "already": result.already})
+        return
+    if result.already:
+        echo(f"{result.root} is a brewkb knowledge base already; nothing changed (its brewkb.toml is kept; "
+             "--force would replace it with the defaults)")
         return
     echo(f"Initialised a brewkb knowledge base in {result.root}")
     for item in result.created:
         echo(f"  created {item}")
     if result.commit:
         echo(f"  committed them as {result.commit[:12]}")
-    elif not no_commit:
-        echo("Commit them (git add -A && git commit) so runs start from them.")
-    echo("Next: write recipes in recipes/ (see docs/recipes.md), then `brewkb lint`.")
+    else:  # runs start from HEAD: brewkb.toml and recipes/ must be in it
+        echo("Commit them (git add -A && git commit -m 'Start a brewkb KB') before a run: runs start from HEAD.")
+    echo("Next: write recipes in recipes/ (see docs/recipes.md), then `brewkb lint`; or bring logs in with "
+         "`brewkb import FILE --run logs`.")
 
 
 @click.command("lint")
@@ -41,7 +46,8 @@ def init_cmd(directory: Path, force: bool, no_commit: bool, as_json: bool) -> No
 def lint_cmd(paths: tuple[Path, ...], fix: bool, as_json: bool) -> None:
     """Check recipe files (default: the KB's recipes folder). Exit 1 on errors."""
     fixed: list[Path] = []
-    problems = api.lint(list(paths), fix=fix, fixed=fixed)
+    checked: list[Path] = []
+    problems = api.lint(list(paths), fix=fix, fixed=fixed, checked=checked)
     for path in fixed:  # on stderr, so --json stays one document
         note(f"fixed {path}: removed its UTF-8 byte-order mark")
     if as_json:
@@ -49,8 +55,15 @@ def lint_cmd(paths: tuple[Path, ...], fix: bool, as_json: bool) -> None:
     else:
         for problem in problems:
             echo(problem.format())
+        errors = sum(p.severity == "error" for p in problems)
+        counts = [_plural(n, kind) for n, kind in ((errors, "error"), (len(problems) - errors, "warning")) if n]
+        note(f"{_plural(len(checked), 'recipe file')}: {', '.join(counts) or 'no problems'}")  # stdout: problems only
     if any(p.severity == "error" for p in problems):
         sys.exit(1)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 @click.command("show")

@@ -35,7 +35,8 @@ def cache_stats_cmd(as_json: bool) -> None:
 @cache_cmd.command("clear")
 @click.option("--run", default=None, metavar="RUN", help="Only the replies RUN used (read or stored).")
 @click.option("--role", default=None, metavar="ROLE",
-              help="Only the replies of one role: agent, reflector, integrator, relabeller, judge, embeddings.")
+              help="Only the replies of one role: agent, reflector, integrator, relabeller, judge, user (τ²'s user "
+                   "simulator), embeddings.")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 def cache_clear_cmd(run: str | None, role: str | None, yes: bool) -> None:
     """Delete cached replies (the next run pays for those calls again): every

@@ -37,6 +37,19 @@ class LazyGroup(click.Group):
             return getattr(module, attr)  # type: ignore[no-any-return]
         return super().get_command(ctx, name)
 
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None,
+                                                                             list[str]]:
+        """An unknown command name gets the closest one (``distil`` → ``distill``)."""
+        try:
+            return super().resolve_command(ctx, args)
+        except click.UsageError:
+            import difflib
+
+            close = difflib.get_close_matches(args[0], self.list_commands(ctx), n=1, cutoff=0.6) if args else []
+            if not close:
+                raise
+            raise click.UsageError(f"No such command {args[0]!r}; did you mean {close[0]!r}?", ctx) from None
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """The command list from ``SUMMARIES``, importing only commands missing
         there (a test keeps them equal to the commands' own help)."""
@@ -107,7 +120,7 @@ SUMMARIES = {
     "integrate": "Write one recipe per concept of RUN (into runs/RUN/recipes/).",
     "ledger": "Calls, tokens and estimated cost per role of RUN.",
     "lint": "Check recipe files (default: the KB's recipes folder). Exit 1 on errors.",
-    "mcp": "Serve the KB over the Model Context Protocol on stdio (needs brewkb[mcp]).",
+    "mcp": "Serve the KB over the Model Context Protocol on stdio (needs the mcp package).",
     "pr": "Print (or push) RUN's pull request: its branch and a body with changes, rewards and eval.",
     "refine": "Learn and refine the KB: the BREW stages, then the search; ends with a PR branch.",
     "reflect": "Grade RUN's trajectories, relabel failing ones, and reflect on all of them.",
@@ -118,11 +131,22 @@ SUMMARIES = {
     "serve": "Serve the KB to any OpenAI-compatible agent: a proxy that adds recipes to each chat request and "
              "records the conversations as a serve run for `brewkb distill`.",
     "show": "Print the recipe NAME.",
-    "tree": "Draw RUN's search trees (rebuilt from git) with rewards and visits; ★ marks the best path.",
+    "tree": "Draw RUN's search trees (rebuilt from git) with rewards and visits; ★ marks the chosen version's path.",
 }
 
 
-@click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
+START = """\b
+Where to start:
+  brewkb demo                 the whole loop on a simulated shop, in a new KB
+  brewkb init                 make a folder (or your repository) a KB
+  brewkb import FILE --run R  your agent's logs; then brewkb distill R
+  brewkb refine --plan        what learning with your agent would cost
+  brewkb serve --upstream URL any OpenAI-compatible agent gets the recipes
+  brewkb search / mcp         the recipes for a query, or to an MCP client
+Options of a command: brewkb COMMAND --help"""
+
+
+@click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]}, epilog=START)
 @click.version_option(__version__, prog_name="brewkb")
 @click.option("-C", "directory", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Run as if brewkb was started in this folder.")
@@ -192,21 +216,58 @@ def _bug() -> None:
     sys.exit(EXIT_BUG)
 
 
+_signalled: list[int] = []
+"""The signals received (SIGINT, SIGTERM): once one came, the command ends as interrupted, whatever error follows."""
+
+
 def _interrupt(signum: int, frame: object) -> None:
+    _signalled.append(signum)
     raise KeyboardInterrupt
 
 
+def _interrupted() -> None:
+    click.echo("brewkb: interrupted; what finished is kept (`brewkb runs` says how a run continues)", err=True)
+    sys.exit(EXIT_INTERRUPTED)
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Run the CLI and map every outcome to an exit code."""
+    """Run the CLI and map every outcome to an exit code. A signal wins over
+    the error it causes: Ctrl-C in a terminal reaches the whole process group,
+    so git's children may die first and the command see a broken pipe or a
+    failed git call before its own KeyboardInterrupt."""
     import signal
 
+    before = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
     signal.signal(signal.SIGTERM, _interrupt)  # `kill`, `timeout` or a CI job's end stops a command as Ctrl-C does
+    if before[signal.SIGINT] is signal.default_int_handler:  # not where a parent chose to ignore it
+        signal.signal(signal.SIGINT, _interrupt)
+    late = False
+    try:
+        try:
+            _main(argv)
+        except SystemExit as exc:
+            code = exc.code
+        else:
+            code = 0
+    except KeyboardInterrupt:  # a signal between the command's end and here
+        code, late = None, True
+    for signum, handler in before.items():
+        if signal.getsignal(signum) is _interrupt:
+            signal.signal(signum, handler)
+    if (_signalled or late) and code != EXIT_INTERRUPTED:
+        _interrupted()
+    sys.exit(code)
+
+
+def _main(argv: list[str] | None) -> None:
     try:
         cli.main(args=argv, prog_name="brewkb", standalone_mode=False)
     except BudgetExhausted as exc:
         click.echo(f"brewkb: {exc}", err=True)
         sys.exit(EXIT_BUDGET)
     except BrewError as exc:
+        if _signalled:
+            _interrupted()
         click.echo(f"brewkb: error: {exc}", err=True)
         sys.exit(EXIT_ERROR)
     except click.exceptions.Exit as exc:
@@ -215,18 +276,22 @@ def main(argv: list[str] | None = None) -> None:
         exc.show()
         sys.exit(exc.exit_code)
     except (KeyboardInterrupt, click.Abort):
-        click.echo("brewkb: interrupted", err=True)
-        sys.exit(EXIT_INTERRUPTED)
+        _interrupted()
     except BrokenPipeError:
+        if _signalled:
+            _interrupted()
         sys.stderr.close()
         sys.exit(EXIT_ERROR)
     except OSError as exc:
         from brewkb.fsutil import is_disk_full
 
+        if _signalled:
+            _interrupted()
         if not is_disk_full(exc):
             _bug()
         click.echo(f"brewkb: error: {DiskFullError.of(exc)}", err=True)
         sys.exit(EXIT_ERROR)
     except Exception:
+        if _signalled:
+            _interrupted()
         _bug()
-    sys.exit(0)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from brewkb.cli.output import echo, echo_json
+from brewkb.cli.output import echo, echo_json, note
 
 
 @click.command("pr")
@@ -49,16 +49,19 @@ def export_cmd() -> None:
 
 
 @export_cmd.command("skills")
-@click.argument("out_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("out_dir", type=click.Path(file_okay=False))
 @click.option("--rev", default=None, help="Export the recipes at this revision (default: the working tree).")
 @click.option("--json", "as_json", is_flag=True, help='Print {"out", "rev", "skills": [paths], "skipped": [recipe files]}.')
-def export_skills_cmd(out_dir: Path, rev: str | None, as_json: bool) -> None:
+def export_skills_cmd(out_dir: str, rev: str | None, as_json: bool) -> None:
     """Write each recipe as OUT_DIR/<name>/SKILL.md (Agent Skills format)."""
     from brewkb.api.publish import export_skills
     from brewkb.kb import KB
 
+    if not out_dir.strip():  # Path("") is the current folder: an empty variable must not fill it with skills
+        raise click.BadParameter("is empty; name the folder to write the skills into (e.g. skills/)",
+                                 param_hint="OUT_DIR")
     with KB.open() as kb:
-        done = export_skills(kb, out_dir, rev)
+        done = export_skills(kb, Path(out_dir), rev)
     if as_json:
         echo_json({"out": str(out_dir), "rev": rev, "skills": [str(p) for p in done.skills],
                    "skipped": done.skipped})
@@ -74,9 +77,11 @@ def export_skills_cmd(out_dir: Path, rev: str | None, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help='Print {"run", "files": [paths]}.')
 def report_cmd(run: str, as_json: bool) -> None:
     """Write RUN's report: runs/RUN/report.md, report.html and plots."""
-    from brewkb.run.report import write_report
+    from brewkb.run.report import NO_PLOTS, write_report
 
     written = write_report(run)
+    if not any(path.suffix == ".svg" for path in written):
+        note(NO_PLOTS.format(run=run))
     if as_json:
         echo_json({"run": run, "files": [str(p) for p in written]})
         return

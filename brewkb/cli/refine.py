@@ -13,9 +13,12 @@ from brewkb.cli.progress import close, renderer
 @click.command("refine")
 @click.option("--strategy", type=click.Choice(["mcts", "greedy", "iterative"]), default=None,
               help="Search strategy (default: search.strategy, mcts).")
-@click.option("--iterations", type=click.IntRange(min=1), default=None, help="MCTS iterations M.")
-@click.option("--width", type=click.IntRange(min=1), default=None, help="Children per node e.")
-@click.option("--depth", type=click.IntRange(min=1), default=None, help="Maximum depth k.")
+@click.option("--iterations", type=click.IntRange(min=1), default=None,
+              help="Search iterations (the paper's M; default: search.iterations).")
+@click.option("--width", type=click.IntRange(min=1), default=None,
+              help="Most children of a node (the paper's e; default: search.width).")
+@click.option("--depth", type=click.IntRange(min=1), default=None,
+              help="Most refinements in a row from the first version (the paper's k; default: search.depth).")
 @click.option("--relabel/--no-relabel", default=None, help="Hindsight relabelling (default: stages.relabel).")
 @click.option("--run", default=None, help="Name of the new run (default: refine-<date>-<time>).")
 @click.option("--resume", default=None, metavar="RUN", help="Continue RUN where it stopped.")
@@ -62,9 +65,14 @@ def refine_cmd(strategy: str | None, iterations: int | None, width: int | None, 
          f"reused {result.episodes_reused} (the PR counts the whole run's).")
     for concept, info in result.concepts.items():
         final = info["final"]
-        chosen = "kept the base version" if final["kept"] else f"n{final['node']}"
-        echo(f"  {concept:32} base {final['base_reward']:.3f} → {chosen}, final reward {final['reward']:.3f}")
+        new = final["base"] == "root"  # a recipe the base KB does not have: its first version stands for the base
+        chosen = (f"left out ({final['left_out']})" if final.get("left_out") and new else
+                  f"kept the {'first' if new else 'base'} version" if final["kept"] else f"n{final['node']}")
+        echo(f"  {concept:32} {'new, first version' if new else 'base'} {final['base_reward']:.3f} → {chosen}, "
+             f"final reward {final['reward']:.3f}")
     echo(f"Review: git diff HEAD brew/{result.run}/pr   ·   brewkb tree {result.run}")
+    echo(f"Then `brewkb gc {result.run}` deletes its {result.nodes} node branches (an archive ref keeps their "
+         "rewards for tree and pr).")
 
 
 def _print_plan(run: str | None, resume: str | None, base: str | None, strategy: str | None,
@@ -98,7 +106,10 @@ def _print_plan(run: str | None, resume: str | None, base: str | None, strategy:
 @click.option("--concept", default=None, help="Only this concept's tree.")
 @click.option("--json", "as_json", is_flag=True, help="Print the trees as JSON.")
 def tree_cmd(run: str, concept: str | None, as_json: bool) -> None:
-    """Draw RUN's search trees (rebuilt from git) with rewards and visits; ★ marks the best path."""
+    """Draw RUN's search trees (rebuilt from git) with rewards and visits; ★ marks the chosen version's path.
+
+    The chosen version is the one the PR holds: the final evaluation picks it, measuring the best candidates
+    again under the final KB, so its R (the search's own measure) can be below a sibling's."""
     from brewkb.api.refine import load_trees
     from brewkb.search.render import tree_json, tree_lines
 
@@ -132,4 +143,4 @@ def gc_cmd(run: str, as_json: bool) -> None:
     if as_json:
         echo_json({"run": run, "deleted": deleted})
         return
-    echo(f"Deleted {deleted} node branches of run {run}.")
+    echo(f"Deleted {deleted} node branch{'' if deleted == 1 else 'es'} of run {run}.")

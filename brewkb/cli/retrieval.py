@@ -49,7 +49,7 @@ def search_cmd(query: str, k: int, rev: str | None, as_json: bool) -> None:
 @click.command("mcp")
 @click.option("--rev", default=None, help="Serve the recipes of this revision (default: the working tree).")
 def mcp_cmd(rev: str | None) -> None:
-    """Serve the KB over the Model Context Protocol on stdio (needs brewkb[mcp])."""
+    """Serve the KB over the Model Context Protocol on stdio (needs the mcp package)."""
     from brewkb.retrieval.mcp_server import serve
 
     serve(Path("."), rev=rev)

@@ -13,10 +13,11 @@ from brewkb.trajectories.formats import FORMATS
 
 @click.command("import")
 @click.argument("source", type=click.Path(exists=True, path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(list(FORMATS)), required=True, help="Format of SOURCE.")
+@click.option("--format", "fmt", type=click.Choice(list(FORMATS)), default=None,
+              help="Format of SOURCE (default: the one it looks like, when that is clear).")
 @click.option("--run", default=None, help="Run to add them to (default: import-<file name>).")
-@click.option("--split", default="train", show_default=True, type=click.Choice(["train", "eval", "test"]),
-              help="Split the trajectories belong to (test is refused: the test split stays out of runs).")
+@click.option("--split", default="train", show_default=True, type=click.Choice(["train", "eval"]),
+              help="Split the trajectories belong to in the run (the test split stays out of runs).")
 @click.option("--tasks", type=click.Path(exists=True, path_type=Path), default=None,
               help="Task context: OSWorld's tasks folder, or a tau2 domain's tasks.json.")
 @click.option("--outcomes", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
@@ -24,14 +25,21 @@ from brewkb.trajectories.formats import FORMATS
 @click.option("--skip-bad", is_flag=True, help="Skip records that cannot be converted (and count them).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print {run, imported, skipped, already, total, success_rate, unlabelled, labels_attached, "
-                   "relabelled, unmatched_labels}.")
-def import_cmd(source: Path, fmt: str, run: str | None, split: str, tasks: Path | None, outcomes: Path | None,
+                   "relabelled, unmatched_labels, never_ran}.")
+def import_cmd(source: Path, fmt: str | None, run: str | None, split: str, tasks: Path | None, outcomes: Path | None,
                skip_bad: bool, as_json: bool) -> None:
     """Import trajectories from SOURCE into a run.
 
     Records are read one at a time; progress goes to stderr."""
     from brewkb.api.trajectories import import_trajectories
+    from brewkb.trajectories.formats import sniff
 
+    if fmt is None:
+        fmt = sniff(source)
+        if fmt is None:
+            raise click.UsageError(f"cannot tell what format {source} is in; pass --format "
+                                   f"({', '.join(FORMATS)}; docs/trajectories.md shows each)")
+        note(f"{source} looks like `{fmt}`: reading it as that (--format chooses)")
     result = import_trajectories(source, fmt, run=run, split=split, tasks=tasks, skip_bad=skip_bad,
                                  outcomes=outcomes, events=PlainRenderer())
     if result.unmatched_labels:  # on stderr, with --json too: a label that labelled nothing is a mistake to see
@@ -39,6 +47,9 @@ def import_cmd(source: Path, fmt: str, run: str | None, split: str, tasks: Path 
         count = len(result.unmatched_labels)
         note(f"warning: {count} {'id' if count == 1 else 'ids'} of {outcomes} match no imported conversation: "
              f"{shown}")
+    if result.never_ran:
+        note(f"left out {_count(result.never_ran, 'record')} of conversations that never ran (no messages, or "
+             "the harness failed before they began)")
     if as_json:
         echo_json(result.to_json())
         return

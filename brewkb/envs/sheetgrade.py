@@ -40,7 +40,8 @@ def _openpyxl() -> Any:
     try:
         import openpyxl
     except ImportError:
-        raise ConfigError("SpreadsheetBench needs openpyxl: pip install 'brewkb[spreadsheet]'") from None
+        raise ConfigError("SpreadsheetBench needs openpyxl: pip install openpyxl formulas (in brewkb's checkout: "
+                          "pip install '.[spreadsheet]')") from None
     return openpyxl
 
 

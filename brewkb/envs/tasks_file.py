@@ -37,7 +37,7 @@ class TasksFileEnvironment:
         if not path.is_file():
             raise ConfigError(f"env.data: tasks file {path} does not exist")
         tasks = []
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        for number, line in enumerate(path.read_text(encoding="utf-8-sig").splitlines(), start=1):
             if not line.strip():
                 continue
             try:

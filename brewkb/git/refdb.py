@@ -146,13 +146,25 @@ class RefDB:
         """``git push REMOTE REFSPEC...`` (explicit refspecs only); returns git's report."""
         if not refspecs:
             raise GitError("nothing to push")
-        try:
-            done = subprocess.run(["git", "push", "--porcelain", remote, *refspecs], cwd=self._cwd,
+        self._check_remote(remote)
+        try:  # `--`: whatever the remote says, git reads it as a repository, never as an option
+            done = subprocess.run(["git", "push", "--porcelain", "--", remote, *refspecs], cwd=self._cwd,
                                   capture_output=True, text=True, check=True)
         except subprocess.CalledProcessError as exc:
-            raise GitError(f"git push {remote} failed: {exc.stderr.strip()}; check the remote's URL and your "
+            said = next((line.removeprefix("fatal: ") for line in exc.stderr.splitlines()
+                         if line.startswith(("fatal:", "error:"))), exc.stderr.strip())
+            raise GitError(f"git push {remote} failed: {said}; check the remote's URL and your "
                            "permission to push") from None
         return done.stdout
+
+    def _check_remote(self, remote: str) -> None:
+        """A remote is a configured remote's name, a URL or a path, never an option or a line break."""
+        if not remote.strip() or remote.startswith("-") or any(ord(c) < 32 or ord(c) == 127 for c in remote):
+            raise GitError(f"{remote!r} is not a remote: pass a remote's name (`git remote` lists them) or a URL")
+        if remote in self._git("remote").split():
+            return
+        if not any(c in remote for c in "/:\\") and not (self._cwd / remote).exists():
+            raise GitError(f"no remote {remote!r}: git remote add {remote} URL (or pass the URL itself)")
 
     def clear_locks(self, prefix: str) -> list[Path]:
         """Delete the ``.lock`` files under the refs folder ``prefix`` (e.g.

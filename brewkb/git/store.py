@@ -14,6 +14,7 @@ Foreign exceptions are translated into ``brewkb.errors.GitError`` subclasses.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -41,8 +42,7 @@ class GitStore(Notes):
             self._repo = git.Repo(path, search_parent_directories=search_parent)
         except git.InvalidGitRepositoryError:
             raise NotARepoError(
-                f"{path.resolve()} is not inside a git repository; run `brewkb init` there "
-                "(or `git init`)"
+                f"{path.resolve()} is not inside a git repository; run `brewkb init` there"
             ) from None
         except git.NoSuchPathError:
             raise GitError(f"{path}: no such folder") from None
@@ -89,6 +89,22 @@ class GitStore(Notes):
                   "--only", "--", *paths)
         return self.head_commit()
 
+    def uncommitted(self, paths: Sequence[str]) -> list[tuple[str, str]]:
+        """``(path, state)`` of each file under ``paths`` whose working-tree content is not ``HEAD``'s:
+        ``untracked``, ``deleted`` or ``changed`` (staged or not)."""
+        if self.work_tree is None:
+            return []
+        fields = iter(self._git("status", "--porcelain", "-z", "--untracked-files=all", "--", *paths).split("\0"))
+        found = []
+        for entry in fields:
+            if len(entry) < 4:
+                continue
+            code, path = entry[:2], entry[3:]
+            if "R" in code or "C" in code:
+                next(fields, None)  # the name it had
+            found.append((path, "untracked" if code == "??" else "deleted" if "D" in code else "changed"))
+        return found
+
     # ------------------------------------------------------------------ basics
     @property
     def is_bare(self) -> bool:
@@ -133,11 +149,14 @@ class GitStore(Notes):
     def resolve(self, rev: str) -> str:
         """Commit id of ``rev`` (a branch, tag, id, ``HEAD~2``...)."""
         self.flush_objects()  # GitPython reads through git
+        if re.search(r"^[^:]+:(?![^{]*})", rev):  # `REV:PATH` names a file of a commit (`:/text` and `@{…}` are commits)
+            raise GitError(f"{rev[:200]!r} names a path inside a revision, not a commit: give a branch, tag or commit "
+                           "without `:PATH`")
         try:
             obj = self._repo.rev_parse(rev)
             while obj.type == "tag":
                 obj = obj.object
-        except (BadName, BadObject, ValueError, git.GitCommandError, IndexError):
+        except (BadName, BadObject, ValueError, git.GitCommandError, IndexError, KeyError):
             pr = [ref.short for ref, _ in refs_of_kind(self.list_refs(PREFIX), "pr")]
             raise GitError(f"unknown revision {rev!r}: give a branch, tag or commit of this KB"
                            + (f" (the runs' PR branches: {', '.join(pr)})" if pr else "")) from None
@@ -149,7 +168,8 @@ class GitStore(Notes):
         try:
             return self._repo.head.commit.hexsha
         except ValueError:
-            raise GitError("the repository has no commits yet; commit your recipes first") from None
+            raise GitError("the repository has no commits yet; commit brewkb.toml and recipes/ first "
+                           "(git add -A && git commit -m 'Start a brewkb KB')") from None
 
     def head_branch(self) -> str:
         """The checked-out branch name; refuses a detached HEAD."""

@@ -23,10 +23,12 @@ from brewkb.fsutil import append_line, write_atomic
 from brewkb.git.refs import check_run_id
 from brewkb.trajectories.schema import Trajectory, read_jsonl, write_jsonl
 
-__all__ = ["Run", "Journal", "new_run_id", "STAGES", "FILES", "LOCK"]
+__all__ = ["Run", "Journal", "new_run_id", "holder", "STAGES", "FILES", "LOCK", "MANIFEST", "LOG_EVAL_FILE"]
 
 log = logging.getLogger(__name__)
 LOCK = "run.lock"
+LOG_EVAL_FILE = "eval-logs.json"
+"""A comparison on held-out logs (``distill``'s own, or ``eval --logs --run``)."""
 
 MANIFEST = "manifest.json"
 RESTORE = ("restore it (`git checkout -- FILE` if you commit runs/, or from a backup), or delete {folder} and run "
@@ -53,11 +55,15 @@ class Run:
         except Exception as exc:
             raise RunError(str(exc)) from None
         path = runs_dir / run_id
+        _refuse_links(runs_dir, runs_dir.parent, "; to keep runs elsewhere, set kb.runs_dir in brewkb.toml")
+        _refuse_links(path, runs_dir)
         if not path.is_dir():
             if not create:
                 known = sorted(p.name for p in runs_dir.iterdir() if p.is_dir()) if runs_dir.is_dir() else []
                 raise RunError(f"no run {run_id!r} in {runs_dir}; runs: {', '.join(known) or 'none'}")
             path.mkdir(parents=True)
+        for entry in os.scandir(path):
+            _refuse_links(Path(entry.path), path)
         return cls(run_id, path)
 
     def file(self, name: str) -> Path:
@@ -145,6 +151,23 @@ class Run:
 
     def write_trajectories(self, name: str, trajectories: Iterable[Trajectory]) -> int:
         return write_jsonl(self.file(name), trajectories)
+
+
+def _refuse_links(path: Path, parent: Path, hint: str = "") -> None:
+    """Refuse ``path`` when it is a link that leads out of ``parent``: brewkb
+    writes into run folders and would write through it (a committed
+    ``runs/RUN/plots`` pointing at another folder)."""
+    if path.is_symlink() and not path.resolve().is_relative_to(parent.resolve()):
+        raise RunError(f"{path} is a link to {path.resolve()}, outside {parent}; brewkb writes into run folders "
+                       f"and does not follow links out of them: replace the link with a folder of its own{hint}")
+
+
+def holder(lock: Path) -> dict[str, Any] | None:
+    """Who holds the run lock ``lock`` (``pid``, ``host``, ``command``), or ``None`` when no live process does."""
+    held = _read_owner(lock) if lock.exists() else None
+    if held is None or held.get("host") == socket.gethostname() and not _alive(int(held.get("pid", 0))):
+        return None
+    return held
 
 
 def _read_owner(path: Path) -> dict[str, Any] | None:

@@ -13,11 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from brewkb.errors import BrewError
 from brewkb.git.refs import BrewRef
 from brewkb.git.store import parse_trailers
 from brewkb.kb import KB
-from brewkb.run.folder import MANIFEST, Run
+from brewkb.run.lookup import require_run
 from brewkb.search.engine import rebuild
 from brewkb.search.final import FinalChoice, chosen_nodes, recorded_choices
 from brewkb.search.render import mermaid
@@ -51,6 +50,9 @@ def left_out(stages: dict[str, Any]) -> str:
             "PR measured did not see them.")
 
 
+_KEPT = {"kb": "kept: no candidate beat it", "root": "new: no later version beat its first"}
+
+
 def final_rows(choices: dict[str, FinalChoice], nodes: dict[str, int]) -> list[str]:
     """The reward table of a run's final evaluation: one row per recipe."""
     rows = [FINAL_HEADER, "|---|---:|---:|---|---:|---|"]
@@ -58,7 +60,7 @@ def final_rows(choices: dict[str, FinalChoice], nodes: dict[str, int]) -> list[s
         doc = ("left out" if ch.left_out and ch.base == "root" else "base (unchanged)" if ch.node is None
                else "root") if ch.kept else f"n{ch.node}"
         notes = ([f"left out by the gate: {ch.left_out}"] if ch.left_out else
-                 ["kept: no candidate beat it"] if ch.kept else []) + \
+                 [_KEPT[ch.base]] if ch.kept else []) + \
             (["evaluated on its train tasks (no eval tasks)"] if ch.split == "train" else [])
         rows.append(f"| `{concept}` | {ch.base_reward:.3f} ({ch.base}) | {ch.reward:.3f} | {doc} | "
                     f"{nodes.get(concept, 0)} | {'; '.join(notes)} |")
@@ -102,25 +104,12 @@ class RunView:
     """The record's paragraph on failed items the run went on without (``left_out``), or empty."""
 
 
-def _finish(kb: KB, run: str) -> str | None:
-    """The command that gives a run of this KB's runs folder its PR (``None``
-    when the folder has no such run: it may be a fetched one)."""
-    folder = kb.runs_dir / run
-    if not (folder / MANIFEST).is_file():
-        return None
-    imported = Run(run, folder).imported_from() is not None
-    return f"brewkb distill {run}" if imported else f"brewkb refine --resume {run}"
-
-
 def load_run(kb: KB, run: str) -> RunView:
     store = kb.store
     pr = store.read_ref(str(BrewRef.pr(run)))
     if pr is None:
-        finish = _finish(kb, run)
-        if finish is None:
-            find_base(store, run)  # raises for a run this repository does not have
-            finish = f"brewkb refine --resume {run}"
-        raise BrewError(f"run {run!r} has no pr branch yet; finish it with `{finish}`")
+        require_run(kb, run, need="pr")
+        raise AssertionError("require_run raises for a run without a pr branch")
     base = find_base(store, run)
     search = SearchStore(store, run, base, kb.recipes_prefix())
     stored = search.load()
@@ -142,7 +131,7 @@ def load_run(kb: KB, run: str) -> RunView:
         tree = state.trees.get(name)
         if name in choices:
             choice = choices[name]
-            note = "; ".join((["kept: no candidate beat it"] if choice.kept else []) +
+            note = "; ".join(([_KEPT[choice.base]] if choice.kept else []) +
                              (["evaluated on its train tasks (no eval tasks)"] if choice.split == "train" else []))
             changes.append(RecipeChange(name, status, added, removed, choice.base_reward, choice.reward, note))
         else:
@@ -176,7 +165,7 @@ def load_run(kb: KB, run: str) -> RunView:
 
 
 def eval_table(evaluation: dict[str, Any]) -> list[str]:
-    rows = [f"Evaluation on the {evaluation['split']} split ({evaluation['repeats']} episode(s) per task):", "",
+    rows = [f"Evaluation on the {evaluation['split']} split ({evaluation['repeats']} episode{'' if evaluation['repeats'] == 1 else 's'} per task):", "",
             "| context | success | 95% CI | episodes | mean steps of successes | LLM calls | recipes |",
             "|---|---:|---:|---:|---:|---:|---:|"]
     for c in evaluation["columns"]:

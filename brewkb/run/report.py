@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import html
+import json
 from pathlib import Path
 from typing import Any
 
@@ -17,14 +18,15 @@ from brewkb.errors import RunError
 from brewkb.fsutil import write_atomic
 from brewkb.kb import KB
 from brewkb.llm.ledger import read_ledger, summarise
-from brewkb.run.folder import Run
-from brewkb.run.record import RunView, change_table, eval_table, final_label, load_run
+from brewkb.run.folder import LOG_EVAL_FILE, Run
+from brewkb.run.record import RunView, change_table, eval_table, final_label, load_run, logs_table
 from brewkb.search.render import mermaid
 from brewkb.search.tree import Tree
 
 __all__ = ["write_report", "plot_rewards"]
 
-NO_PLOTS = "Plots need matplotlib: `pip install 'brewkb[report]'`, then run `brewkb report {run}` again."
+NO_PLOTS = ("Plots need matplotlib: `pip install matplotlib` (in brewkb's checkout: `pip install '.[report]'`), then "
+            "run `brewkb report {run}` again.")
 
 
 def plot_rewards(view: RunView, path: Path) -> bool:
@@ -139,6 +141,9 @@ def _markdown(kb: KB, view: RunView, config: str, manifest: dict[str, Any], plot
            f"Base `{view.base[:12]}` → pull-request branch `brew/{view.run}/pr` (`{view.pr[:12]}`).", ""]
     if view.eval:
         out += ["## Evaluation", ""] + eval_table(view.eval) + [""]
+    logs = kb.runs_dir / view.run / LOG_EVAL_FILE
+    if logs.is_file():  # a distilled run's comparison with the baselines on held-out logs
+        out += ["## Compared with the baselines (held-out logs)", ""] + logs_table(json.loads(logs.read_text())) + [""]
     out += ["## Recipes", ""] + change_table(view) + [""]
     out += ["## Recipe text", ""] + _recipe_texts(kb, view)
     out += ["## Reward per iteration", ""]
@@ -162,7 +167,7 @@ def _html_tree(tree: Tree, best: int, final: str = "") -> str:
     def item(node_id: int) -> str:
         n = tree.nodes[node_id]
         reward = "–" if n.reward is None else f"{n.reward:.3f}"
-        label = f"n{n.id} · R {reward} · mean {n.mean:.3f} · {n.visits} visits" + (" ★" if node_id in on_path else "")
+        label = f"n{n.id} · R {reward} · mean {n.mean:.3f} · {n.visits} visit{'' if n.visits == 1 else 's'}" + (" ★" if node_id in on_path else "")
         label += f" · {final}" if final and node_id == best else ""
         children = "".join(item(c) for c in n.children)
         return f"<li>{html.escape(label)}{'<ul>' + children + '</ul>' if children else ''}</li>"
@@ -225,14 +230,14 @@ def _html(markdown: str, view: RunView, svg: str | None) -> str:
 def write_report(run: str, *, start: Path = Path(".")) -> list[Path]:
     """Write ``runs/RUN/report.md``, ``report.html`` and ``plots/rewards.svg``."""
     with KB.open(start) as kb:
-        folder = kb.runs_dir / run
-        if not folder.is_dir():
-            raise RunError(f"no run {run!r} in {kb.runs_dir}")
+        folder = Run.at(kb.runs_dir, run).path  # an unknown run lists the runs; links out of the folder are refused
         view = load_run(kb, run)
         manifest = Run(run, folder).manifest()
         config = (folder / "config.toml").read_text() if (folder / "config.toml").exists() else ""
         plot = folder / "plots" / "rewards.svg"
         plotted = plot_rewards(view, plot)
+        if not plotted:
+            plot.unlink(missing_ok=True)  # an older plot would no longer match the report
         markdown = _markdown(kb, view, config, manifest, plotted)
         write_atomic(folder / "report.md", markdown)
         svg = plot.read_text() if plotted else None

@@ -18,7 +18,7 @@ def _label(tree: Tree, node_id: int, on_path: set[int]) -> str:
 
 def tree_lines(tree: Tree, best: int) -> list[str]:
     on_path = set(tree.path(best)) if tree.nodes else set()
-    lines = [f"{tree.concept}  (best n{best})"]
+    lines = [f"{tree.concept}  (★ n{best}: the version chosen, measured again by the final evaluation)"]
 
     def walk(node_id: int, prefix: str, last: bool) -> None:
         lines.append(f"{prefix}{'└─ ' if last else '├─ '}{_label(tree, node_id, on_path)}")
@@ -45,7 +45,8 @@ def mermaid(tree: Tree, best: int, final: str = "") -> list[str]:
     for n in tree.nodes.values():
         reward = "–" if n.reward is None else f"{n.reward:.2f}"
         extra = f" · {final}" if final and n.id == best else ""
-        lines.append(f'  n{n.id}["n{n.id} · R {reward} · mean {n.mean:.2f} · {n.visits} visits{extra}"]')
+        visits = f"{n.visits} visit{'' if n.visits == 1 else 's'}"
+        lines.append(f'  n{n.id}["n{n.id} · R {reward} · mean {n.mean:.2f} · {visits}{extra}"]')
     for n in tree.nodes.values():
         if n.parent is not None:
             lines.append(f"  n{n.parent} --> n{n.id}")

@@ -60,7 +60,7 @@ def sniff(path: Path) -> str | None:
     if path.is_dir():
         return "osworld" if osworld.looks_like(path) else None
     try:
-        with path.open(encoding="utf-8", errors="replace") as handle:
+        with path.open(encoding="utf-8-sig", errors="replace") as handle:
             head = handle.read(200_000)
     except OSError:
         return None

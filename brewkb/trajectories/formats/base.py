@@ -36,6 +36,9 @@ RECORD_ERRORS = (TypeError, ValueError, AttributeError, KeyError, IndexError, Re
 class Skipped:
     where: str
     reason: str
+    never_ran: bool = False
+    """A record of a conversation that never took place (the harness failed before it began): nothing to
+    learn from and nothing wrong with the file, so it is counted and skipped without ``--skip-bad``."""
 
 
 Item = Trajectory | Skipped
@@ -60,10 +63,13 @@ def depth_ok(value: Any, limit: int = MAX_DEPTH) -> bool:
 
 
 _CONTAINERS = (dict, list)
+BOM = b"\xef\xbb\xbf"
 
 
 def parse_json(text: str | bytes) -> Any:
     """One JSON value; malformed or too deeply nested text raises ``TrajectoryError``."""
+    if isinstance(text, str):
+        text = text.removeprefix("\ufeff")  # a byte-order mark (bytes are decoded by json itself, BOM or not)
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -77,7 +83,7 @@ def parse_json(text: str | bytes) -> Any:
 
 def open_text(path: Path) -> IO[str]:
     try:
-        return path.open(encoding="utf-8", errors="replace")
+        return path.open(encoding="utf-8-sig", errors="replace")  # -sig: a byte-order mark is not text
     except OSError as exc:
         raise TrajectoryError(f"{path}: cannot read ({exc.strerror})") from None
 
@@ -106,6 +112,8 @@ def json_items(path: Path, prefix: str) -> Iterator[tuple[int, Any | TrajectoryE
         raise TrajectoryError(f"{path}: cannot read ({exc.strerror})") from None
     index = 0
     with handle:
+        if handle.read(3) != BOM:  # a byte-order mark, which editors on Windows write, is not JSON
+            handle.seek(0)
         values = ijson.items(handle, prefix, use_float=True)
         while True:
             try:

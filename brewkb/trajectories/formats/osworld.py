@@ -17,7 +17,7 @@ __all__ = ["read", "looks_like"]
 
 def _instruction(path: Path) -> str:
     try:
-        value = parse_json(path.read_text(encoding="utf-8", errors="replace"))
+        value = parse_json(path.read_text(encoding="utf-8-sig", errors="replace"))
     except (OSError, TrajectoryError):
         return ""
     return str(value.get("instruction") or "") if isinstance(value, dict) else ""

@@ -49,12 +49,31 @@ def read(path: Path, split: str, tasks: Path | None = None) -> Iterator[Item]:
         if isinstance(sim, TrajectoryError):
             yield Skipped(where, str(sim))
             continue
+        if _never_ran(sim):
+            yield Skipped(where, "a simulation that never ran (termination_reason "
+                                 f"{str(obj(sim).get('termination_reason'))[:40]!r}, {_count_messages(sim)})",
+                          never_ran=True)
+            continue
         item = guarded(where, lambda: _convert(where, i, sim, split, texts))
         if item is not None:
             yield item
     if not seen and not bare and not _has_simulations(path):
         raise TrajectoryError(f"{path}: a tau2 results file is an object with a `simulations` list or a list of "
                               "simulations; this one has neither")
+
+
+def _never_ran(sim: Any) -> bool:
+    """τ² records a simulation its harness could not run (``infrastructure_error``), and one with no message at
+    all, with a reward like any other; neither is a conversation."""
+    if not isinstance(sim, dict):
+        return False
+    return sim.get("termination_reason") == "infrastructure_error" or sim.get("messages") == []
+
+
+def _count_messages(sim: dict[str, Any]) -> str:
+    messages = sim.get("messages")
+    n = len(messages) if isinstance(messages, list) else 0
+    return f"{n} message{'' if n == 1 else 's'}"
 
 
 def _convert(where: str, i: int, sim: Any, split: str, texts: dict[str, str]) -> Item:
@@ -134,7 +153,7 @@ def _task_texts(path: Path, prefix: str) -> dict[str, str]:
 def _starts_with(path: Path, char: bytes) -> bool:
     try:
         with path.open("rb") as handle:
-            return handle.read(4096).lstrip().startswith(char)
+            return handle.read(4096).removeprefix(b"\xef\xbb\xbf").lstrip().startswith(char)
     except OSError as exc:
         raise TrajectoryError(f"{path}: cannot read ({exc.strerror})") from None
 
