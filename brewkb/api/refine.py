@@ -25,7 +25,8 @@ from brewkb.retrieval.ranking import retriever_of
 from brewkb.run.budget import Limits
 from brewkb.run.folder import Journal, Run, new_run_id
 from brewkb.run.pipeline import Pipeline
-from brewkb.run.record import EVAL_FILE, effects_table, eval_table, final_rows, left_out
+from brewkb.run.prbody import refine_message
+from brewkb.run.record import EVAL_FILE, effects_table, eval_table, left_out
 from brewkb.search.engine import SearchResult, SearchSpec, note_of, rebuild, search
 from brewkb.search.episodes import EpisodeCache
 from brewkb.search.evaluate import Evaluator
@@ -35,7 +36,7 @@ from brewkb.search.store import SearchStore, find_base
 from brewkb.search.tree import Tree
 from brewkb.trajectories.scrub import scrubber_of
 
-__all__ = ["RefineResult", "refine", "arefine", "load_trees", "gc", "pr_message"]
+__all__ = ["RefineResult", "refine", "arefine", "load_trees", "gc"]
 
 log = logging.getLogger(__name__)
 
@@ -52,22 +53,6 @@ class RefineResult:
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-
-
-def pr_message(run: str, spec: SearchSpec, result: SearchResult, base: str,
-               choices: dict[str, FinalChoice], evidence: str = "") -> str:
-    """The ``pr`` commit's message: a pull-request body with the final reward
-    table (``brewkb pr`` adds the evaluation and the search tree)."""
-    rows = final_rows(choices, {c: len(t.nodes) for c, t in result.trees.items()})
-    return (f"brew({run}): {len(result.trees)} recipes refined by {spec.strategy}\n\n"
-            f"Base {base[:12]}; strategy {spec.strategy}, {spec.rounds} rounds, width {spec.width}, depth "
-            f"{spec.depth}; reward = {spec.lambda_corr}·success + {spec.lambda_ret}·MRR. Final rewards: each tree's "
-            f"best candidates and the base version re-evaluated under the last gathered KB; a recipe changes only "
-            f"if a candidate's final reward is more than the base's.\n\n" + "\n".join(rows) +
-            f"\n\nEvaluation episodes run: {result.eval_episodes_run}; reused instead of run: "
-            f"{result.eval_episodes_reused}.\n"
-            f"Audit trail: `git log --notes=brew --first-parent brew/{run}/kb`, `brewkb tree {run}`.\n\n"
-            + (evidence + "\n" if evidence else "") + f"Brew-Run: {run}\n")
 
 
 def refine(*, run: str | None = None, resume: str | None = None, base: str | None = None,
@@ -154,7 +139,7 @@ async def _refine(run_id: str, *, resume: str | None, base: str | None, strategy
             held_out = None if no_eval else await _held_out(kb, pipeline, result.kb_commit, base_commit, changed,
                                                             events)
         store = SearchStore(kb.store, run_id, base_commit, kb.recipes_prefix())
-        pr = store.write_pr(pr_message(run_id, spec, result, base_commit, choices,
+        pr = store.write_pr(refine_message(run_id, spec, result, base_commit, choices,
                                        _evidence(kb, folder, held_out)), spec.rounds)
         nodes = sum(len(t.nodes) for t in result.trees.values())
         marked = chosen_nodes(result.trees, choices)

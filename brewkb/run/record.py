@@ -25,7 +25,7 @@ from brewkb.search.store import SearchStore, find_base
 from brewkb.search.tree import Tree
 
 __all__ = ["EVAL_FILE", "FINAL_HEADER", "LEFT_OUT", "left_out", "final_rows", "RecipeChange", "RunView",
-           "load_run", "eval_table", "effects_table", "change_table", "pr_body", "final_label", "logs_table"]
+           "load_run", "eval_table", "effects_table", "change_table", "final_label", "logs_table"]
 
 EVAL_FILE = "eval.json"
 """The held-out evaluation of a run, in its folder."""
@@ -230,37 +230,6 @@ def change_table(view: RunView) -> list[str]:
         final = "–" if c.final_reward is None else f"{c.final_reward:.3f}"
         rows.append(f"| `{c.name}` | {c.status} | +{c.added} −{c.removed} | {root} | {final} | {c.note} |")
     return rows
-
-
-def pr_body(view: RunView) -> str:
-    """Markdown for a pull request: changes, rewards, eval, and the tree of the biggest change."""
-    lines = [f"## brewkb run `{view.run}`", "",
-             f"Recipes learned and refined by brewkb from graded agent trajectories (base `{view.base[:12]}`).", ""]
-    if view.left_out:
-        lines += [f"⚠ {view.left_out}", ""]
-    lines += change_table(view) + ["", "Rewards are the final evaluation: each tree's best candidates and the base "
-                                   "version (the recipe already in the KB, or the one written before the search) "
-                                   "re-evaluated under the final KB; a recipe changes only if a candidate beats it.",
-                                   ""]
-    if view.eval:
-        lines += eval_table(view.eval) + [""]
-        if view.eval.get("effects") is not None:
-            lines += effects_table(view.eval) + [""]
-    elif view.record:  # a distilled run, or a clone without the run folder: what the run wrote in git
-        lines += ["As recorded in the `pr` commit:", "", view.record, ""]
-    gains = {c.name: (c.final_reward or 0) - (c.root_reward or 0) for c in view.changes if c.name in view.trees}
-    if gains:
-        biggest = max(sorted(gains), key=lambda n: gains[n])
-        gained = f"reward gain {gains[biggest]:+.3f}"
-        if gains[biggest] <= 0:  # no tree gained: show the largest
-            biggest = max(sorted(gains), key=lambda n: len(view.trees[n].nodes))
-            gained = "the largest tree; no candidate of any tree beat its root version"
-        lines += [f"Search tree of `{biggest}` ({gained}; ★ marks the chosen path):", "",
-                  "```mermaid", *mermaid(view.trees[biggest], view.best[biggest], final_label(view, biggest)),
-                  "```", ""]
-    lines += ["Audit trail: the node branches `brew/" + view.run + "/<recipe>/n<id>`, rewards in "
-              f"`git log --notes=brew`, history in `git log --first-parent brew/{view.run}/kb`."]
-    return "\n".join(lines) + "\n"
 
 
 def final_label(view: RunView, concept: str) -> str:
