@@ -5,6 +5,14 @@ about the memory of its largest record: the new trajectories go to a
 temporary file beside ``rollouts.jsonl``, which replaces it (the trajectories
 already there first) only when the whole file was read. Without
 ``--skip-bad`` the first bad record stops the import and nothing changes.
+
+Every record passes the trust boundary (``brewkb.trajectories.boundary``)
+before it is written: normalised, bounded and scrubbed of secrets and
+personal data, so no run folder holds them; at the end of an import the ids
+its records named are replaced in every trajectory of the run. A record is
+recognised when it is imported again by a key of what the log held (kept in
+``meta.import_key``), so a repeated import adds nothing and an outcomes file
+still attaches to it.
 """
 
 from __future__ import annotations
@@ -21,9 +29,11 @@ from brewkb.fsutil import atomic_writer
 from brewkb.kb import KB
 from brewkb.recipes import slugify
 from brewkb.run.folder import STAGES, Run
+from brewkb.trajectories.boundary import RunIds, admit
 from brewkb.trajectories.formats import Item, Skipped, import_file
 from brewkb.trajectories.outcomes import Labels, read_outcomes
 from brewkb.trajectories.schema import Trajectory, content_id, read_jsonl
+from brewkb.trajectories.scrub import Scrubber, scrubber_of
 
 __all__ = ["ImportResult", "import_trajectories", "ROLLOUTS", "PROGRESS_EVERY"]
 
@@ -58,8 +68,15 @@ class ImportResult:
                 "relabelled": self.relabelled, "unmatched_labels": len(self.unmatched_labels)}
 
 
+IMPORT_KEY = "import_key"
+
+
 def _key(t: Trajectory) -> str:
-    """The conversation apart from its outcome: a label attached later replaces it, never duplicates it."""
+    """The conversation apart from its outcome, as the log held it (kept in
+    ``meta`` when it is admitted): a label attached later replaces it, never duplicates it."""
+    kept = t.meta.get(IMPORT_KEY)
+    if isinstance(kept, str):
+        return kept
     return content_id({"task_id": t.task_id, "task": t.task, "messages": list(t.messages),
                        "relabelled_from": t.relabelled_from, "kb": t.kb.recipes})
 
@@ -86,7 +103,8 @@ def import_trajectories(path: Path, fmt: str, *, run: str | None = None, split: 
         try:
             with target.lock("import"):
                 _check_importable(target)
-                return _import(target, path, fmt, items, labels, skip_bad, events)
+                return _import(target, path, fmt, items, labels, skip_bad, events, scrubber_of(kb.config.scrub),
+                               kb.config.scrub.max_text)
         except BaseException:
             if new_folder:  # a failed import into a new run leaves no empty run behind
                 shutil.rmtree(target.path, ignore_errors=True)
@@ -108,7 +126,7 @@ def _check_importable(target: Run) -> None:
 
 
 def _import(target: Run, path: Path, fmt: str, items: Iterator[Item], labels: Labels | None, skip_bad: bool,
-            events: EventSink) -> ImportResult:
+            events: EventSink, scrubber: Scrubber, max_text: int) -> ImportResult:
     rollouts = target.file(ROLLOUTS)
     existing: dict[str, tuple[str, int]] = {}  # key -> (id, line)
     unknown_before: set[int] = set()
@@ -118,6 +136,7 @@ def _import(target: Run, path: Path, fmt: str, items: Iterator[Item], labels: La
             if t.success is None:
                 unknown_before.add(line)
     seen: set[str] = set()
+    ids = RunIds()
     replaced: set[int] = set()
     skipped: list[str] = []
     added = wins = unlabelled = attached = already = read = 0
@@ -150,7 +169,9 @@ def _import(target: Run, path: Path, fmt: str, items: Iterator[Item], labels: La
                     already += 1
                     continue  # the same, or no label where the run has one: a label is never lost
                 replaced.add(old_line)
-            out.write(trajectory.to_line() + "\n")
+            ids.add(trajectory, scrubber)
+            admitted = admit(trajectory, scrubber, max_text)
+            out.write(admitted.with_(meta={**admitted.meta, IMPORT_KEY: key}).to_line() + "\n")
             added += 1
             wins += trajectory.success is True
             unlabelled += trajectory.success is None
@@ -161,6 +182,10 @@ def _import(target: Run, path: Path, fmt: str, items: Iterator[Item], labels: La
                               "(docs/trajectories.md shows each format)")
     if replaced:
         _drop_lines(rollouts, replaced, keep_last=added)
+    if ids.found:  # ids are data wherever they stand: in the run's other conversations too
+        with atomic_writer(rollouts) as out:
+            for t in read_jsonl(rollouts):
+                out.write(ids.trajectory(t).to_line() + "\n")
     labelled = added - unlabelled
     total = len(existing) - len(replaced) + added
     target.record_stage("rollouts", source=f"import:{fmt}", file=str(path), trajectories=total,
