@@ -21,7 +21,7 @@ from brewkb.retrieval.logeval import Case, LogEvaluation, cases_of, compare_arms
 from brewkb.retrieval.ranking import Retriever, retriever_of
 from brewkb.run.folder import FILES, Run
 from brewkb.run.pipeline import Pipeline
-from brewkb.run.prbody import BASE, NEW, comparison_section, distill_message
+from brewkb.run.prbody import BASE, NEW, comparison_section, distill_message, from_logs_of
 from brewkb.run.record import left_out
 from brewkb.search.distill import LogExpander, RetrievalEvaluator
 from brewkb.search.engine import SearchResult, SearchSpec, note_of, search
@@ -184,9 +184,10 @@ async def _distill(kb: KB, folder: Run, strategy: str | None, iterations: int | 
         # the KB the PR holds: the final gather, whether this process or an interrupted one wrote it
         result = dataclasses.replace(result, kb_commit=store.final_commit() or result.kb_commit)
         comparison = _compare(kb, store, logged, split, retriever, scrub) if split[1] else None
+        from_logs = from_logs_of(store, logged, insights, scrub.trajectory)
     pr = store.write_pr(distill_message(run, source, spec, result, choices, concepts, split, logged, grades,
-                                        kb.config.llm.backend, comparison, left_out(folder.manifest().get("stages", {}))),
-                        spec.rounds)
+                                        kb.config.llm.backend, comparison, left_out(folder.manifest().get("stages", {})),
+                                        from_logs), spec.rounds)
     nodes = sum(len(t.nodes) for t in result.trees.values())
     folder.record_stage("search", nodes=nodes, kb=result.kb_commit, pr=pr, reward="retrieval only")
     if comparison is not None:

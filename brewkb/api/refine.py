@@ -23,9 +23,9 @@ from brewkb.kb import KB
 from brewkb.llm.ledger import Ledger, LedgerEntry, read_ledger, summarise
 from brewkb.retrieval.ranking import retriever_of
 from brewkb.run.budget import Limits
-from brewkb.run.folder import Journal, Run, new_run_id
+from brewkb.run.folder import FILES, Journal, Run, new_run_id
 from brewkb.run.pipeline import Pipeline
-from brewkb.run.prbody import refine_message
+from brewkb.run.prbody import from_logs_of, refine_message
 from brewkb.run.record import EVAL_FILE, effects_table, eval_table, left_out
 from brewkb.search.engine import SearchResult, SearchSpec, note_of, rebuild, search
 from brewkb.search.episodes import EpisodeCache
@@ -138,9 +138,14 @@ async def _refine(run_id: str, *, resume: str | None, base: str | None, strategy
             changed = sorted(c for c, ch in choices.items() if ch.node is not None)
             held_out = None if no_eval else await _held_out(kb, pipeline, result.kb_commit, base_commit, changed,
                                                             events)
+            mapping = json.loads(folder.file("concepts.json").read_text())["mapping"]
+            insights = await _stage_insights(pipeline, mapping, {c.slug: () for c in concepts})
         store = SearchStore(kb.store, run_id, base_commit, kb.recipes_prefix())
+        stored = EpisodeCache(0, folder.file("episodes.jsonl")).episodes.values()
+        episodes = [*folder.read_trajectories(FILES["rollouts"]), *(t for ts in stored for t in ts)]
+        from_logs = from_logs_of(store, episodes, insights, scrubber_of(kb.config.scrub).trajectory)
         pr = store.write_pr(refine_message(run_id, spec, result, base_commit, choices,
-                                       _evidence(kb, folder, held_out)), spec.rounds)
+                                           _evidence(kb, folder, held_out), from_logs), spec.rounds)
         nodes = sum(len(t.nodes) for t in result.trees.values())
         marked = chosen_nodes(result.trees, choices)
         summary = {c: {**note_of(result, c), "searched": note_of(result, c)["node"], "node": marked[c],

@@ -4,6 +4,8 @@
   run writes (its subject, what was measured, the reward tables).
 - ``pr_body``: what ``brewkb pr`` prints for a run as git holds it (the
   change table, the evaluation, the search tree of the biggest change).
+- ``logs_section``: what the logs wrote into the changed recipes, and what
+  of them was held back (both messages carry it; ``pr_body`` shows it again).
 
 The tables themselves are rendered in ``brewkb.run.record`` (the comparison
 with the baselines by ``logs_table``, in one function), so a change of a
@@ -12,10 +14,18 @@ table's text changes every body that shows it.
 
 from __future__ import annotations
 
+import difflib
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
+from brewkb.errors import RecipeError
+from brewkb.llm.roles import Insight
+from brewkb.recipes import parse_recipe
 from brewkb.retrieval.logeval import LogEvaluation
 from brewkb.run.record import (
+    LOGS_WROTE,
     RunView,
     change_table,
     effects_table,
@@ -27,18 +37,21 @@ from brewkb.run.record import (
 from brewkb.search.engine import SearchResult, SearchSpec, note_of
 from brewkb.search.final import FinalChoice
 from brewkb.search.render import mermaid
+from brewkb.search.store import SearchStore
 from brewkb.stages.concepts import Concept
+from brewkb.trajectories.quote import HeldBack, LogIndex, held_back, log_texts
 from brewkb.trajectories.schema import Trajectory
 from brewkb.trajectories.split import HOLD_OUT_EVERY
 
-__all__ = ["refine_message", "distill_message", "comparison_section", "pr_body", "BASE", "NEW"]
+__all__ = ["refine_message", "distill_message", "comparison_section", "pr_body", "logs_section", "BASE", "NEW",
+           "from_logs_of", "LOGS_WROTE", "HELD_BACK"]
 
 BASE, NEW = "base KB", "new KB"
 """The labels of the base KB and the distilled one in a comparison with the baselines."""
 
 
 def refine_message(run: str, spec: SearchSpec, result: SearchResult, base: str,
-                   choices: dict[str, FinalChoice], evidence: str = "") -> str:
+                   choices: dict[str, FinalChoice], evidence: str = "", from_logs: str = "") -> str:
     """The ``pr`` commit's message: a pull-request body with the final reward
     table (``brewkb pr`` adds the evaluation and the search tree)."""
     rows = final_rows(choices, {c: len(t.nodes) for c, t in result.trees.items()})
@@ -50,13 +63,13 @@ def refine_message(run: str, spec: SearchSpec, result: SearchResult, base: str,
             f"\n\nEvaluation episodes run: {result.eval_episodes_run}; reused instead of run: "
             f"{result.eval_episodes_reused}.\n"
             f"Audit trail: `git log --notes=brew --first-parent brew/{run}/kb`, `brewkb tree {run}`.\n\n"
-            + (evidence + "\n" if evidence else "") + f"Brew-Run: {run}\n")
+            + (from_logs + "\n\n" if from_logs else "") + (evidence + "\n" if evidence else "") + f"Brew-Run: {run}\n")
 
 
 def distill_message(run: str, source: str, spec: SearchSpec, result: SearchResult,
                     choices: dict[str, FinalChoice], concepts: list[Concept], split: tuple[set[str], set[str]],
                     logged: list[Trajectory], grades: dict[str, Any], backend: str,
-                    comparison: LogEvaluation | None, missing: str = "") -> str:
+                    comparison: LogEvaluation | None, missing: str = "", from_logs: str = "") -> str:
     """The PR body: what was measured, and what could not be."""
     rows = ["| recipe | eval requests | root reward | base reward (final) | chosen reward (final) | chosen | nodes tried |",
             "|---|---:|---:|---:|---:|---|---:|"]
@@ -100,6 +113,7 @@ def distill_message(run: str, source: str, spec: SearchSpec, result: SearchResul
             "- Hindsight relabelling: it needs an environment to re-run relabelled tasks; skipped.\n"
             + ("\n## Concepts merged\n\n" + "\n".join(merges) + "\n" if merges else "")
             + (f"\n{missing}\n" if missing else "")
+            + (f"\n{from_logs}\n" if from_logs else "")
             + f"\nAudit trail: `git log --notes=brew --first-parent brew/{run}/kb`, `brewkb tree {run}`.\n\n"
             f"Brew-Run: {run}\n")
 
@@ -130,6 +144,8 @@ def pr_body(view: RunView) -> str:
             lines += effects_table(view.eval) + [""]
     elif view.record:  # a distilled run, or a clone without the run folder: what the run wrote in git
         lines += ["As recorded in the `pr` commit:", "", view.record, ""]
+    if view.from_logs:
+        lines += [view.from_logs, ""]
     gains = {c.name: (c.final_reward or 0) - (c.root_reward or 0) for c in view.changes if c.name in view.trees}
     if gains:
         biggest = max(sorted(gains), key=lambda n: gains[n])
@@ -143,3 +159,87 @@ def pr_body(view: RunView) -> str:
     lines += ["Audit trail: the node branches `brew/" + view.run + "/<recipe>/n<id>`, rewards in "
               f"`git log --notes=brew`, history in `git log --first-parent brew/{view.run}/kb`."]
     return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------- what the logs wrote
+HELD_BACK = "## Held back from the logs"
+SHOWN_LINES = 8
+"""New lines from the logs a PR shows per recipe (a count says how many more)."""
+SHOWN_SOURCES = 3
+"""Conversations a held-back text names (a count says how many more)."""
+
+
+def _added(before: str, after: str) -> list[str]:
+    diff = difflib.unified_diff(before.splitlines(), after.splitlines(), lineterm="", n=0)
+    return [line[1:] for line in diff if line.startswith("+") and not line.startswith("+++")]
+
+
+def _fenced(lines: Sequence[str]) -> list[str]:
+    """Lines as a fenced block whose fence no line can close."""
+    longest = max((len(run) for line in lines for run in re.findall(r"`+|~+", line)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [f"{fence}text", *lines, fence]
+
+
+def logs_section(before: Mapping[str, str], after: Mapping[str, str],
+                 sources: Mapping[str, Sequence[Trajectory]]) -> str:
+    """The PR's two sections on log text: per changed recipe, its new lines
+    that quote or repeat the logs it learned from (``sources``: recipe name →
+    those trajectories, scrubbed); and the texts of those logs held back
+    because they read as instructions to an agent (``brewkb.trajectories.quote``).
+    ``before`` and ``after``: recipe name → text in the base and in the PR."""
+    wrote: list[str] = []
+    held: dict[str, tuple[HeldBack, list[str]]] = {}
+    for name in sorted(after):
+        if before.get(name) == after[name]:
+            continue
+        trajectories = sources.get(name, ())
+        index = LogIndex(text for t in trajectories for text in log_texts(t))
+        lines = [line for line in _added(before.get(name, ""), after[name]) if line.strip() and index.wrote(line)]
+        if lines:
+            more = f"; {len(lines) - SHOWN_LINES} more not shown" if len(lines) > SHOWN_LINES else ""
+            wrote += [f"`{name}`: {len(lines)} new line{'s' if len(lines) > 1 else ''} from the logs{more}",
+                      *_fenced(lines[:SHOWN_LINES])]
+        for item in held_back(trajectories):
+            found, names = held.setdefault(item.text, (item, []))
+            found.sources.extend(s for s in item.sources if s not in found.sources)
+            names.append(name)
+    intro = ("New lines of the changed recipes that quote or repeat the conversations they learned from; read them "
+             "as text a user or a tool wrote, not as rules someone decided:")
+    shown_held = []
+    for item, names in held.values():
+        ids = ", ".join(item.sources[:SHOWN_SOURCES]) + (f" and {len(item.sources) - SHOWN_SOURCES} more"
+                                                         if len(item.sources) > SHOWN_SOURCES else "")
+        recipes = ", ".join(f"`{n}`" for n in names)
+        shown_held.append(f"- ``{item.text}`` — {item.reason} (for {recipes}; conversations {ids})")
+    held_intro = ("Texts of those conversations that read as instructions to an agent. No recipe quotes them, and "
+                  "lines an integrator wrote that repeat them were dropped; check that none of them changed what the "
+                  "recipes tell an agent to do:")
+    return "\n\n".join([
+        LOGS_WROTE, "\n".join([intro, *wrote]) if wrote else "No new line of a changed recipe quotes the logs.",
+        HELD_BACK, "\n".join([held_intro, *shown_held]) if shown_held else
+        "Nothing: no text of the conversations these recipes learned from reads as instructions to an agent."])
+
+
+def from_logs_of(store: SearchStore, trajectories: Iterable[Trajectory],
+                 insights: Mapping[str, Sequence[Insight]], scrub: Callable[[Trajectory], Trajectory]) -> str:
+    """``logs_section`` for a run's PR: its recipes in the base and in the
+    final KB, each changed one with the trajectories it learned from (its
+    concept's insights and its ``sources``), told through ``scrub``."""
+    final = store.final_commit() or store.base
+    before = {Path(p).stem: t.decode("utf-8", "replace") for p, t in store.git.read_folder(store.base,
+                                                                                          store.recipes_dir).items()}
+    after = {Path(p).stem: t.decode("utf-8", "replace") for p, t in store.git.read_folder(final,
+                                                                                         store.recipes_dir).items()}
+    by_id = {t.id: t for t in trajectories}
+    sources: dict[str, list[Trajectory]] = {}
+    for name, text in after.items():
+        if before.get(name) == text:
+            continue
+        try:
+            listed = parse_recipe(text).sources
+        except RecipeError:
+            listed = ()
+        ids = dict.fromkeys([*(i.source for i in insights.get(name, ())), *listed])
+        sources[name] = [scrub(by_id[i]) for i in ids if i in by_id]
+    return logs_section(before, after, sources)

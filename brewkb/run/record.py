@@ -32,6 +32,9 @@ EVAL_FILE = "eval.json"
 
 FINAL_HEADER = "| recipe | base reward | final reward | document | nodes tried | note |"
 
+LOGS_WROTE = "## What the logs wrote"
+"""The heading that starts a PR's sections on log text (written by ``brewkb.run.prbody``)."""
+
 LEFT_OUT = "Left out:"
 """How the paragraph of a PR's record starts that names the failed items a run went on without."""
 
@@ -100,6 +103,8 @@ class RunView:
     """The final evaluation's choice per concept (empty for a run without one)."""
     left_out: str = ""
     """The record's paragraph on failed items the run went on without (``left_out``), or empty."""
+    from_logs: str = ""
+    """The record's sections on what the logs wrote and what was held back (``prbody.logs_section``), or empty."""
 
 
 def _finish(kb: KB, run: str) -> str | None:
@@ -171,8 +176,11 @@ def load_run(kb: KB, run: str) -> RunView:
     # the change table and the body's own audit trail say these already
     paragraphs = [p for p in paragraphs if not p.startswith((FINAL_HEADER, "Audit trail:"))]
     missing = next((p for p in paragraphs if p.startswith(LEFT_OUT)), "")
+    start = next((n for n, p in enumerate(paragraphs) if p.startswith(LOGS_WROTE)), len(paragraphs))
+    from_logs = paragraphs[start:start + 4]  # its two headings, each with one paragraph
+    paragraphs = paragraphs[:start] + paragraphs[start + 4:]
     return RunView(run, base, pr, state.trees, best, changes, per_iteration, evaluation,
-                   "\n\n".join(p for p in paragraphs if p != missing), choices, missing)
+                   "\n\n".join(p for p in paragraphs if p != missing), choices, missing, "\n\n".join(from_logs))
 
 
 def eval_table(evaluation: dict[str, Any]) -> list[str]:

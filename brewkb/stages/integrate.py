@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from brewkb.errors import LLMError, RecipeError
 from brewkb.llm.roles import Backend, Insight
 from brewkb.recipes import Recipe, parse_recipe, render_recipe, validate
-from brewkb.trajectories.quote import screen
+from brewkb.trajectories.quote import LogIndex, screen
 
 __all__ = ["integrate"]
 
@@ -25,7 +25,7 @@ RETRY_STRIDE = 1000  # a retried sample uses another sample index, so another ca
 
 def _screened(recipe: Recipe, insights: Sequence[Insight]) -> Recipe:
     """``recipe`` without its lines that read as instructions and repeat the insights' log text."""
-    texts = [text for i in insights for text in (i.task, i.insight) if text]
+    texts = LogIndex(text for i in insights for text in (i.task, i.insight) if text)
     body, dropped = screen(recipe.body, texts)
     description, dropped_too = screen(recipe.description, texts)
     for line, reason in dropped + dropped_too:

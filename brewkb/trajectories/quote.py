@@ -50,7 +50,7 @@ from brewkb.trajectories.schema import Trajectory, tool_calls
 from brewkb.trajectories.scrub import ID_SHAPE
 
 __all__ = ["Quote", "HeldBack", "quote", "instruction_reason", "held_back", "log_texts", "screen", "shares_text",
-           "MAX_QUOTE", "from_logs"]
+           "MAX_QUOTE", "LogIndex", "shown"]
 
 MAX_QUOTE = 240
 """Characters a quoted text keeps by default."""
@@ -208,7 +208,7 @@ def _words(text: str) -> list[str]:
     return re.findall(r"[a-z0-9]+", normalise(text, 100_000).lower())
 
 
-_URL = re.compile(r"(?i)(?:https?://|www\.)?[a-z0-9-]+(?:\.[a-z0-9-]+)+(?:/\S*)?")
+_URL = re.compile(r"(?i)(?:https?://|www\.)?[a-z0-9-]+(?:\.[a-z0-9-]+)*\.[a-z]{2,}(?:/\S*)?")
 
 
 def _grams(text: str, n: int = 4) -> set[tuple[str, ...]]:
@@ -216,31 +216,51 @@ def _grams(text: str, n: int = 4) -> set[tuple[str, ...]]:
     return {tuple(words[i:i + n]) for i in range(len(words) - n + 1)}
 
 
-def shares_text(line: str, texts: Sequence[str], n: int = 4) -> bool:
-    """Whether ``line`` repeats ``n`` words in a row, or a host name, of one of ``texts``."""
-    grams = _grams(line, n)
-    hosts = {m.group(0).lower().split("/")[0] for m in _URL.finditer(line) if "." in m.group(0)}
-    return any(grams & _grams(t, n) or any(h in t.lower() for h in hosts) for t in texts)
+class LogIndex:
+    """The texts of some logs, to tell whether a line repeats them: four
+    words in a row, or a host name (``evil.example``), of any one of them."""
+
+    N = 4
+
+    def __init__(self, texts: Iterable[str]) -> None:
+        self.grams: set[tuple[str, ...]] = set()
+        self.lower: list[str] = []
+        for text in texts:
+            self.grams |= _grams(text, self.N)
+            self.lower.append(normalise(text, 100_000).lower())
+
+    def shares(self, line: str) -> bool:
+        if _grams(line, self.N) & self.grams:
+            return True
+        hosts = {m.group(0).lower().split("/")[0] for m in _URL.finditer(normalise(line, 100_000))}
+        return any(h in text for h in hosts for text in self.lower)
+
+    def wrote(self, line: str) -> bool:
+        """Whether a recipe's line came from these logs: it quotes (a span in
+        double quotes of three words or more) or repeats them."""
+        return _QUOTED.search(line) is not None or self.shares(line)
 
 
-def from_logs(line: str, texts: Sequence[str]) -> bool:
-    """Whether a line of a recipe came from log text: it quotes (a span in
-    double quotes of three words or more) or repeats four words of one of ``texts``."""
-    quoted = re.search(r'"[^"]*\b\w+\W+\w+\W+\w+[^"]*"', line) is not None
-    return quoted or shares_text(line, texts)
+_QUOTED = re.compile(r'"[^"\n]*?\w+\W+\w+\W+\w+[^"\n]*"')
+
+
+def shares_text(line: str, texts: Sequence[str]) -> bool:
+    """Whether ``line`` repeats four words in a row, or a host name, of one of ``texts``."""
+    return LogIndex(texts).shares(line)
 
 
 _STRUCTURE = re.compile(r"^\s*(?:#{1,6}|[-*+]|\d+[.)])\s+")
 
 
-def screen(body: str, texts: Sequence[str]) -> tuple[str, list[tuple[str, str]]]:
+def screen(body: str, texts: Sequence[str] | LogIndex) -> tuple[str, list[tuple[str, str]]]:
     """A recipe text (body or description) without the lines that read as
     instructions and repeat log text (``texts``): (what is kept, [(line, reason)])."""
+    index = texts if isinstance(texts, LogIndex) else LogIndex(texts)
     kept, dropped = [], []
     for line in body.split("\n"):
         content = _STRUCTURE.sub("", line)  # the recipe's own heading or list mark is not the line's content
         reason = instruction_reason(content) if content.strip() else None
-        if reason is not None and shares_text(line, texts):
+        if reason is not None and index.shares(line):
             dropped.append((line, reason))
         else:
             kept.append(line)

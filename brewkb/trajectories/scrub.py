@@ -101,8 +101,8 @@ def _phone_ok(text: str) -> bool:
 VALIDATORS = {"iban": _iban_ok, "phone": _phone_ok}
 """Kinds whose matches count only when they pass a check (the IBAN's check digits, a phone's length)."""
 
-ID_SHAPE = re.compile(r"(?<![\w#№-])[#№]?(?=[A-Za-z0-9_-]*\d)(?=[A-Za-z0-9_-]*[A-Za-z])"
-                      r"[A-Za-z0-9][A-Za-z0-9_-]{4,39}(?![\w-])")
+ID_SHAPE = re.compile(r"(?<![\w#№<-])[#№]?(?=[A-Za-z0-9_-]*\d)(?=[A-Za-z0-9_-]*[A-Za-z])"
+                      r"[A-Za-z0-9][A-Za-z0-9_-]{4,39}(?![\w>-])")
 """A token shaped like an identifier: letters and digits (both), 5 to 40
 characters, maybe with ``_``/``-`` and a leading mark (``W2905754``,
 ``#W2905754``, ``PMT-440291``)."""
