@@ -21,9 +21,9 @@ or *holds it back* with the reason:
      rules / policy / prompt / guidelines / checks";
   3. *claims a policy or rule*: "new / updated / revised / official /
      internal … policy / rule / instructions", "policy update", "system
-     prompt"; or a sentence that starts with "always" or "never", or says
-     "you / the agent must (always / never / not) …": a rule addressed to
-     whoever reads it;
+     prompt"; and *a rule for whoever reads it*: a sentence that starts with
+     "always" or "never", or says "you / the agent must (always / never /
+     not) …";
   4. *links*: URLs (any scheme, ``www.``, a host with a path), markdown links
      and images;
   5. *code or markup*: HTML (found by ``nh3``, the HTML sanitiser; the
@@ -50,13 +50,16 @@ from brewkb.trajectories.schema import Trajectory, tool_calls
 from brewkb.trajectories.scrub import ID_SHAPE
 
 __all__ = ["Quote", "HeldBack", "quote", "instruction_reason", "held_back", "log_texts", "screen", "shares_text",
-           "MAX_QUOTE", "LogIndex", "shown"]
+           "MAX_QUOTE", "LogIndex", "shown", "is_html", "RULE_FOR_READER", "LINK", "MARKUP"]
 
 MAX_QUOTE = 240
 """Characters a quoted text keeps by default."""
 SHOWN = 200
 """Characters of a held-back text the PR shows."""
 
+RULE_FOR_READER = "a rule for whoever reads it"
+LINK = "a link"
+MARKUP = "code or markup"
 _ROLE = r"(?:ai|assistant|agent|model|llm|chatbot|bot|system|gpt|claude|language model)"
 _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("addressed to the assistant", re.compile(
@@ -72,14 +75,15 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("claims a policy or rule", re.compile(
         r"(?i)\b(?:new|updated|revised|official|internal|special|secret|changed|latest)\s+(?:company\s+|store\s+|"
         r"support\s+)?(?:polic(?:y|ies)|rules?|instructions?|guidelines?|directives?|procedures?)\b"
-        r"|\bpolicy\s+(?:update|change|override|exception)\b|\b(?:system|developer)\s+(?:prompt|message|note)\b"
-        r"|(?:^|[.!?:;]\s+|\n\s*)(?:always|never)\s+(?!mind\b)[a-z]+"
+        r"|\bpolicy\s+(?:update|change|override|exception)\b|\b(?:system|developer)\s+(?:prompt|message|note)\b")),
+    (RULE_FOR_READER, re.compile(
+        r"(?i)(?:^|[.!?:;]\s+|\n\s*)(?:always|never)\s+(?!mind\b)[a-z]+"
         r"|\b(?:you|agents?|assistants?|the agent|the assistant)\s+(?:must|should|shall|are to|have to|need to)\s+"
         r"(?:always|never|not|no longer)\b|\bmust (?:always|never)\b")),
-    ("a link", re.compile(
+    (LINK, re.compile(
         r"(?i)\b(?:https?|ftp|file|data|javascript|vbscript)\s*:\s*/*\S+|\bwww\d?\.\S+"
         r"|\b[a-z0-9-]+(?:\.[a-z0-9-]+)*\.[a-z]{2,}/\S*|!?\[[^\]\n]*\]\([^)\n]*\)|^\s*\[[^\]\n]+\]:\s*\S+")),
-    ("code or markup", re.compile(r"```|~~~|^\s{0,3}#{1,6}\s|\{\{.*?\}\}|\{%.*?%\}|<!--|<\?|<!\w", re.S | re.M)),
+    (MARKUP, re.compile(r"```|~~~|^\s{0,3}#{1,6}\s|\{\{.*?\}\}|\{%.*?%\}|<!--|<\?|<!\w", re.S | re.M)),
 )
 _PLACEHOLDER = re.compile(r"<[a-z][a-z0-9_]*>")
 _DANGEROUS_TAGS = frozenset("""script style iframe frame frameset object embed applet svg math form input button
@@ -110,16 +114,22 @@ def _is_html(text: str) -> bool:
     return "<" in bare and nh3.is_html(bare)
 
 
-def instruction_reason(text: str) -> str | None:
+def instruction_reason(text: str, skip: Iterable[str] = ()) -> str | None:
     """Why ``text`` reads as instructions to an agent (one of the module
-    docstring's rules), or ``None``."""
+    docstring's rules, but those named in ``skip``), or ``None``."""
     normal = normalise(text, 100_000)
+    skipped = set(skip)
     for reason, rule in _RULES:
-        if rule.search(normal):
+        if reason not in skipped and rule.search(normal):
             return reason
-    if _is_html(normal):
-        return "code or markup"
+    if MARKUP not in skipped and _is_html(normal):
+        return MARKUP
     return None
+
+
+def is_html(text: str) -> bool:
+    """Whether ``text`` holds HTML (brewkb's placeholders such as ``<email>`` are not)."""
+    return _is_html(normalise(text, 100_000))
 
 
 @dataclass(frozen=True)
