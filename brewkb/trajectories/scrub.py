@@ -221,6 +221,11 @@ class Scrubber:
                 raise ConfigError(f"scrub.patterns.{kind}: not a valid regex ({exc}); fix it") from None
         return cls(tuple(compiled), frozenset({*DEFAULT_KEYS, *(k.lower() for k in keys or ())}))
 
+    @classmethod
+    def secrets_only(cls) -> Scrubber:
+        """A scrubber that replaces secrets and nothing else."""
+        return cls((), frozenset(), personal=False)
+
     def _matches(self, kind: str, rx: re.Pattern[str], text: str) -> Iterable[re.Match[str]]:
         check = VALIDATORS.get(kind)
         return (m for m in rx.finditer(text) if check is None or check(m.group(m.lastindex or 0)))
