@@ -45,6 +45,8 @@ __all__ = ["normalise", "admit", "admit_all", "RunIds", "MAX_TEXT"]
 MAX_TEXT = 20_000
 """Characters one text of a trajectory keeps (``[scrub] max_text``)."""
 CUT = " […]"
+SCRUB_BOUND = 10
+"""How many times ``max_text`` a text may be while it is scrubbed, before it is bounded."""
 
 _REMOVED = re.compile(
     "[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e\u2060-\u206f"
@@ -130,18 +132,24 @@ def admit(trajectory: Trajectory, scrubber: Scrubber, limit: int = MAX_TEXT) -> 
     """``trajectory`` normalised, bounded and scrubbed (see the module
     docstring); its id is kept. The one function through which a logged
     trajectory enters a run."""
-    messages = tuple(_message(m, lambda s: _normal_text(s, limit), lambda v: _normal_json(v, limit))
+    # bounded after scrubbing (a secret cut in two might no longer be told), and before it at a far larger
+    # bound, so no single text can make the scrubbing slow
+    first = limit * SCRUB_BOUND
+    messages = tuple(_message(m, lambda s: _normal_text(s, first), lambda v: _normal_json(v, first))
                      for m in trajectory.messages)
-    normal = trajectory.with_(task=normalise(trajectory.task, limit), messages=messages)
+    normal = trajectory.with_(task=normalise(trajectory.task, first), messages=messages)
     values = scrubber.values_of(normal)
     clean = scrubber.trajectory(normal, values)
 
     def scrub(text: str) -> str:
-        return scrubber.text(normalise(text, limit), values)
+        return normalise(scrubber.text(normalise(text, first), values), limit)
 
     outcome = clean.outcome
     detail = _texts(dict(outcome.detail), scrub)
-    return clean.with_(meta=_texts(dict(trajectory.meta), scrub), rubric=_texts(dict(trajectory.rubric), scrub),
+    bounded = tuple(_message(m, lambda s: _normal_text(s, limit), lambda v: _normal_json(v, limit))
+                    for m in clean.messages)
+    return clean.with_(task=normalise(clean.task, limit), messages=bounded, meta=_texts(dict(trajectory.meta), scrub),
+                       rubric=_texts(dict(trajectory.rubric), scrub),
                        outcome=type(outcome)(outcome.success, outcome.score, detail))
 
 

@@ -135,6 +135,10 @@ def _id_value(text: str, keyed: bool) -> bool:
     return ID_SHAPE.fullmatch(text) is not None
 
 
+def _is_scalar(value: Any) -> bool:
+    return isinstance(value, str | int) and not isinstance(value, bool)
+
+
 def _kind_of(key: str) -> str:
     """A placeholder kind from a log's key (a key that is not a plain name becomes ``id``)."""
     kind = key.lower()
@@ -293,6 +297,8 @@ class Scrubber:
                                 found.setdefault(part, key.lower())
                 elif scalar and _id_value(text, is_id_key(key)):
                     found.setdefault(unmarked(text), _kind_of(key))
+                elif isinstance(value, list) and (personal or is_id_key(key)):  # {"order_ids": ["#W1", "#W2"]}
+                    self._collect([{key: item} if _is_scalar(item) else item for item in value], found)
                 else:
                     self._collect(value, found)
         elif isinstance(data, list):
