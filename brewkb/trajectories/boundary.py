@@ -14,9 +14,10 @@ and rubric notes):
    except newline and tab; line and paragraph separators and carriage returns
    made newlines. Text that is JSON (tool arguments, most tool results) is
    normalised value by value, so its structure survives.
-2. **bounded**: each text, and each string inside a JSON text, is cut to
-   ``max_text`` characters (``[scrub] max_text``).
-3. **scrubbed** of secrets and personal data (``brewkb.trajectories.scrub``).
+2. **scrubbed** of secrets and personal data (``brewkb.trajectories.scrub``).
+3. **bounded**: each text, and each string inside a JSON text, is cut to
+   ``max_text`` characters (``[scrub] max_text``), after scrubbing (a secret
+   cut in two might no longer be told).
 
 Ids are data everywhere in a run, not only in the conversation that named
 them: ``RunIds`` gathers the ids the tool calls and results of many

@@ -247,8 +247,10 @@ class LogIndex:
 
     def wrote(self, line: str) -> bool:
         """Whether a recipe's line came from these logs: it quotes (a span in
-        double quotes of three words or more) or repeats them."""
-        return _QUOTED.search(line) is not None or self.shares(line)
+        double quotes of three words or more) or repeats them, its steps'
+        calls left out (a tool's name is an identifier, checked at import)."""
+        text = re.sub(r"`[^`\n]*`", " ", line)
+        return _QUOTED.search(text) is not None or self.shares(text)
 
 
 _QUOTED = re.compile(r'"[^"\n]*?\w+\W+\w+\W+\w+[^"\n]*"')
