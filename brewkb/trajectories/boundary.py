@@ -26,7 +26,9 @@ steps for a batch; ``brewkb import`` does the second at the end of an import,
 over the whole run).
 
 The id is kept: an admitted trajectory is the same episode, told safely, and
-provenance and outcomes files still find it.
+provenance and outcomes files still find it. ``meta.admitted`` marks it, so
+the scrubbing that the reflector and the judges do before they read a
+trajectory (for an environment's episodes) leaves it as it is.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from brewkb.trajectories.schema import Trajectory
-from brewkb.trajectories.scrub import MARKS, MIN_ID, Scrubber, unmarked
+from brewkb.trajectories.scrub import ADMITTED, MARKS, MIN_ID, Scrubber, unmarked
 
 __all__ = ["normalise", "admit", "admit_all", "RunIds", "MAX_TEXT"]
 
@@ -149,7 +151,8 @@ def admit(trajectory: Trajectory, scrubber: Scrubber, limit: int = MAX_TEXT) -> 
     detail = _texts(dict(outcome.detail), scrub)
     bounded = tuple(_message(m, lambda s: _normal_text(s, limit), lambda v: _normal_json(v, limit))
                     for m in clean.messages)
-    return clean.with_(task=normalise(clean.task, limit), messages=bounded, meta=_texts(dict(trajectory.meta), scrub),
+    meta = {**_texts(dict(trajectory.meta), scrub), ADMITTED: True}
+    return clean.with_(task=normalise(clean.task, limit), messages=bounded, meta=meta,
                        rubric=_texts(dict(trajectory.rubric), scrub),
                        outcome=type(outcome)(outcome.success, outcome.score, detail))
 

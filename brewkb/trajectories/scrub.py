@@ -51,7 +51,7 @@ from brewkb.trajectories.schema import Trajectory
 from brewkb.trajectories.secrets import SECRET, secret_spans
 
 __all__ = ["DEFAULT_PATTERNS", "DEFAULT_KEYS", "Scrubber", "Finding", "scrubber_of", "ID_SHAPE", "is_id_key",
-           "unmarked"]
+           "unmarked", "ADMITTED"]
 
 _AT = r"(?:\s*[(\[{<]\s*(?i:at)\s*[)\]}>]\s*)"
 _DOT = r"(?:\s*[(\[{<]\s*(?i:dot)\s*[)\]}>]\s*|\s+(?i:dot)\s+)"
@@ -156,6 +156,9 @@ PERSON_FIELDS = frozenset({"name", "address", "street", "city", "zip_code", "pos
 """Keys that are personal inside a record that also holds one of the personal keys."""
 
 NAME_KEYS = frozenset({"name", "full_name"})
+
+ADMITTED = "admitted"
+"""The ``meta`` key ``boundary.admit`` sets on a trajectory it scrubbed: scrubbing it again changes nothing."""
 
 MIN_VALUE = 2  # a one-character value is too common to replace everywhere
 DONE_CACHE = 20_000  # texts whose scrubbed form a scrubber keeps
@@ -269,8 +272,10 @@ class Scrubber:
     # --------------------------------------------------------- trajectories
     def values_of(self, trajectory: Trajectory) -> dict[str, str]:
         """Personal values the trajectory's own tool calls and results name:
-        value → placeholder kind (the JSON key)."""
+        value → placeholder kind (the JSON key); none for one already admitted."""
         found: dict[str, str] = {}
+        if trajectory.meta.get(ADMITTED):
+            return found
         for message in trajectory.messages:
             for call in message.get("tool_calls") or ():
                 self._collect(_loads((call.get("function") or {}).get("arguments")), found)
@@ -308,6 +313,8 @@ class Scrubber:
     def trajectory(self, trajectory: Trajectory, values: Mapping[str, str] | None = None) -> Trajectory:
         """The trajectory with its task text, messages and tool calls scrubbed
         (``values``: its ``values_of``, when the caller has them); same id."""
+        if trajectory.meta.get(ADMITTED):  # scrubbed when it entered the run (``boundary.admit``)
+            return trajectory
         values = self.values_of(trajectory) if values is None else values
         messages = tuple(self._message(m, values) for m in trajectory.messages)
         return trajectory.with_(task=self.text(trajectory.task, values), messages=messages)
