@@ -49,7 +49,7 @@ from brewkb.trajectories.boundary import normalise
 from brewkb.trajectories.schema import Trajectory, tool_calls
 from brewkb.trajectories.scrub import ID_SHAPE
 
-__all__ = ["Quote", "HeldBack", "quote", "instruction_reason", "held_back", "log_texts", "screen", "shares_text",
+__all__ = ["Quote", "HeldBack", "quote", "instruction_reason", "held_back", "log_texts", "screen",
            "MAX_QUOTE", "LogIndex", "shown", "is_html", "RULE_FOR_READER", "LINK", "MARKUP"]
 
 MAX_QUOTE = 240
@@ -254,11 +254,6 @@ class LogIndex:
 
 
 _QUOTED = re.compile(r'"[^"\n]*?\w+\W+\w+\W+\w+[^"\n]*"')
-
-
-def shares_text(line: str, texts: Sequence[str]) -> bool:
-    """Whether ``line`` repeats four words in a row, or a host name, of one of ``texts``."""
-    return LogIndex(texts).shares(line)
 
 
 _STRUCTURE = re.compile(r"^\s*(?:#{1,6}|[-*+]|\d+[.)])\s+")
