@@ -28,8 +28,8 @@ from pathlib import Path
 from brewkb.errors import BrewError, RecipeError
 from brewkb.fsutil import write_atomic
 from brewkb.recipes import BOM, parse_recipe, validate
-from brewkb.trajectories.boundary import normalise
-from brewkb.trajectories.quote import LINK, MARKUP, RULE_FOR_READER, instruction_reason, is_html
+from brewkb.trajectories.boundary import invisible
+from brewkb.trajectories.quote import LINK, MARKUP, REASONS, RULE_FOR_READER, instruction_reason, is_html
 from brewkb.trajectories.scrub import ID_SHAPE, Scrubber
 from brewkb.trajectories.secrets import SECRET
 
@@ -110,10 +110,10 @@ def untrusted_text(path: str, text: str) -> list[Problem]:
     lines = text.splitlines()
     body_from = _body_line(text)
     for number, line in enumerate(lines, start=1):
-        invisible = sorted({f"U+{ord(c):04X}" for c in line if c != "\ufeff" or number > 1} - {
-            f"U+{ord(c):04X}" for c in normalise(line, len(line) + 1)})
-        if invisible:
-            problems.append(Problem(path, number, "error", f"invisible or control characters ({', '.join(invisible[:5])})",
+        hidden = invisible(line[1:] if number == 1 and line.startswith("\ufeff") else line)  # a BOM: its own check
+        if hidden:
+            shown = ", ".join(hidden[:5])
+            problems.append(Problem(path, number, "error", f"invisible or control characters ({shown})",
                                     "delete them: they hide or reorder text a reviewer reads"))
         in_body = number >= body_from
         if not in_body and not re.match(rf"^(?:{'|'.join(_FRONT_KEYS_READ)})\s*:|^\s+\S", line):
@@ -125,11 +125,11 @@ def untrusted_text(path: str, text: str) -> list[Problem]:
                                     "replace it with a placeholder such as <order_id>; recipes must not carry the "
                                     "ids of customers or records"))
         content = re.sub(r"^\s*(?:#{1,6}|[-*+]|\d+[.)])\s+", "", plain)
-        if instruction_reason(content, skip=(RULE_FOR_READER, MARKUP)) == LINK:
+        if instruction_reason(content, skip=[r for r in REASONS if r != LINK]) == LINK:
             problems.append(Problem(path, number, "warning", "a link",
                                     "an agent served this recipe may follow it: remove it unless your team put it "
                                     "there and trusts where it leads"))
-        elif (reason := instruction_reason(content, skip=(RULE_FOR_READER, MARKUP, LINK))) is not None:
+        if (reason := instruction_reason(content, skip=(RULE_FOR_READER, MARKUP, LINK))) is not None:
             problems.append(Problem(path, number, "warning", f"reads as instructions to an agent ({reason})",
                                     "check that your team wrote this line; text copied from a log must not tell an "
                                     "agent what to do (docs/security.md)"))

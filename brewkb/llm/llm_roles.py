@@ -145,8 +145,8 @@ class LLMBackend:
                             body=body)
 
     async def relabel(self, trajectory: Trajectory) -> RelabelledTask | None:
-        value = await self._json("relabeller", prompt("relabeller"), untrusted("transcript", render_compact(trajectory)),
-                                 "relabel")
+        value = await self._json("relabeller", prompt("relabeller"),
+                                 untrusted("transcript", render_compact(trajectory)), "relabel")
         return RelabelledTask(task=value["task"].strip(), summary=value["summary"].strip())
 
     async def judge(self, trajectory: Trajectory, rubrics: Sequence[Rubric]) -> RubricScores:

@@ -43,7 +43,7 @@ from typing import Any
 from brewkb.trajectories.schema import Trajectory
 from brewkb.trajectories.scrub import ADMITTED, MARKS, MIN_ID, Scrubber, unmarked
 
-__all__ = ["normalise", "admit", "admit_all", "RunIds", "MAX_TEXT"]
+__all__ = ["normalise", "admit", "admit_all", "RunIds", "MAX_TEXT", "invisible"]
 
 MAX_TEXT = 20_000
 """Characters one text of a trajectory keeps (``[scrub] max_text``)."""
@@ -72,6 +72,13 @@ def normalise(text: str, limit: int = MAX_TEXT) -> str:
     if not text.isprintable():  # what is left: other control and format characters
         text = "".join(c for c in text if c in "\n\t" or unicodedata.category(c) not in ("Cc", "Cf", "Cs", "Co"))
     return text if len(text) <= limit else text[: limit - len(CUT)] + CUT
+
+
+def invisible(text: str) -> list[str]:
+    """The characters of ``text`` that ``normalise`` removes (as ``U+XXXX``, once each, in order)."""
+    found = [c for c in text if _REMOVED.match(c) or (c not in "\n\t" and unicodedata.category(c) in ("Cc", "Cf",
+                                                                                                   "Cs", "Co"))]
+    return list(dict.fromkeys(f"U+{ord(c):04X}" for c in found))
 
 
 def _normal_json(value: Any, limit: int) -> Any:

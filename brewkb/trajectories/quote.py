@@ -50,7 +50,7 @@ from brewkb.trajectories.schema import Trajectory, tool_calls
 from brewkb.trajectories.scrub import ID_SHAPE
 
 __all__ = ["Quote", "HeldBack", "quote", "instruction_reason", "held_back", "log_texts", "screen",
-           "MAX_QUOTE", "LogIndex", "shown", "is_html", "RULE_FOR_READER", "LINK", "MARKUP"]
+           "MAX_QUOTE", "LogIndex", "shown", "is_html", "RULE_FOR_READER", "LINK", "MARKUP", "REASONS"]
 
 MAX_QUOTE = 240
 """Characters a quoted text keeps by default."""
@@ -64,7 +64,8 @@ _ROLE = r"(?:ai|assistant|agent|model|llm|chatbot|bot|system|gpt|claude|language
 _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("addressed to the assistant", re.compile(
         rf"(?im)(?:^|[.!?]\s+)\s*{_ROLE}\s*:"
-        rf"|\b(?:dear|hey|attention|note to|message to|instructions? (?:to|for)|reminder (?:to|for))\s+(?:the\s+|my\s+|our\s+)?{_ROLE}\b"
+        r"|\b(?:dear|hey|attention|note to|message to|instructions? (?:to|for)|reminder (?:to|for))\s+"
+        rf"(?:the\s+|my\s+|our\s+)?{_ROLE}\b"
         rf"|\b(?:you are|you're|act as|pretend to be|as an?|you,? the)\s+(?:now\s+)?(?:an?\s+)?(?:helpful\s+)?"
         r"(?:ai|assistant|language model|llm|chatbot|large language model)\b"
         r"|<\|[^|>\n]{1,40}\|>|\[/?INST\]|<</?SYS>>|#{2,}\s*(?:instruction|system|response)\b")),
@@ -85,6 +86,8 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"|\b[a-z0-9-]+(?:\.[a-z0-9-]+)*\.[a-z]{2,}/\S*|!?\[[^\]\n]*\]\([^)\n]*\)|^\s*\[[^\]\n]+\]:\s*\S+")),
     (MARKUP, re.compile(r"```|~~~|^\s{0,3}#{1,6}\s|\{\{.*?\}\}|\{%.*?%\}|<!--|<\?|<!\w", re.S | re.M)),
 )
+REASONS = tuple(reason for reason, _ in _RULES)
+"""Every reason ``instruction_reason`` may give, in the order it tries them."""
 _PLACEHOLDER = re.compile(r"<[a-z][a-z0-9_]*>")
 _DANGEROUS_TAGS = frozenset("""script style iframe frame frameset object embed applet svg math form input button
 textarea select option link meta base html head body title template slot video audio source track canvas
