@@ -156,12 +156,6 @@ def _requests(insights: Sequence[Insight], concept: str) -> list[str]:
     return sorted(naming, key=lambda t: (t not in worked, not names_object(t, concept)))
 
 
-def _quoted(requests: Sequence[str]) -> list[str]:
-    """The requests as a recipe may quote them (``brewkb.trajectories.quote``):
-    those that read as instructions to an agent are held back, not written."""
-    return list(dict.fromkeys(q.text for r in requests if (q := quote(r))))
-
-
 def _how(concept: str, picked: Sequence[Insight], insights: Sequence[Insight], current: Recipe | None) -> str:
     sequences, own = _procedures(picked, concept)
     every, mine = _procedures(insights, concept)  # which steps most runs take: every run tells, not the sample
@@ -252,3 +246,9 @@ async def integrate(concept: str, aliases: Sequence[str], insights: Sequence[Ins
     base = current or Recipe(name=name, description="")
     return base.replace(name=name, description=description[:1024], concept=concept,
                         aliases=tuple(a for a in aliases if a != concept), sources=tuple(sources[-50:]), body=body)
+
+
+def _quoted(requests: Sequence[str]) -> list[str]:
+    """The requests as a recipe may quote them (``brewkb.trajectories.quote``):
+    those that read as instructions to an agent are held back, not written."""
+    return list(dict.fromkeys(q.text for r in requests if (q := quote(r))))
