@@ -228,6 +228,9 @@ class ScrubConfig:
     replaced; an empty regex turns a default off)."""
     keys: tuple[str, ...] = ()
     """JSON keys of tool calls and results whose values are personal, added to the defaults."""
+    max_text: int = 20_000
+    """Characters one text of an imported trajectory keeps (a message, a tool
+    result, each string of a JSON one); the rest is cut at import."""
 
 
 @dataclass(frozen=True)

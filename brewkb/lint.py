@@ -1,4 +1,21 @@
-"""The recipe linter: every problem as ``path:line: severity: message — what to do``."""
+"""The recipe linter: every problem as ``path:line: severity: message — what to do``.
+
+Besides the recipe format, it reads every recipe as text that may have come
+from untrusted logs (docs/security.md), hand-written ones too:
+
+- **secrets** (errors; detect-secrets, shown masked) and **personal data**
+  (warnings; the ``[scrub]`` patterns);
+- **invisible characters** (errors): zero-width, bidi controls, Unicode tag
+  characters and other control or format characters, which hide text from a
+  reviewer;
+- **ids** (warnings): tokens shaped like identifiers (``W2905754``) in the
+  description and body, code spans left out (tool names are not ids);
+- **links** and **HTML** (warnings): an agent that is served the recipe may
+  follow or render them;
+- **instruction-like text** (warnings): words addressed to the assistant,
+  "ignore previous …", claimed policies — what ``brewkb.trajectories.quote``
+  holds back when it quotes a log.
+"""
 
 from __future__ import annotations
 
@@ -11,9 +28,12 @@ from pathlib import Path
 from brewkb.errors import BrewError, RecipeError
 from brewkb.fsutil import write_atomic
 from brewkb.recipes import BOM, parse_recipe, validate
-from brewkb.trajectories.scrub import Scrubber
+from brewkb.trajectories.boundary import invisible
+from brewkb.trajectories.quote import LINK, MARKUP, REASONS, RULE_FOR_READER, instruction_reason, is_html
+from brewkb.trajectories.scrub import ID_SHAPE, Scrubber
+from brewkb.trajectories.secrets import SECRET
 
-__all__ = ["Problem", "lint_paths", "lint_text", "personal_data", "recipe_files", "fix_bom"]
+__all__ = ["Problem", "lint_paths", "lint_text", "personal_data", "untrusted_text", "recipe_files", "fix_bom"]
 
 
 @dataclass(frozen=True)
@@ -65,18 +85,63 @@ def _body_line(text: str) -> int:
 
 
 def personal_data(path: str, text: str, scrubber: Scrubber | None = None) -> list[Problem]:
-    """A warning per line that holds what looks like personal data."""
+    """A warning per line that holds what looks like personal data, an error per secret (shown masked)."""
     problems = []
     for finding in (scrubber or Scrubber.build()).find(text):
+        if finding.kind == SECRET:
+            problems.append(Problem(path, finding.line, "error", f"looks like a secret: {finding.text[:4]!r}… "
+                                    f"({len(finding.text)} characters)", "remove it and revoke the key or token; "
+                                    "recipes must never carry secrets"))
+            continue
         shown = finding.text if len(finding.text) <= 40 else finding.text[:39] + "…"
         problems.append(Problem(path, finding.line, "warning", f"looks like personal data ({finding.kind}): {shown!r}",
                                 f"replace it with <{finding.kind}>; recipes must not carry customer data"))
     return problems
 
 
+_CODE_SPAN = re.compile(r"`[^`\n]*`")
+_FRONT_KEYS_READ = ("description",)
+"""Front matter keys whose text is read like the body (the others hold names, ids and provenance)."""
+
+
+def untrusted_text(path: str, text: str) -> list[Problem]:
+    """Invisible characters, ids, links, HTML and instruction-like text, one problem per line and kind."""
+    problems = []
+    lines = text.splitlines()
+    body_from = _body_line(text)
+    for number, line in enumerate(lines, start=1):
+        hidden = invisible(line[1:] if number == 1 and line.startswith("\ufeff") else line)  # a BOM: its own check
+        if hidden:
+            shown = ", ".join(hidden[:5])
+            problems.append(Problem(path, number, "error", f"invisible or control characters ({shown})",
+                                    "delete them: they hide or reorder text a reviewer reads"))
+        in_body = number >= body_from
+        if not in_body and not re.match(rf"^(?:{'|'.join(_FRONT_KEYS_READ)})\s*:|^\s+\S", line):
+            continue
+        plain = _CODE_SPAN.sub(" ", line)
+        ids = [m.group(0) for m in ID_SHAPE.finditer(plain)]
+        if ids:
+            problems.append(Problem(path, number, "warning", f"looks like an id: {ids[0][:40]!r}",
+                                    "replace it with a placeholder such as <order_id>; recipes must not carry the "
+                                    "ids of customers or records"))
+        content = re.sub(r"^\s*(?:#{1,6}|[-*+]|\d+[.)])\s+", "", plain)
+        if instruction_reason(content, skip=[r for r in REASONS if r != LINK]) == LINK:
+            problems.append(Problem(path, number, "warning", "a link",
+                                    "an agent served this recipe may follow it: remove it unless your team put it "
+                                    "there and trusts where it leads"))
+        if (reason := instruction_reason(content, skip=(RULE_FOR_READER, MARKUP, LINK))) is not None:
+            problems.append(Problem(path, number, "warning", f"reads as instructions to an agent ({reason})",
+                                    "check that your team wrote this line; text copied from a log must not tell an "
+                                    "agent what to do (docs/security.md)"))
+        if is_html(plain):
+            problems.append(Problem(path, number, "warning", "HTML",
+                                    "remove the tags: an agent or a viewer may render them"))
+    return problems
+
+
 def lint_text(path: str, text: str, scrubber: Scrubber | None = None) -> tuple[list[Problem], str | None]:
     """Problems of one file's text, and the recipe name it declares (if it parses)."""
-    privacy = personal_data(path, text, scrubber)
+    privacy = personal_data(path, text, scrubber) + untrusted_text(path, text)
     try:
         recipe = parse_recipe(text)
     except RecipeError as exc:

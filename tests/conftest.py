@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -82,3 +83,14 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess
     done = subprocess.run([sys.executable, "-m", "brewkb", "demo", "--dir", str(folder), "--json"],
                           capture_output=True, text=True, timeout=1200, env=env)
     return folder, done
+
+
+def told_from(scrubbed: str, raw: str, whole: bool = True) -> bool:
+    """Whether ``scrubbed`` is ``raw`` told with placeholders (``<order_id>`` …)
+    where ``raw`` had secrets, personal data or ids, and normalised: what an import keeps."""
+    from brewkb.trajectories.boundary import normalise
+
+    raw = normalise(raw)
+    parts = re.split(r"(<[a-z][a-z0-9_]*>)", scrubbed)
+    pattern = "".join(".+?" if re.fullmatch(r"<[a-z][a-z0-9_]*>", p) else re.escape(p) for p in parts)
+    return (re.fullmatch if whole else re.match)(pattern, raw, re.S) is not None

@@ -32,8 +32,11 @@ def conversation(task: int, trial: int) -> tuple[str, list[dict], bool]:
     and a refund that must be refused; with e-mails, user ids and order codes."""
     first, last, user = PEOPLE[task]
     email, order = f"{first.lower()}.{last.lower()}@example.com", f"#W{task}00{trial}123"
+    # the member-since year tells each conversation apart once names and ids are scrubbed (a judge's cache
+    # would otherwise answer identical transcripts once)
     find = _call(1, "find_user_by_email", {"email": email},
-                 {"user_id": user, "name": {"first_name": first, "last_name": last}, "orders": [order]})
+                 {"user_id": user, "name": {"first_name": first, "last_name": last}, "orders": [order],
+                  "member_since": f"the year {2000 + 2 * task + trial}"})
     if task < 3:
         ask = f"Hi, I am {first} {last}, my email is {email}. Please cancel order {order}."
         calls = find + _call(2, "get_order_details", {"order_id": order}, {"status": "pending"}) + \

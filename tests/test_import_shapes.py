@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from brewkb.trajectories.schema import read_jsonl
-from tests.conftest import git
+from brewkb.trajectories.formats import import_file
+from brewkb.trajectories.schema import Trajectory, read_jsonl
+from tests.conftest import git, told_from
 from tests.test_distill import write_logs
 
 TAU2 = Path(__file__).resolve().parents[2] / "shared" / "data" / "tau2-airline" / \
@@ -96,8 +97,11 @@ def test_a_tau2_tasks_file_gives_the_task_text(kb: Path, tmp_path: Path) -> None
                   str(tmp_path / "tasks.json"), "--run", "t")
     assert done.returncode == 0, done.stderr
     by_id = {t["id"]: t for t in real["tasks"]}
+    read = {t.task_id: t for t in import_file(tmp_path / "bare.json", "tau2", tasks=tmp_path / "tasks.json")
+            if isinstance(t, Trajectory)}
     for t in imported(kb, "t"):
-        assert t.task.startswith(by_id[t.task_id]["user_scenario"]["instructions"]["reason_for_call"])
+        assert read[t.task_id].task.startswith(by_id[t.task_id]["user_scenario"]["instructions"]["reason_for_call"])
+        assert told_from(t.task, read[t.task_id].task)  # as the log told it, without personal data
 
 
 # ------------------------------------------------------- unlabelled and outcomes

@@ -11,7 +11,7 @@ from brewkb.api.trajectories import import_trajectories
 from brewkb.errors import TrajectoryError
 from brewkb.trajectories.formats import Skipped, import_file, sniff
 from brewkb.trajectories.schema import ReadStats, Trajectory, read_jsonl, tool_calls
-from tests.conftest import AIRLINE, MakeRepo
+from tests.conftest import AIRLINE, MakeRepo, told_from
 
 FIXTURES = Path(__file__).parent / "fixtures"
 AIRLINE_FILE = AIRLINE / "gpt-4o-trajectories.json"
@@ -30,10 +30,15 @@ def test_airline_runs_import_with_their_rewards_and_tool_calls(make_repo: MakeRe
     loaded = list(read_jsonl(path))
     raw = json.loads(AIRLINE_FILE.read_text())
     assert [t.outcome.score for t in loaded] == [r["reward"] for r in raw]
-    assert all(t.messages == tuple(r["traj"]) for t, r in zip(loaded, raw, strict=True))
+    for t, r in zip(loaded, raw, strict=True):  # the same conversations, told without personal data
+        assert [m["role"] for m in t.messages] == [m["role"] for m in r["traj"]]
+        assert all(told_from(m.get("content") or "", o.get("content") or "") for m, o in zip(t.messages, r["traj"]))
+        assert [(c.name, told_from(c.arguments, o.arguments)) for c, o in zip(
+            tool_calls(t.messages), tool_calls(r["traj"]), strict=True)] == [(o.name, True) for o in tool_calls(r["traj"])]
     n_calls = sum(len(m.get("tool_calls") or []) for r in raw for m in r["traj"])
     assert sum(len(tool_calls(t.messages)) for t in loaded) == n_calls > 0
-    assert loaded[0].task.startswith("You are mia_li_3668.")
+    assert loaded[0].task.startswith("You are <user_id>.")
+    assert "mia_li_3668" not in path.read_text()
     # JSONL -> values -> JSONL is byte-identical
     again = root / "again.jsonl"
     again.write_text("".join(t.to_line() + "\n" for t in loaded))

@@ -113,8 +113,10 @@ def test_lint_warns_about_personal_data_in_any_recipe(tmp_path: Path) -> None:
     body = "## When to use\n\nFor example: I am mia_li_3668, mail mia@example.com.\n\n## How to perform\n\n1. Do it.\n"
     (tmp_path / "refund.md").write_text(recipe_text("refund", body=body))
     problems = lint_paths([tmp_path])
-    kinds = {(p.severity, p.line, p.message.split("(")[1].split(")")[0]) for p in problems}
+    kinds = {(p.severity, p.line, p.message.split("(")[1].split(")")[0]) for p in problems
+             if p.message.startswith("looks like personal data")}
     assert kinds == {("warning", 8, "user_id"), ("warning", 8, "email")}
+    assert [(p.line, p.message) for p in problems if "id:" in p.message] == [(8, "looks like an id: 'mia_li_3668'")]
     result = run_cli(tmp_path, "lint", "refund.md")
     assert result.returncode == 0  # a warning, not an error
     assert "refund.md:8: warning: looks like personal data (email): 'mia@example.com'" in result.stdout

@@ -23,21 +23,20 @@ from brewkb.retrieval.logeval import Case, LogEvaluation, cases_of, compare_arms
 from brewkb.retrieval.ranking import Retriever, retriever_of
 from brewkb.run.folder import FILES, Run
 from brewkb.run.pipeline import Pipeline
-from brewkb.run.record import left_out, logs_table
+from brewkb.run.prbody import BASE, NEW, comparison_section, distill_message, from_logs_of
+from brewkb.run.record import left_out
 from brewkb.search.distill import LogExpander, RetrievalEvaluator
-from brewkb.search.engine import SearchResult, SearchSpec, note_of, search
+from brewkb.search.engine import SearchSpec, note_of, search
 from brewkb.search.episodes import EpisodeCache
-from brewkb.search.final import FinalChoice, finalize
+from brewkb.search.final import finalize
 from brewkb.search.store import SearchStore
-from brewkb.stages.concepts import Concept
 from brewkb.trajectories.schema import Trajectory
 from brewkb.trajectories.scrub import Scrubber, scrubber_of
 from brewkb.trajectories.split import HOLD_OUT_EVERY, split_tasks
 from brewkb.trajectories.tools import user_turns
 
-__all__ = ["DistillResult", "distill", "adistill"]
+__all__ = ["DistillResult", "distill", "adistill", "comparison_section"]
 
-BASE, NEW = "base KB", "new KB"
 log = logging.getLogger(__name__)
 
 
@@ -65,66 +64,6 @@ def _queries(trajectories: list[Trajectory], scrub: Any) -> dict[str, str]:
             clean = scrub.trajectory(t)
             out[t.task_id] = " ".join(user_turns(clean)) or clean.task
     return out
-
-
-def pr_message(run: str, source: str, spec: SearchSpec, result: SearchResult, choices: dict[str, FinalChoice],
-               concepts: list[Concept], split: tuple[set[str], set[str]], logged: list[Trajectory],
-               grades: dict[str, Any], backend: str, comparison: LogEvaluation | None, missing: str = "") -> str:
-    """The PR body: what was measured, and what could not be."""
-    rows = ["| recipe | eval requests | root reward | base reward (final) | chosen reward (final) | chosen | nodes tried |",
-            "|---|---:|---:|---:|---:|---|---:|"]
-    by_slug = {c.slug: c for c in concepts}
-    for concept in sorted(result.trees):
-        info = note_of(result, concept)
-        root = "–" if info["root_reward"] is None else f"{info['root_reward']:.3f}"
-        held_n = len(by_slug[concept].q_eval) if concept in by_slug else 0
-        final = choices[concept]
-        chosen = "left out" if final.left_out and final.base == "root" else \
-            f"base {final.base} kept" if final.kept else f"n{final.node}"
-        rows.append(f"| `{concept}` | {held_n or 'none (train requests)'} | {root} | {final.base_reward:.3f} | "
-                    f"{final.reward:.3f} | {chosen} | {info['nodes']} |")
-    merges = [f"- `{c.slug}`: {note}" for c in concepts for note in c.merged]
-    left = [f"- `{c}`: {ch.left_out}" for c, ch in sorted(choices.items()) if ch.left_out]
-    rewarded = sum(t.success is not None and "graded_by" not in t.outcome.detail for t in logged)
-    judged_outcomes = sum(t.outcome.detail.get("graded_by") == "judge" for t in logged)
-    unlabelled = sum(t.success is None for t in logged)
-    judged = sum(1 for v in grades.values() if isinstance(v, dict) and "failed" not in v)
-    held, test = split
-    gate = "\n".join(left) or ("Nothing: every recipe this PR adds or changes has a final reward above zero and "
-                               "no leave-one-out effect on the eval split that is negative beyond noise.")
-    return (f"brew({run}): {len(result.trees)} recipes distilled from logged trajectories\n\n"
-            f"Source: {len(logged)} trajectories imported from {source} logs; of their tasks, {len(held)} were held "
-            f"out to choose recipe versions (eval) and {len(test)} to test the result (test). Personal data was "
-            "replaced by placeholders before reflection.\n\n"
-            + comparison_section(comparison) +
-            "## What was measured\n\n"
-            f"- Retrieval only: reward = for each eval request of a recipe's concept, 1 / its rank among the KB times "
-            f"the share of the logged conversation's writes its procedure names (λ_corr = {spec.lambda_corr}, "
-            f"λ_ret = {spec.lambda_ret}); {spec.strategy}, {spec.rounds} rounds.\n"
-            f"- Grades taken from the logs: {rewarded} of {len(logged)} trajectories carry a reward or label; "
-            f"{judged_outcomes} unlabelled ones were graded by the judge; {unlabelled} are unlabelled (outcome "
-            "unknown: reflection used their tool calls and errors, as neither a success nor a failure); "
-            f"{judged} were scored by the rubric judge ({backend}: "
-            + ("only the rubrics it can count" if backend == "offline" else "an LLM") + ").\n\n" + "\n".join(rows) + "\n\n"
-            + f"## Left out by the gate\n\n{gate}\n\n"
-            + "## What could not be measured\n\n"
-            "- Task success with the recipes: no environment can re-run these tasks, so λ_corr = 0 and no "
-            "recipe's effect on success is known. Evaluate on a live environment before relying on it.\n"
-            "- Hindsight relabelling: it needs an environment to re-run relabelled tasks; skipped.\n"
-            + ("\n## Concepts merged\n\n" + "\n".join(merges) + "\n" if merges else "")
-            + (f"\n{missing}\n" if missing else "")
-            + f"\nAudit trail: `git log --notes=brew --first-parent brew/{run}/kb`, `brewkb tree {run}`.\n\n"
-            f"Brew-Run: {run}\n")
-
-
-def comparison_section(comparison: LogEvaluation | None) -> str:
-    """The new KB beside the base KB and the baselines on the test split, and
-    a plain sentence on whether it beats them."""
-    if comparison is None:
-        return ("## Compared with the baselines\n\nNot measured: the logs have fewer than "
-                f"{HOLD_OUT_EVERY} tasks, so none was held out for a test.\n\n")
-    return ("## Compared with the baselines (test split)\n\n" + comparison.verdict(NEW) + "\n\n"
-            + "\n".join(logs_table(comparison.to_json())) + "\n\n")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,7 +129,7 @@ def _same_search(run: str, recorded: dict[str, Any], **given: Any) -> None:
 async def _distill(kb: KB, folder: Run, strategy: str | None, iterations: int | None, width: int | None,
                    depth: int | None, no_cache: bool, events: EventSink) -> DistillResult:
     run = folder.id
-    import_recordings(folder, events)  # a serve run: the conversations recorded so far
+    import_recordings(folder, kb.config.scrub, events)  # a serve run: the conversations recorded so far
     logged = folder.read_trajectories(FILES["rollouts"])
     if not logged:
         raise RunError(f"run {run} has no trajectories; bring logs in with "
@@ -252,9 +191,10 @@ async def _distill(kb: KB, folder: Run, strategy: str | None, iterations: int | 
         # the KB the PR holds: the final gather, whether this process or an interrupted one wrote it
         result = dataclasses.replace(result, kb_commit=store.final_commit() or result.kb_commit)
         comparison = _compare(kb, store, logged, split, retriever, scrub) if split[1] else None
-    pr = store.write_pr(pr_message(run, source, spec, result, choices, concepts, split, logged, grades,
-                                   kb.config.llm.backend, comparison, left_out(folder.manifest().get("stages", {}))),
-                        spec.rounds)
+        from_logs = from_logs_of(store, logged, insights, scrub.trajectory)
+    pr = store.write_pr(distill_message(run, source, spec, result, choices, concepts, split, logged, grades,
+                                        kb.config.llm.backend, comparison, left_out(folder.manifest().get("stages", {})),
+                                        from_logs), spec.rounds)
     nodes = sum(len(t.nodes) for t in result.trees.values())
     folder.record_stage("search", nodes=nodes, kb=result.kb_commit, pr=pr, reward="retrieval only")
     if comparison is not None:

@@ -13,7 +13,8 @@ from brewkb.fsutil import write_atomic
 from brewkb.git.refs import NOTES_REF, BrewRef
 from brewkb.git.store import parse_trailers
 from brewkb.kb import KB
-from brewkb.run.record import RunView, load_run, pr_body
+from brewkb.run.prbody import pr_body
+from brewkb.run.record import RunView, load_run
 
 __all__ = ["RunView", "load_run", "pr_body", "push_run", "export_skills", "Exported"]
 

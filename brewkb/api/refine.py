@@ -23,10 +23,11 @@ from brewkb.kb import KB
 from brewkb.llm.ledger import Ledger, LedgerEntry, read_ledger, summarise
 from brewkb.retrieval.ranking import retriever_of
 from brewkb.run.budget import Limits
-from brewkb.run.folder import Journal, Run, new_run_id
+from brewkb.run.folder import FILES, Journal, Run, new_run_id
 from brewkb.run.lookup import require_run
 from brewkb.run.pipeline import Pipeline
-from brewkb.run.record import EVAL_FILE, effects_table, eval_table, final_rows, left_out
+from brewkb.run.prbody import from_logs_of, refine_message
+from brewkb.run.record import EVAL_FILE, effects_table, eval_table, left_out
 from brewkb.search.engine import SearchResult, SearchSpec, note_of, rebuild, search
 from brewkb.search.episodes import EpisodeCache
 from brewkb.search.evaluate import Evaluator
@@ -36,7 +37,7 @@ from brewkb.search.store import SearchStore, find_base
 from brewkb.search.tree import Tree
 from brewkb.trajectories.scrub import scrubber_of
 
-__all__ = ["RefineResult", "refine", "arefine", "load_trees", "gc", "pr_message"]
+__all__ = ["RefineResult", "refine", "arefine", "load_trees", "gc"]
 
 log = logging.getLogger(__name__)
 
@@ -53,22 +54,6 @@ class RefineResult:
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-
-
-def pr_message(run: str, spec: SearchSpec, result: SearchResult, base: str,
-               choices: dict[str, FinalChoice], evidence: str = "") -> str:
-    """The ``pr`` commit's message: a pull-request body with the final reward
-    table (``brewkb pr`` adds the evaluation and the search tree)."""
-    rows = final_rows(choices, {c: len(t.nodes) for c, t in result.trees.items()})
-    return (f"brew({run}): {len(result.trees)} recipes refined by {spec.strategy}\n\n"
-            f"Base {base[:12]}; strategy {spec.strategy}, {spec.rounds} rounds, width {spec.width}, depth "
-            f"{spec.depth}; reward = {spec.lambda_corr}·success + {spec.lambda_ret}·MRR. Final rewards: each tree's "
-            f"best candidates and the base version re-evaluated under the last gathered KB; a recipe changes only "
-            f"if a candidate's final reward is more than the base's.\n\n" + "\n".join(rows) +
-            f"\n\nEvaluation episodes run: {result.eval_episodes_run}; reused instead of run: "
-            f"{result.eval_episodes_reused}.\n"
-            f"Audit trail: `git log --notes=brew --first-parent brew/{run}/kb`, `brewkb tree {run}`.\n\n"
-            + (evidence + "\n" if evidence else "") + f"Brew-Run: {run}\n")
 
 
 def refine(*, run: str | None = None, resume: str | None = None, base: str | None = None,
@@ -157,9 +142,14 @@ async def _refine(run_id: str, *, resume: str | None, base: str | None, strategy
             changed = sorted(c for c, ch in choices.items() if ch.node is not None)
             held_out = None if no_eval else await _held_out(kb, pipeline, result.kb_commit, base_commit, changed,
                                                             events)
+            mapping = json.loads(folder.file("concepts.json").read_text())["mapping"]
+            insights = await _stage_insights(pipeline, mapping, {c.slug: () for c in concepts})
         store = SearchStore(kb.store, run_id, base_commit, kb.recipes_prefix())
-        pr = store.write_pr(pr_message(run_id, spec, result, base_commit, choices,
-                                       _evidence(kb, folder, held_out)), spec.rounds)
+        stored = EpisodeCache(0, folder.file("episodes.jsonl")).episodes.values()
+        episodes = [*folder.read_trajectories(FILES["rollouts"]), *(t for ts in stored for t in ts)]
+        from_logs = from_logs_of(store, episodes, insights, scrubber_of(kb.config.scrub).trajectory)
+        pr = store.write_pr(refine_message(run_id, spec, result, base_commit, choices,
+                                           _evidence(kb, folder, held_out), from_logs), spec.rounds)
         nodes = sum(len(t.nodes) for t in result.trees.values())
         marked = chosen_nodes(result.trees, choices)
         summary = {c: {**note_of(result, c), "searched": note_of(result, c)["node"], "node": marked[c],

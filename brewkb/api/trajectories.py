@@ -5,6 +5,14 @@ about the memory of its largest record: the new trajectories go to a
 temporary file beside ``rollouts.jsonl``, which replaces it (the trajectories
 already there first) only when the whole file was read. Without
 ``--skip-bad`` the first bad record stops the import and nothing changes.
+
+Every record passes the trust boundary (``brewkb.trajectories.boundary``)
+before it is written: normalised, bounded and scrubbed of secrets and
+personal data, so no run folder holds them; at the end of an import the ids
+its records named are replaced in every trajectory of the run. A record is
+recognised when it is imported again by a key of what the log held (kept in
+``meta.import_key``), so a repeated import adds nothing and an outcomes file
+still attaches to it.
 """
 
 from __future__ import annotations
@@ -15,7 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from brewkb.config import CONFIG_FILE
+from brewkb.config import CONFIG_FILE, ScrubConfig
 from brewkb.envs.base import SPLITS
 from brewkb.errors import TrajectoryError
 from brewkb.events import Event, EventSink, null_sink
@@ -24,10 +32,12 @@ from brewkb.kb import KB
 from brewkb.recipes import slugify
 from brewkb.run.folder import STAGES, Run
 from brewkb.run.recordings import SERVE_FOLDER
+from brewkb.trajectories.boundary import RunIds, admit
 from brewkb.trajectories.formats import Item, Skipped, import_file
 from brewkb.trajectories.formats.serve import OUTCOMES_SUFFIX
 from brewkb.trajectories.outcomes import Labels, read_outcomes
 from brewkb.trajectories.schema import Outcome, Trajectory, content_id, read_jsonl
+from brewkb.trajectories.scrub import Scrubber, scrubber_of
 
 __all__ = ["ImportResult", "import_trajectories", "import_recordings", "recorded_conversations", "ROLLOUTS",
            "PROGRESS_EVERY"]
@@ -67,9 +77,16 @@ class ImportResult:
                 "never_ran": self.never_ran}
 
 
+IMPORT_KEY = "import_key"
+
+
 def _key(t: Trajectory) -> str:
-    """The conversation apart from its outcome: a label attached later replaces it, never duplicates it.
+    """The conversation apart from its outcome, as the log held it (kept in
+    ``meta`` when it is admitted): a label attached later replaces it, never duplicates it.
     A conversation ``brewkb serve`` recorded is the same conversation when it has grown since."""
+    kept = t.meta.get(IMPORT_KEY)
+    if isinstance(kept, str):
+        return kept
     if t.meta.get("source") == "serve" and isinstance(t.meta.get("conversation_id"), str):
         return content_id({"serve": t.meta["conversation_id"]})
     return content_id({"task_id": t.task_id, "task": t.task, "messages": list(t.messages),
@@ -101,7 +118,8 @@ def import_trajectories(path: Path, fmt: str, *, run: str | None = None, split: 
         try:
             with target.lock("import"):
                 _check_importable(target)
-                return _import(target, path, fmt, items, labels, skip_bad, events)
+                return _import(target, path, fmt, items, labels, skip_bad, events, scrubber_of(kb.config.scrub),
+                               kb.config.scrub.max_text)
         except BaseException:
             if new_folder:  # a failed import into a new run leaves no empty run behind
                 shutil.rmtree(target.path, ignore_errors=True)
@@ -124,14 +142,15 @@ def _recording(target: Run) -> bool:
         all(stage == "rollouts" for stage in target.manifest()["stages"])
 
 
-def import_recordings(target: Run, events: EventSink = null_sink) -> ImportResult | None:
+def import_recordings(target: Run, scrub: ScrubConfig, events: EventSink = null_sink) -> ImportResult | None:
     """What ``brewkb serve`` recorded into ``target`` so far, imported into it
     (``distill`` does this first; the caller holds the run's lock). ``None``
     when it is no serve run, or its stages have gone on past the import."""
     if not _recording(target):
         return None
     items = import_file(target.path, "serve")
-    return _import(target, target.path, "serve", items, None, True, events)  # a line being written is skipped
+    # a line being written is skipped
+    return _import(target, target.path, "serve", items, None, True, events, scrubber_of(scrub), scrub.max_text)
 
 
 def recorded_conversations(target: Run) -> list[Trajectory]:
@@ -156,7 +175,7 @@ def _check_importable(target: Run) -> None:
 
 
 def _import(target: Run, path: Path, fmt: str, items: Iterator[Item], labels: Labels | None, skip_bad: bool,
-            events: EventSink) -> ImportResult:
+            events: EventSink, scrubber: Scrubber, max_text: int) -> ImportResult:
     rollouts = target.file(ROLLOUTS)
     existing: dict[str, tuple[str, int, Outcome]] = {}  # key -> (id, line, outcome)
     unknown_before: set[int] = set()
@@ -166,6 +185,7 @@ def _import(target: Run, path: Path, fmt: str, items: Iterator[Item], labels: La
             if t.success is None:
                 unknown_before.add(line)
     seen: set[str] = set()
+    ids = RunIds()
     replaced: set[int] = set()
     skipped: list[str] = []
     never_ran: list[str] = []
@@ -204,7 +224,9 @@ def _import(target: Run, path: Path, fmt: str, items: Iterator[Item], labels: La
                     already += 1
                     continue
                 replaced.add(old_line)
-            out.write(trajectory.to_line() + "\n")
+            ids.add(trajectory, scrubber)
+            admitted = admit(trajectory, scrubber, max_text)
+            out.write(admitted.with_(meta={**admitted.meta, IMPORT_KEY: key}).to_line() + "\n")
             added += 1
             wins += trajectory.success is True
             unlabelled += trajectory.success is None
@@ -216,6 +238,10 @@ def _import(target: Run, path: Path, fmt: str, items: Iterator[Item], labels: La
                               "(docs/trajectories.md shows each format)")
     if replaced:
         _drop_lines(rollouts, replaced, keep_last=added)
+    if ids.found:  # ids are data wherever they stand: in the run's other conversations too
+        with atomic_writer(rollouts) as out:
+            for t in read_jsonl(rollouts):
+                out.write(ids.trajectory(t).to_line() + "\n")
     labelled = added - unlabelled
     total = len(existing) - len(replaced) + added
     target.record_stage("rollouts", source=f"import:{fmt}", file=str(path), trajectories=total,

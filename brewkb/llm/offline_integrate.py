@@ -5,6 +5,10 @@ A seeded sample picks which insights to use (each with probability
 ``SAMPLE``, never leaving out every procedure) and which requests to quote,
 so different samples differ in quality, as LLM samples do.
 
+Every text it quotes from a log (requests, and the error texts insights
+carry) goes through ``brewkb.trajectories.quote``: one safe line, or held
+back when it reads as instructions to an agent.
+
 - **When to use** quotes a few requests as users made them (scrubbed): those
   that asked for the concept's action, from passing runs first; the
   description is the concept's title and two of them; the section
@@ -42,6 +46,7 @@ from itertools import combinations
 from brewkb.llm.requests import asks_for, first_line, names_object
 from brewkb.llm.roles import Insight
 from brewkb.recipes import LEARNED_FROM, Recipe, build_body, slugify
+from brewkb.trajectories.quote import quote
 from brewkb.trajectories.schema import content_id
 from brewkb.trajectories.tools import ALSO_ASKED, concept_of_tool, is_handoff, name_words
 
@@ -203,8 +208,9 @@ def _conditions(picked: Sequence[Insight]) -> list[str]:
                      else f"- `{steps[-1]}` can fail with {quoted}: check for that first")
     undone = [i for i in picked if i.kind == "undone" and i.polarity == "prescriptive"]
     if undone:
+        request = quote(first_line(undone[0].task, 400), 160)
         lines.append(f"- Some such requests were rightly left undone: {undone[0].insight[0].lower()}"
-                     f"{undone[0].insight[1:]} (for: \"{first_line(undone[0].task, 160)}\")")
+                     f"{undone[0].insight[1:]}" + (f" (for: \"{request.text}\")" if request else ""))
     return lines[:MAX_LINES]
 
 
@@ -219,7 +225,7 @@ async def integrate(concept: str, aliases: Sequence[str], insights: Sequence[Ins
         picked.append(rng.choice(own))
     picked = picked or list(insights[:1])
     rng.shuffle(picked)
-    requests = _requests(insights, concept)
+    requests = _quoted(_requests(insights, concept))
     head = requests[: MAX_REQUESTS * 2]
     shown = sorted(rng.sample(head, min(MAX_REQUESTS, len(head))), key=head.index)
     learned = [r for r in requests if r not in shown][: MAX_LEARNED - len(shown)]
@@ -240,3 +246,9 @@ async def integrate(concept: str, aliases: Sequence[str], insights: Sequence[Ins
     base = current or Recipe(name=name, description="")
     return base.replace(name=name, description=description[:1024], concept=concept,
                         aliases=tuple(a for a in aliases if a != concept), sources=tuple(sources[-50:]), body=body)
+
+
+def _quoted(requests: Sequence[str]) -> list[str]:
+    """The requests as a recipe may quote them (``brewkb.trajectories.quote``):
+    those that read as instructions to an agent are held back, not written."""
+    return list(dict.fromkeys(q.text for r in requests if (q := quote(r))))

@@ -39,7 +39,9 @@ insights ``observed`` rather than prescriptive).
   concept no passing run did, and says so.
 Each insight quotes the request as the user put it: the user turn that asks
 for its concept's action (synonyms folded; one that also names the object
-first), else the first turn.
+first), else the first turn. Error texts are quoted through
+``brewkb.trajectories.quote``: one safe line, or held back when they read as
+instructions (the integrator quotes requests the same way).
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 from brewkb.llm.requests import action_verb, first_line, lookup_concept, request_clause, request_concept, request_for
 from brewkb.llm.roles import DIAGNOSTIC, Insight, polarity_of
+from brewkb.trajectories.quote import quote
 from brewkb.trajectories.schema import ToolCall, Trajectory, tool_calls
 from brewkb.trajectories.tools import (
     concept_of_tool,
@@ -64,6 +67,8 @@ __all__ = ["reflect", "concepts_of", "MAX_STEPS"]
 
 MAX_STEPS = 10
 MIN_VALUE = 3
+HELD_ERROR = "(an error text held back for review)"
+"""What an insight says in place of an error text that reads as instructions (``brewkb.trajectories.quote``)."""
 A_RUN = {True: "A passing run", None: "A run whose outcome is unknown"}
 Add = Callable[..., None]
 
@@ -267,7 +272,8 @@ def _errors(trajectory: Trajectory, calls: Sequence[ToolCall], concepts: list[tu
     for i, call in enumerate(calls):
         if not call.error or is_talk(call.name):
             continue
-        text = f"`{step_text(call)}` failed with: \"{first_line(call.result)}\""
+        error = quote(first_line(call.result, 400), 160)  # log text: quoted safely, or held back for a reviewer
+        text = f"`{step_text(call)}` failed with: " + (f"\"{error.text}\"" if error else HELD_ERROR)
         owner: str | None
         if is_write(call.name):
             owner = concept_of_tool(call.name)

@@ -222,9 +222,10 @@ class Pipeline(StageItems):
         started = time.monotonic()
         rubrics = self.rubrics()
         by_id = {t.id: t for t in self._learnable(self.run.read_trajectories(FILES["rollouts"]))}
+        scrubber = scrubber_of(self.config.scrub)  # the judge reads no personal data, episodes of an environment too
 
         async def work(key: str) -> Any:
-            return (await grading.judge(self.backend, by_id[key], rubrics)).to_json()
+            return (await grading.judge(self.backend, by_id[key], rubrics, scrubber)).to_json()
 
         results = await self._map("grades", sorted(by_id), work)
         self._finish("grades", (json.dumps({"key": k, "value": v}, sort_keys=True) for k, v in results.items()),
@@ -241,8 +242,9 @@ class Pipeline(StageItems):
         if self._skip("outcomes") or not unknown or self.config.llm.backend == "offline":
             return len(unknown)
         started = time.monotonic()
+        scrubber = scrubber_of(self.config.scrub)
         verdicts = await self._map("outcomes", sorted(unknown),
-                                   lambda key: grading.judge_outcome(self.backend, unknown[key]))
+                                   lambda key: grading.judge_outcome(self.backend, unknown[key], scrubber))
         self.run.write_trajectories(FILES["rollouts"], [grading.with_outcome(t, verdicts.get(t.id)) for t in logged])
         left = sum("failed" in v for v in verdicts.values())
         self._finish("outcomes", (json.dumps({"key": k, "value": v}, sort_keys=True) for k, v in verdicts.items()),
@@ -317,7 +319,8 @@ class Pipeline(StageItems):
 
         async def work(key: str) -> Any:
             # relabelled trajectories were never graded: the judge scores them here (eval rollouts only map concepts)
-            trajectory = by_id[key] if key in eval_ids else await grading.judged(self.backend, by_id[key], rubrics)
+            trajectory = by_id[key] if key in eval_ids else await grading.judged(self.backend, by_id[key], rubrics,
+                                                                                 scrubber)
             insights, bad = await reflect.reflect(self.backend, trajectory, self.config.stages.concepts_per_trajectory,
                                                   scrubber)
             return {"insights": [i.to_json() for i in insights], "rejected": bad}

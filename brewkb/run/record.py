@@ -19,17 +19,19 @@ from brewkb.kb import KB
 from brewkb.run.lookup import require_run
 from brewkb.search.engine import rebuild
 from brewkb.search.final import FinalChoice, chosen_nodes, recorded_choices
-from brewkb.search.render import mermaid
 from brewkb.search.store import SearchStore, find_base
 from brewkb.search.tree import Tree
 
 __all__ = ["EVAL_FILE", "FINAL_HEADER", "LEFT_OUT", "left_out", "final_rows", "RecipeChange", "RunView",
-           "load_run", "eval_table", "effects_table", "change_table", "pr_body", "final_label", "logs_table"]
+           "load_run", "eval_table", "effects_table", "change_table", "final_label", "logs_table"]
 
 EVAL_FILE = "eval.json"
 """The held-out evaluation of a run, in its folder."""
 
 FINAL_HEADER = "| recipe | base reward | final reward | document | nodes tried | note |"
+
+LOGS_WROTE = "## What the logs wrote"
+"""The heading that starts a PR's sections on log text (written by ``brewkb.run.prbody``)."""
 
 LEFT_OUT = "Left out:"
 """How the paragraph of a PR's record starts that names the failed items a run went on without."""
@@ -102,6 +104,8 @@ class RunView:
     """The final evaluation's choice per concept (empty for a run without one)."""
     left_out: str = ""
     """The record's paragraph on failed items the run went on without (``left_out``), or empty."""
+    from_logs: str = ""
+    """The record's sections on what the logs wrote and what was held back (``prbody.logs_section``), or empty."""
 
 
 def load_run(kb: KB, run: str) -> RunView:
@@ -160,8 +164,11 @@ def load_run(kb: KB, run: str) -> RunView:
     # the change table and the body's own audit trail say these already
     paragraphs = [p for p in paragraphs if not p.startswith((FINAL_HEADER, "Audit trail:"))]
     missing = next((p for p in paragraphs if p.startswith(LEFT_OUT)), "")
+    start = next((n for n, p in enumerate(paragraphs) if p.startswith(LOGS_WROTE)), len(paragraphs))
+    from_logs = paragraphs[start:start + 4]  # its two headings, each with one paragraph
+    paragraphs = paragraphs[:start] + paragraphs[start + 4:]
     return RunView(run, base, pr, state.trees, best, changes, per_iteration, evaluation,
-                   "\n\n".join(p for p in paragraphs if p != missing), choices, missing)
+                   "\n\n".join(p for p in paragraphs if p != missing), choices, missing, "\n\n".join(from_logs))
 
 
 def eval_table(evaluation: dict[str, Any]) -> list[str]:
@@ -219,37 +226,6 @@ def change_table(view: RunView) -> list[str]:
         final = "–" if c.final_reward is None else f"{c.final_reward:.3f}"
         rows.append(f"| `{c.name}` | {c.status} | +{c.added} −{c.removed} | {root} | {final} | {c.note} |")
     return rows
-
-
-def pr_body(view: RunView) -> str:
-    """Markdown for a pull request: changes, rewards, eval, and the tree of the biggest change."""
-    lines = [f"## brewkb run `{view.run}`", "",
-             f"Recipes learned and refined by brewkb from graded agent trajectories (base `{view.base[:12]}`).", ""]
-    if view.left_out:
-        lines += [f"⚠ {view.left_out}", ""]
-    lines += change_table(view) + ["", "Rewards are the final evaluation: each tree's best candidates and the base "
-                                   "version (the recipe already in the KB, or the one written before the search) "
-                                   "re-evaluated under the final KB; a recipe changes only if a candidate beats it.",
-                                   ""]
-    if view.eval:
-        lines += eval_table(view.eval) + [""]
-        if view.eval.get("effects") is not None:
-            lines += effects_table(view.eval) + [""]
-    elif view.record:  # a distilled run, or a clone without the run folder: what the run wrote in git
-        lines += ["As recorded in the `pr` commit:", "", view.record, ""]
-    gains = {c.name: (c.final_reward or 0) - (c.root_reward or 0) for c in view.changes if c.name in view.trees}
-    if gains:
-        biggest = max(sorted(gains), key=lambda n: gains[n])
-        gained = f"reward gain {gains[biggest]:+.3f}"
-        if gains[biggest] <= 0:  # no tree gained: show the largest
-            biggest = max(sorted(gains), key=lambda n: len(view.trees[n].nodes))
-            gained = "the largest tree; no candidate of any tree beat its root version"
-        lines += [f"Search tree of `{biggest}` ({gained}; ★ marks the chosen path):", "",
-                  "```mermaid", *mermaid(view.trees[biggest], view.best[biggest], final_label(view, biggest)),
-                  "```", ""]
-    lines += ["Audit trail: the node branches `brew/" + view.run + "/<recipe>/n<id>`, rewards in "
-              f"`git log --notes=brew`, history in `git log --first-parent brew/{view.run}/kb`."]
-    return "\n".join(lines) + "\n"
 
 
 def final_label(view: RunView, concept: str) -> str:

@@ -37,17 +37,17 @@ from typing import Any
 from brewkb.config import Config
 from brewkb.fsutil import append_line
 from brewkb.run.folder import Run
+from brewkb.trajectories.boundary import admit
+from brewkb.trajectories.formats.base import bad_name
 from brewkb.trajectories.formats.serve import OUTCOMES_SUFFIX, recorded_message, text_of_content
-from brewkb.trajectories.schema import UNKNOWN, KBUse, Trajectory, tool_calls
+from brewkb.trajectories.schema import UNKNOWN, KBUse, Trajectory
 from brewkb.trajectories.scrub import Scrubber, scrubber_of
 
-__all__ = ["Turn", "Recorder", "writer_name", "SERVE_FOLDER", "TOOL_NAME"]
+__all__ = ["Turn", "Recorder", "writer_name", "SERVE_FOLDER"]
 
 log = logging.getLogger(__name__)
 
 SERVE_FOLDER = "serve"
-TOOL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}\Z")
-"""A tool name a trajectory may hold."""
 _STOP = object()
 
 
@@ -87,13 +87,11 @@ class _Held:
 
 def _admit(trajectory: Trajectory, config: Config) -> Trajectory | None:
     """The trajectory as it may be written, or ``None`` when it may not: every
-    recorded trajectory passes here. Tool names must be identifiers; personal
-    data is scrubbed (``[scrub]``)."""
-    names = [call.name for call in tool_calls(trajectory.messages)]
-    names += [m["name"] for m in trajectory.messages if m.get("role") in ("tool", "function") and "name" in m]
-    if any(not isinstance(name, str) or not TOOL_NAME.match(name) for name in names):
+    recorded trajectory passes here. Tool and argument names must be
+    identifiers; the rest goes through the trust boundary (``admit``)."""
+    if bad_name(trajectory.messages) is not None:
         return None
-    return _scrubber(config).trajectory(trajectory)
+    return admit(trajectory, _scrubber(config), config.scrub.max_text)
 
 
 _SCRUBBERS: dict[int, tuple[Any, Scrubber]] = {}

@@ -14,7 +14,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-from brewkb.errors import RunError
 from brewkb.fsutil import write_atomic
 from brewkb.kb import KB
 from brewkb.llm.ledger import read_ledger, summarise

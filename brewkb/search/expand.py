@@ -147,7 +147,7 @@ class Expander:
 
     async def _reflect(self, trajectory: Trajectory) -> tuple[list[Insight], list[str]]:
         """Insights of one expansion episode, judged by the rubrics first, as the stages do."""
-        judged = await grading.judged(self.backend, trajectory, self.rubrics)
+        judged = await grading.judged(self.backend, trajectory, self.rubrics, self.scrubber)
         return await reflect(self.backend, judged, self.max_concepts, self.scrubber)
 
     async def expand(self, requests: Mapping[str, ExpandRequest],

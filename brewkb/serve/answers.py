@@ -73,7 +73,7 @@ def from_events(stream: bytes) -> Answer | None:
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
             seen = True
-            delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
+            delta = choice["delta"] if isinstance(choice.get("delta"), dict) else {}
             if isinstance(delta.get("content"), str):
                 text.append(delta["content"])
             for call in delta.get("tool_calls") or ():
@@ -90,7 +90,7 @@ def from_events(stream: bytes) -> Answer | None:
 
 
 def _add_call(into: dict[str, Any], delta: dict[str, Any]) -> None:
-    function = delta.get("function") if isinstance(delta.get("function"), dict) else {}
+    function = delta["function"] if isinstance(delta.get("function"), dict) else {}
     for key, value in (("id", delta.get("id")), ("name", function.get("name")),
                        ("arguments", function.get("arguments"))):
         if isinstance(value, str):

@@ -1,4 +1,8 @@
-"""Grading beyond the environment's verdict: behaviour rubrics scored by the judge."""
+"""Grading beyond the environment's verdict: behaviour rubrics scored by the judge.
+
+The judge never reads secrets or personal data: every trajectory it is shown
+is scrubbed first (by the run's scrubber, default rules when none is given),
+environment episodes included; the grade is kept with the trajectory as it was."""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from typing import Any
 from brewkb.errors import LLMError
 from brewkb.llm.roles import Backend, Rubric, RubricScores
 from brewkb.trajectories.schema import Outcome, Trajectory
+from brewkb.trajectories.scrub import Scrubber
 
 __all__ = ["parse_rubrics", "default_rubrics_text", "judge", "judged", "judge_outcome", "with_outcome"]
 
@@ -28,31 +33,41 @@ def default_rubrics_text() -> str:
     return resources.files("brewkb").joinpath("data", "rubrics.md").read_text(encoding="utf-8")
 
 
-async def judged(backend: Backend, trajectory: Trajectory, rubrics: Sequence[Rubric]) -> Trajectory:
+_DEFAULT = Scrubber.build()
+
+
+def _seen(trajectory: Trajectory, scrubber: Scrubber | None) -> Trajectory:
+    """What the judge is shown of ``trajectory``: scrubbed."""
+    return (scrubber or _DEFAULT).trajectory(trajectory)
+
+
+async def judged(backend: Backend, trajectory: Trajectory, rubrics: Sequence[Rubric],
+                 scrubber: Scrubber | None = None) -> Trajectory:
     """``trajectory`` with the judge's rubric scores, for the Reflector; a
     trajectory that has them already, or that the judge fails on, as it is."""
     if trajectory.rubric or not rubrics:
         return trajectory
     try:
-        scores = await judge(backend, trajectory, rubrics)
+        scores = await judge(backend, trajectory, rubrics, scrubber)
     except LLMError as exc:
         log.warning("judge: %s; reflecting on %s without rubric scores", exc, trajectory.id)
         return trajectory
     return trajectory.with_(rubric=scores.to_json())
 
 
-async def judge(backend: Backend, trajectory: Trajectory, rubrics: Sequence[Rubric]) -> RubricScores:
-    """The judge's scores; a reply with scores outside [0, 1] is a failed item."""
-    scores = await backend.judge(trajectory, rubrics)
+async def judge(backend: Backend, trajectory: Trajectory, rubrics: Sequence[Rubric],
+                scrubber: Scrubber | None = None) -> RubricScores:
+    """The judge's scores of the scrubbed trajectory; a reply with scores outside [0, 1] is a failed item."""
+    scores = await backend.judge(_seen(trajectory, scrubber), rubrics)
     bad = {k: v for k, v in scores.scores.items() if v is not None and not 0.0 <= v <= 1.0}
     if bad:
         raise LLMError(f"judge: scores outside [0, 1]: {bad}")
     return scores
 
 
-async def judge_outcome(backend: Backend, trajectory: Trajectory) -> dict[str, Any]:
-    """The judge's verdict on a logged conversation whose outcome is unknown, as JSON."""
-    verdict = await backend.judge_outcome(trajectory)
+async def judge_outcome(backend: Backend, trajectory: Trajectory, scrubber: Scrubber | None = None) -> dict[str, Any]:
+    """The judge's verdict on a logged conversation whose outcome is unknown (scrubbed), as JSON."""
+    verdict = await backend.judge_outcome(_seen(trajectory, scrubber))
     if verdict.success is None or verdict.score is None or not 0.0 <= verdict.score <= 1.0:
         raise LLMError(f"judge: an outcome needs success and a score in [0, 1], got {verdict}")
     return {"success": verdict.success, "score": verdict.score, "detail": dict(verdict.detail)}

@@ -1,5 +1,11 @@
 """Integration: a concept's insights and its current document → recipe
-samples. A sample that does not parse or lint is rejected and asked for again."""
+samples. A sample that does not parse or lint is rejected and asked for again.
+
+Whatever wrote a sample (an LLM, or the offline rules), its lines that read
+as instructions to an agent and repeat text of the logs it learned from (the
+insights' requests and texts) are dropped before the sample is kept
+(``brewkb.trajectories.quote.screen``): log text reaches a recipe only the
+way ``quote`` lets it, and the pull request lists what was held back."""
 
 from __future__ import annotations
 
@@ -9,11 +15,23 @@ from collections.abc import Sequence
 from brewkb.errors import LLMError, RecipeError
 from brewkb.llm.roles import Backend, Insight
 from brewkb.recipes import Recipe, parse_recipe, render_recipe, validate
+from brewkb.trajectories.quote import LogIndex, screen
 
 __all__ = ["integrate"]
 
 log = logging.getLogger(__name__)
 RETRY_STRIDE = 1000  # a retried sample uses another sample index, so another cache entry and seed
+
+
+def _screened(recipe: Recipe, insights: Sequence[Insight]) -> Recipe:
+    """``recipe`` without its lines that read as instructions and repeat the insights' log text."""
+    texts = LogIndex(text for i in insights for text in (i.task, i.insight) if text)
+    body, dropped = screen(recipe.body, texts)
+    description, dropped_too = screen(recipe.description, texts)
+    for line, reason in dropped + dropped_too:
+        log.info("integrate %s: a line that reads as instructions (%s) and repeats the logs is held back: %.80r",
+                 recipe.name, reason, line)
+    return recipe.replace(body=body, description=description) if dropped or dropped_too else recipe
 
 
 async def integrate(backend: Backend, slug: str, title: str, aliases: Sequence[str], insights: Sequence[Insight],
@@ -28,7 +46,7 @@ async def integrate(backend: Backend, slug: str, title: str, aliases: Sequence[s
         for attempt in range(retries + 1):
             try:
                 recipe = await backend.integrate(title, aliases, insights, current, sample + attempt * RETRY_STRIDE)
-                recipe = parse_recipe(render_recipe(recipe.replace(name=slug)))
+                recipe = parse_recipe(render_recipe(_screened(recipe.replace(name=slug), insights)))
             except (LLMError, RecipeError) as exc:
                 log.info("integrate %s sample %d attempt %d: %s", slug, sample, attempt, exc)
                 errors.append(str(exc))

@@ -10,6 +10,7 @@ from typing import Any
 from brewkb.envs.base import Environment, Task
 from brewkb.llm.roles import Backend
 from brewkb.trajectories.schema import Trajectory, tool_calls
+from brewkb.trajectories.scrub import Scrubber
 
 __all__ = ["select", "actions_of", "relabelled_task"]
 
@@ -31,7 +32,9 @@ def actions_of(trajectory: Trajectory) -> list[tuple[str, dict[str, Any]]]:
 async def relabelled_task(backend: Backend, env: Environment, task: Task, trajectory: Trajectory) -> Task | None:
     """A gradeable task for what ``trajectory`` did, or ``None`` when the run
     achieved nothing the environment can grade."""
-    relabel = await backend.relabel(trajectory)
+    # the task it writes is re-run in the team's own environment and needs that environment's ids, so the
+    # relabeller reads personal data; never a secret
+    relabel = await backend.relabel(Scrubber.secrets_only().trajectory(trajectory))
     if relabel is None:
         return None
     actions: Sequence[tuple[str, Mapping[str, Any]]] = actions_of(trajectory)

@@ -1,21 +1,36 @@
-"""Scrubbing personal data: trajectories and texts → the same with typed
-placeholders (``<email>``, ``<user_id>``, ``<reservation_id>`` …).
+"""Scrubbing secrets and personal data: trajectories and texts → the same
+with typed placeholders (``<secret>``, ``<email>``, ``<user_id>`` …).
 
-Two kinds of rule, both configurable under ``[scrub]`` in ``brewkb.toml``:
+Three kinds of rule; patterns and keys are configurable under ``[scrub]`` in
+``brewkb.toml``:
 
+- **secrets** (``<secret>``): API keys, cloud keys, tokens, JWTs, private
+  keys and high-entropy strings, found by ``detect-secrets``
+  (``brewkb.trajectories.secrets``). Always on, even with ``enabled = false``.
 - **patterns** (``kind = regex``): every match becomes ``<kind>``. A pattern
   with a capture group replaces only the group (``reservation (ABC123)``
-  keeps the word "reservation"). The defaults cover e-mail addresses, phone
-  numbers, payment card numbers, payment-method ids, handle-style user ids
-  (``jane_doe_1234``), order codes (``#W1234567``), a booking code named as
-  one (``reservation ID SI5UKW``), a name someone gives
-  (``I'm Jane Doe``) and a zip code given as one.
-- **keys**: in a trajectory, the value of any of these JSON keys in a tool
-  call's arguments or a tool's result (``user_id``, ``reservation_id``,
-  ``first_name`` …) is personal, and every occurrence of that value anywhere
-  in the trajectory (task text, messages, other calls) becomes ``<key>``.
-  This is what catches a booking code like ``ZFA04Y`` that no regex could
-  tell from a flight number: the agent's own tool schema says what it is.
+  keeps the word "reservation"). The defaults cover passwords said in text
+  (``my password is …``), e-mail addresses (obfuscated ones too:
+  ``name(at)domain(dot)com``), social security numbers, IBANs (check digits
+  verified), payment card numbers (digits in groups of four, with spaces,
+  dots or dashes), phone numbers (international ones with ``+`` or ``00``),
+  passport numbers given as such, street addresses (a number and a street
+  word, in English, French, Spanish, Italian, Portuguese and German forms),
+  payment-method ids, handle-style user ids (``jane_doe_1234``), order codes
+  (``#W1234567``), a booking code named as one (``reservation ID SI5UKW``),
+  a name someone gives (``I'm Jane Doe``) and a zip code given as one.
+- **values of tool calls and results**: in a trajectory, the value of any
+  of ``keys`` in a tool call's arguments or a tool's result (``user_id``,
+  ``reservation_id``, ``first_name`` …) is personal, and so is every *id*: a
+  value under a key whose name ends in ``id``/``ids`` (``order_id``,
+  ``userId``, ``ID``), ``code``/``codes`` or ``number``/``numbers``, or a
+  value shaped like one under any key (one token of letters and digits with
+  both, 5 characters or more: ``W2905754``, ``PMT-440291``). Every occurrence
+  of such a value anywhere in the trajectory (task text, messages, other
+  calls) becomes ``<key>``, with or without a leading mark (``#W2905754``
+  and ``W2905754`` alike). This is what catches a booking code like
+  ``ZFA04Y`` that no regex could tell from a flight number: the agent's own
+  tool schema says what it is.
 
 A scrubbed trajectory keeps its id (it is the same episode, told without
 names), so provenance still points to the logged original.
@@ -33,13 +48,34 @@ from typing import Any
 from brewkb.config import ScrubConfig
 from brewkb.errors import ConfigError
 from brewkb.trajectories.schema import Trajectory
+from brewkb.trajectories.secrets import SECRET, secret_spans
 
-__all__ = ["DEFAULT_PATTERNS", "DEFAULT_KEYS", "Scrubber", "Finding", "scrubber_of"]
+__all__ = ["DEFAULT_PATTERNS", "DEFAULT_KEYS", "Scrubber", "Finding", "scrubber_of", "ID_SHAPE", "is_id_key",
+           "unmarked", "ADMITTED"]
 
+_AT = r"(?:\s*[(\[{<]\s*(?i:at)\s*[)\]}>]\s*)"
+_DOT = r"(?:\s*[(\[{<]\s*(?i:dot)\s*[)\]}>]\s*|\s+(?i:dot)\s+)"
+_STREET = (r"Street|St|Avenue|Ave|Road|Rd|Boulevard|Blvd|Lane|Ln|Drive|Dr|Court|Ct|Place|Pl|Way|Terrace|Parkway"
+           r"|Pkwy|Highway|Hwy|Square|Sq|Circle|Cir|Trail|Close|Crescent|Row|Alley")
 DEFAULT_PATTERNS: dict[str, str] = {
-    "email": r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}",
-    "card_number": r"(?<![\w-])(?:\d{4}[ -]){3}\d{1,7}(?![\w-])|(?<![\w-])\d{15,16}(?![\w-])",
-    "phone": r"(?<![\w-])(?:\+\d{1,3}[ .-]?)?\(?\d{3}\)?[ .-]\d{3}[ .-]\d{4}(?![\w-])",
+    "password": r"(?i:\b(?:password|passcode|passphrase|passwd|pwd|pin(?: code)?)\b)[\"']?\s*(?:is|was|:|=)\s*"
+                r"[\"']?([^\s\"',;<]{3,})",
+    "email": r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}"
+             rf"|[A-Za-z0-9._%+-]+{_AT}[A-Za-z0-9-]+(?:(?:{_DOT}|\.)[A-Za-z0-9-]+)*(?:{_DOT}|\.)[A-Za-z]{{2,6}}\b"
+             rf"|[A-Za-z0-9._%+-]+\s+(?i:at)\s+[A-Za-z0-9-]+(?:{_DOT}[A-Za-z0-9-]+)*{_DOT}[A-Za-z]{{2,6}}\b",
+    "ssn": r"(?<![\w-])\d{3}-\d{2}-\d{4}(?![\w-])"
+           r"|(?i:\b(?:ssn|social security(?: number)?)\b)\D{0,20}?(\d{3}[ .-]?\d{2}[ .-]?\d{4})(?!\d)",
+    "iban": r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?\b",
+    "card_number": r"(?<![\w-])(?:\d{4}[ .-]){3}\d{1,7}(?![\w-])|(?<![\w-])\d{15,16}(?![\w-])",
+    "phone": r"(?<![\w-])(?:\+\d{1,3}[ .-]?)?\(?\d{3}\)?[ .-]\d{3}[ .-]\d{4}(?![\w-])"
+             r"|(?<![\w+])(?:\+|00)\d{1,3}(?:[ .-]?\(?\d{1,5}\)?){1,6}(?![\w-])",
+    "passport": r"(?i:\bpassport(?:\s+(?:number|no\.?|num|#))?(?:\s+is)?)\s*[:#]?\s*"
+                r"((?=[A-Za-z]*\d)[A-Za-z0-9]{6,9})\b",
+    "address": rf"\b\d{{1,6}}[A-Za-z]?,?\s+(?:[A-Z][\w'.-]*\s+){{1,4}}(?:{_STREET})\b\.?"
+               r"(?:,?\s+(?:Apt|Apartment|Suite|Ste|Unit|Floor)\.?\s*#?\w+)?"
+               r"|\b\d{1,5},?\s+(?:rue|avenue|boulevard|chemin|allée|impasse|calle|avenida|via|viale|piazza|rua)"
+               r"\s+(?:[\w'-]+\s*){1,4}"
+               r"|\b[A-ZÄÖÜ][\wäöüß-]*(?:straße|strasse|weg|gasse|platz|allee)\s+\d{1,5}[a-z]?\b",
     "payment_id": r"\b(?:credit_card|debit_card|gift_card|certificate|paypal|bank_account|card)_\d{4,}\b",
     "user_id": r"\b[a-z]+_[a-z]+_\d{3,}\b",
     "order_id": r"#[A-Z]?\d{5,}\b",
@@ -50,10 +86,69 @@ DEFAULT_PATTERNS: dict[str, str] = {
 }
 """Placeholder kind → regex. Order matters: earlier patterns win."""
 
+
+def _iban_ok(text: str) -> bool:
+    """The IBAN check: the number read from its four first characters moved to the end is 1 mod 97."""
+    code = text.replace(" ", "")
+    digits = "".join(str(int(c, 36)) for c in code[4:] + code[:4])
+    return int(digits) % 97 == 1
+
+
+def _phone_ok(text: str) -> bool:
+    return 8 <= sum(c.isdigit() for c in text) <= 15
+
+
+VALIDATORS = {"iban": _iban_ok, "phone": _phone_ok}
+"""Kinds whose matches count only when they pass a check (the IBAN's check digits, a phone's length)."""
+
+ID_SHAPE = re.compile(r"(?<![\w#№<-])[#№]?(?=[A-Za-z0-9_-]*\d)(?=[A-Za-z0-9_-]*[A-Za-z])"
+                      r"[A-Za-z0-9][A-Za-z0-9_-]{4,39}(?![\w>-])")
+"""A token shaped like an identifier: letters and digits (both), 5 to 40
+characters, maybe with ``_``/``-`` and a leading mark (``W2905754``,
+``#W2905754``, ``PMT-440291``)."""
+_ID_KEY = re.compile(r"(?:^|[_\-\s.])(?i:ids?)$|[a-z0-9](?:Id|ID)s?$|^(?:ID|Id)s?$|(?i:codes?|numbers?)$")
+MIN_ID = 4
+"""Characters an id value needs (a value under an id key; ``12`` is too common to replace everywhere)."""
+MARKS = "#№"
+"""Leading marks an id is written with or without."""
+
+
+def is_id_key(key: str) -> bool:
+    """Whether a JSON key names an identifier: its name ends in ``id``/``ids``
+    (as a word: ``order_id``, ``userId``, ``ID``; not ``paid``), ``code``/``codes``
+    or ``number``/``numbers``."""
+    return _ID_KEY.search(key) is not None
+
+
+def unmarked(value: str) -> str:
+    """An id without its leading mark (``#W2905754`` → ``W2905754``)."""
+    return value.lstrip(MARKS) or value
+
+
+def _id_value(text: str, keyed: bool) -> bool:
+    """Whether a tool's value is an id: under an id key, one token with a
+    digit (or a short all-capitals code such as ``HXDUBJ``); under any key, one
+    shaped like ``ID_SHAPE``."""
+    bare = unmarked(text)
+    if keyed and len(bare) >= MIN_ID and re.fullmatch(r"[\w.:/-]+", bare):
+        return any(c.isdigit() for c in bare) or re.fullmatch(r"[A-Z]{4,12}", bare) is not None
+    return ID_SHAPE.fullmatch(text) is not None
+
+
+def _is_scalar(value: Any) -> bool:
+    return isinstance(value, str | int) and not isinstance(value, bool)
+
+
+def _kind_of(key: str) -> str:
+    """A placeholder kind from a log's key (a key that is not a plain name becomes ``id``)."""
+    kind = key.lower()
+    return kind if re.fullmatch(r"[a-z][a-z0-9_]{0,39}", kind) else "id"
+
 DEFAULT_KEYS: tuple[str, ...] = (
     "user_id", "customer_id", "account_id", "member_id", "order_id", "reservation_id", "booking_id",
     "confirmation_code", "ticket_id", "payment_id", "payment_method_id", "email", "phone", "phone_number",
     "first_name", "last_name", "full_name", "dob", "date_of_birth", "address1", "address2", "zip",
+    "address", "street", "passport", "passport_number", "ssn", "iban", "password", "card_number",
 )
 """JSON keys whose values in tool calls and results name a person or a booking."""
 
@@ -61,6 +156,9 @@ PERSON_FIELDS = frozenset({"name", "address", "street", "city", "zip_code", "pos
 """Keys that are personal inside a record that also holds one of the personal keys."""
 
 NAME_KEYS = frozenset({"name", "full_name"})
+
+ADMITTED = "admitted"
+"""The ``meta`` key ``boundary.admit`` sets on a trajectory it scrubbed: scrubbing it again changes nothing."""
 
 MIN_VALUE = 2  # a one-character value is too common to replace everywhere
 DONE_CACHE = 20_000  # texts whose scrubbed form a scrubber keeps
@@ -88,6 +186,10 @@ class Scrubber:
     known: Mapping[str, str] = field(default_factory=dict)
     """Personal values other trajectories of the run named (value → kind), replaced
     in every trajectory too: one user's name or address may appear in another's words."""
+    personal: bool = True
+    """Whether tool values (``keys`` and ids) are personal; ``False`` when ``[scrub]`` is disabled."""
+    secrets: bool = True
+    """Whether secrets are replaced (always, unless a test builds a scrubber without)."""
     # Texts already passed through the patterns: the episodes of one task repeat most
     # of their messages (tool results, the task text), run after run.
     _done: dict[str, str] = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -105,7 +207,7 @@ class Scrubber:
         if not self.known:
             return None
         values = sorted(self.known, key=lambda v: (-len(v), v))
-        return re.compile(r"(?<![\w@.])(?:" + "|".join(map(re.escape, values)) + r")(?![\w@])")
+        return re.compile(rf"(?<![\w@.{MARKS}])[{MARKS}]?(" + "|".join(map(re.escape, values)) + r")(?![\w@])")
 
     @classmethod
     def build(cls, patterns: Mapping[str, str] | None = None, keys: Iterable[str] | None = None,
@@ -126,19 +228,30 @@ class Scrubber:
                 raise ConfigError(f"scrub.patterns.{kind}: not a valid regex ({exc}); fix it") from None
         return cls(tuple(compiled), frozenset({*DEFAULT_KEYS, *(k.lower() for k in keys or ())}))
 
+    @classmethod
+    def secrets_only(cls) -> Scrubber:
+        """A scrubber that replaces secrets and nothing else."""
+        return cls((), frozenset(), personal=False)
+
+    def _matches(self, kind: str, rx: re.Pattern[str], text: str) -> Iterable[re.Match[str]]:
+        check = VALIDATORS.get(kind)
+        return (m for m in rx.finditer(text) if check is None or check(m.group(m.lastindex or 0)))
+
     # ---------------------------------------------------------------- texts
     def text(self, text: str, values: Mapping[str, str] | None = None) -> str:
-        """``text`` with every pattern match and every known personal value replaced."""
+        """``text`` with every secret, every known personal value and every pattern match replaced."""
         for value, kind in sorted((values or {}).items(), key=lambda kv: -len(kv[0])):
             if value in text:  # most of a trajectory's values are not in a given message
                 text = _value_pattern(value).sub(f"<{kind}>", text)
         if self._known is not None:
-            text = self._known.sub(lambda m: f"<{self.known[m.group(0)]}>", text)
+            text = self._known.sub(lambda m: f"<{self.known[m.group(1)]}>", text)
         done = self._done.get(text)
         if done is None:
-            done = text
+            done = _spliced(text, secret_spans(text), f"<{SECRET}>") if self.secrets else text
             for kind, rx in self.patterns:
-                done = rx.sub(lambda m, k=kind: _replace(m, k), done)  # type: ignore[misc]
+                check = VALIDATORS.get(kind)
+                done = rx.sub(lambda m, k=kind, c=check: _replace(m, k)  # type: ignore[misc]
+                              if c is None or c(m.group(m.lastindex or 0)) else m.group(0), done)
             if len(self._done) >= DONE_CACHE:
                 self._done.clear()
             self._done[text] = done
@@ -146,18 +259,23 @@ class Scrubber:
 
     def find(self, text: str) -> list[Finding]:
         """Pattern matches in ``text`` (placeholders themselves never match)."""
-        found = []
+        found: list[Finding] = []
         for number, line in enumerate(text.splitlines(), start=1):
+            line = _PLACEHOLDER.sub(" ", line)
+            if self.secrets:
+                found.extend(Finding(number, SECRET, line[a:b]) for a, b in secret_spans(line))
             for kind, rx in self.patterns:
-                for match in rx.finditer(_PLACEHOLDER.sub(" ", line)):
+                for match in self._matches(kind, rx, line):
                     found.append(Finding(number, kind, match.group(match.lastindex or 0)))
         return found
 
     # --------------------------------------------------------- trajectories
     def values_of(self, trajectory: Trajectory) -> dict[str, str]:
         """Personal values the trajectory's own tool calls and results name:
-        value → placeholder kind (the JSON key)."""
+        value → placeholder kind (the JSON key); none for one already admitted."""
         found: dict[str, str] = {}
+        if trajectory.meta.get(ADMITTED):
+            return found
         for message in trajectory.messages:
             for call in message.get("tool_calls") or ():
                 self._collect(_loads((call.get("function") or {}).get("arguments")), found)
@@ -166,27 +284,38 @@ class Scrubber:
         return found
 
     def _collect(self, data: Any, found: dict[str, str]) -> None:
+        if not self.personal:
+            return
         if isinstance(data, dict):
             # a record with a personal key is about a person: its name and address are personal too
-            person = any(k.lower() in self.keys for k in data)
+            person = any(str(k).lower() in self.keys for k in data)
             for key, value in data.items():
+                key = str(key)
                 personal = key.lower() in self.keys or (person and key.lower() in PERSON_FIELDS)
-                if personal and isinstance(value, str | int) and not isinstance(value, bool):
-                    text = str(value).strip()
-                    if len(text) >= MIN_VALUE and not _PLACEHOLDER.fullmatch(text):
-                        found.setdefault(text, key.lower())
+                scalar = isinstance(value, str | int) and not isinstance(value, bool)
+                text = str(value).strip() if scalar else ""
+                if personal and scalar:
+                    if len(unmarked(text)) >= MIN_VALUE and not _PLACEHOLDER.fullmatch(text):
+                        found.setdefault(unmarked(text), key.lower())
                         if key.lower() in NAME_KEYS:  # "Umar Rossi" → also "Umar" and "Rossi" on their own
                             for part in re.findall(r"\b[A-Z][a-z]{2,}\b", text):
                                 found.setdefault(part, key.lower())
+                elif scalar and _id_value(text, is_id_key(key)):
+                    found.setdefault(unmarked(text), _kind_of(key))
+                elif isinstance(value, list) and (personal or is_id_key(key)):  # {"order_ids": ["#W1", "#W2"]}
+                    self._collect([{key: item} if _is_scalar(item) else item for item in value], found)
                 else:
                     self._collect(value, found)
         elif isinstance(data, list):
             for item in data:
                 self._collect(item, found)
 
-    def trajectory(self, trajectory: Trajectory) -> Trajectory:
-        """The trajectory with its task text, messages and tool calls scrubbed; same id."""
-        values = self.values_of(trajectory)
+    def trajectory(self, trajectory: Trajectory, values: Mapping[str, str] | None = None) -> Trajectory:
+        """The trajectory with its task text, messages and tool calls scrubbed
+        (``values``: its ``values_of``, when the caller has them); same id."""
+        if trajectory.meta.get(ADMITTED):  # scrubbed when it entered the run (``boundary.admit``)
+            return trajectory
+        values = self.values_of(trajectory) if values is None else values
         messages = tuple(self._message(m, values) for m in trajectory.messages)
         return trajectory.with_(task=self.text(trajectory.task, values), messages=messages)
 
@@ -211,8 +340,14 @@ def scrubber_of(config: ScrubConfig) -> Scrubber:
     """The scrubber of a ``[scrub]`` table (its patterns and keys added to the
     defaults); with ``enabled = false`` one that changes nothing."""
     if not config.enabled:
-        return Scrubber((), frozenset())
+        return Scrubber((), frozenset(), personal=False)
     return Scrubber.build(config.patterns, config.keys)
+
+
+def _spliced(text: str, spans: list[tuple[int, int]], placeholder: str) -> str:
+    for start, end in reversed(spans):
+        text = text[:start] + placeholder + text[end:]
+    return text
 
 
 def _replace(match: re.Match[str], kind: str) -> str:
@@ -226,7 +361,8 @@ def _replace(match: re.Match[str], kind: str) -> str:
 
 @lru_cache(maxsize=4096)
 def _value_pattern(value: str) -> re.Pattern[str]:
-    return re.compile(rf"(?<![\w@.]){re.escape(value)}(?![\w@])")
+    """A personal value where it stands as a word of its own, with or without a leading mark."""
+    return re.compile(rf"(?<![\w@.{MARKS}])[{MARKS}]?{re.escape(value)}(?![\w@])")
 
 
 def _loads(text: Any) -> Any:

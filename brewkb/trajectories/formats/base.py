@@ -6,12 +6,21 @@ read (with where it is: ``file:line`` or ``file[index]``). It raises
 ``TrajectoryError`` only for a file it cannot read at all, never for one
 record's content: every record, however malformed or deeply nested, becomes
 an item.
+
+Names are identifiers. Every reader builds its trajectories with ``build``,
+which refuses a record whose tool names or argument names do not match
+``IDENTIFIER`` (a letter or ``_``, then letters, digits, ``_``, ``.`` or
+``-``; at most 64 characters): a name is what recipes write steps with, so a
+name carrying a newline, markdown or an instruction must never get that far.
+The record becomes a ``Skipped`` naming the message and call, with the name
+shown only as a short escaped repr.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+import re
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -22,7 +31,7 @@ from brewkb.errors import TrajectoryError
 from brewkb.trajectories.schema import UNKNOWN, Outcome, Trajectory
 
 __all__ = ["Skipped", "Item", "Reader", "MAX_DEPTH", "RECORD_ERRORS", "outcome_of", "outcome_json", "UNKNOWN_JSON", "build", "obj", "first_line", "first_user", "guarded", "parse_json",
-           "json_lines", "json_items", "open_text", "depth_ok"]
+           "json_lines", "json_items", "open_text", "depth_ok", "IDENTIFIER", "bad_name", "shown_name"]
 
 MAX_DEPTH = 200
 """Nesting deeper than this is refused: no chat message needs it, and deeper
@@ -178,8 +187,58 @@ def outcome_json(outcome: Outcome) -> dict[str, Any]:
     return {"success": outcome.success, "score": outcome.score}
 
 
+IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
+"""What a tool name and an argument name must be (matched whole)."""
+SHOWN_NAME = 40
+"""Characters of a refused name an error message shows (escaped)."""
+
+
+def shown_name(name: Any) -> str:
+    """A refused name as an error may show it: escaped (``repr``: no newline,
+    invisible or control character survives) and cut to ``SHOWN_NAME`` characters."""
+    text = name if isinstance(name, str) else json.dumps(name)[:SHOWN_NAME + 1]
+    cut = text[:SHOWN_NAME]
+    return ascii(cut) + (f" (and {len(text) - SHOWN_NAME:,} characters more)" if len(text) > SHOWN_NAME else "")
+
+
+def bad_name(messages: Sequence[Any]) -> str | None:
+    """Why the first tool or argument name of ``messages`` that is not an
+    ``IDENTIFIER`` is refused, with where it is; ``None`` when all are."""
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            continue
+        name = message.get("name")
+        if message.get("role") in ("tool", "function") and name is not None and not _identifier(name):
+            return f"messages[{i}].name {shown_name(name)} is not a tool name"
+        for j, call in enumerate(message.get("tool_calls") or ()):
+            function = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(function, dict):
+                continue
+            where = f"messages[{i}].tool_calls[{j}].function"
+            if not _identifier(function.get("name")):
+                return f"{where}.name {shown_name(function.get('name'))} is not a tool name"
+            arguments = function.get("arguments")
+            try:
+                args = json.loads(arguments) if isinstance(arguments, str) else None
+            except (json.JSONDecodeError, RecursionError):
+                args = None  # arguments that are not JSON are kept as the agent wrote them: they name nothing
+            for key in args if isinstance(args, dict) else ():
+                if not _identifier(key):
+                    return f"{where}.arguments: argument name {shown_name(key)} is not an identifier"
+    return None
+
+
+def _identifier(name: Any) -> bool:
+    return isinstance(name, str) and IDENTIFIER.fullmatch(name) is not None
+
+
 def build(where: str, **fields: Any) -> Item:
-    """A ``Trajectory`` from its JSON fields, or ``Skipped`` naming what is wrong."""
+    """A ``Trajectory`` from its JSON fields, or ``Skipped`` naming what is
+    wrong (a tool or argument name that is not an identifier included)."""
+    messages = fields.get("messages")
+    if isinstance(messages, list) and (why := bad_name(messages)) is not None:
+        return Skipped(where, f"{why}: tool and argument names must be identifiers (a letter or _, then letters, "
+                              "digits, _ . -; at most 64 characters); the record is refused, the name is not kept")
     try:
         return Trajectory.from_json(fields)
     except TrajectoryError as exc:

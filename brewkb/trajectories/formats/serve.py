@@ -94,7 +94,7 @@ def message_key(message: Any) -> bytes:
     parts = [str(message.get("role")), text_of_content(message.get("content")) or ""]
     for call in message.get("tool_calls") or ():
         if isinstance(call, Mapping):
-            function = call.get("function") if isinstance(call.get("function"), Mapping) else {}
+            function = call["function"] if isinstance(call.get("function"), Mapping) else {}
             parts += [str(call.get("id") or ""), str(function.get("name") or ""), str(function.get("arguments") or "")]
     parts.append(str(message.get("tool_call_id") or ""))
     return "".join(f"{len(part)}:{part}" for part in parts).encode("utf-8", "surrogatepass")
@@ -238,5 +238,5 @@ def _outcome(row: dict[str, Any]) -> Outcome | None:
     if success is None and score is None:
         return None
     if success is None:
-        success = score >= 1.0
+        success = score is not None and score >= 1.0
     return Outcome(success, float(score) if score is not None else float(success), {"label": LABEL})

@@ -1,0 +1,215 @@
+"""The trust boundary: every trajectory that enters a run from a log passes
+through ``admit`` (``brewkb import`` calls it on each record; any other way
+logs come in — a recording of live conversations — must call it too).
+
+Logs are untrusted: whoever can put a conversation into them can try to write
+into the KB, and they hold secrets and personal data. ``admit`` returns the
+trajectory with every text in it (task, message contents, tool-call ids and
+arguments, tool results, and the strings of ``meta``, the outcome's detail
+and rubric notes):
+
+1. **normalised**: Unicode NFKC (fullwidth and compatibility forms folded);
+   zero-width characters, bidirectional controls, Unicode tag characters,
+   variation selectors and every other control or format character removed,
+   except newline and tab; line and paragraph separators and carriage returns
+   made newlines. Text that is JSON (tool arguments, most tool results) is
+   normalised value by value, so its structure survives.
+2. **scrubbed** of secrets and personal data (``brewkb.trajectories.scrub``).
+3. **bounded**: each text, and each string inside a JSON text, is cut to
+   ``max_text`` characters (``[scrub] max_text``), after scrubbing (a secret
+   cut in two might no longer be told).
+
+Ids are data everywhere in a run, not only in the conversation that named
+them: ``RunIds`` gathers the ids the tool calls and results of many
+trajectories named and replaces them in every one (``admit_all`` does both
+steps for a batch; ``brewkb import`` does the second at the end of an import,
+over the whole run).
+
+The id is kept: an admitted trajectory is the same episode, told safely, and
+provenance and outcomes files still find it. ``meta.admitted`` marks it, so
+the scrubbing that the reflector and the judges do before they read a
+trajectory (for an environment's episodes) leaves it as it is.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import unicodedata
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from brewkb.trajectories.schema import Trajectory
+from brewkb.trajectories.scrub import ADMITTED, MARKS, MIN_ID, Scrubber, unmarked
+
+__all__ = ["normalise", "admit", "admit_all", "RunIds", "MAX_TEXT", "invisible"]
+
+MAX_TEXT = 20_000
+"""Characters one text of a trajectory keeps (``[scrub] max_text``)."""
+CUT = " […]"
+SCRUB_BOUND = 10
+"""How many times ``max_text`` a text may be while it is scrubbed, before it is bounded."""
+
+_REMOVED = re.compile(
+    "[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e\u2060-\u206f"
+    "\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8\U000e0000-\U000e0fff\U0001bca0-\U0001bca3]"
+)
+"""Invisible characters NFKC keeps: zero-width, bidi controls and marks, tag characters, variation selectors."""
+_NEWLINES = re.compile("\r\n|[\r\u2028\u2029\x85\x0b\x0c]")
+
+
+_ASCII_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def normalise(text: str, limit: int = MAX_TEXT) -> str:
+    """``text`` in NFKC, without invisible, bidi, tag or control characters
+    (newline and tab kept), cut to ``limit`` characters."""
+    if text.isascii() and not _ASCII_CONTROL.search(text):  # most text: nothing to do but the bound
+        return text if len(text) <= limit else text[: limit - len(CUT)] + CUT
+    text = _NEWLINES.sub("\n", unicodedata.normalize("NFKC", text))
+    text = _REMOVED.sub("", text)
+    if not text.isprintable():  # what is left: other control and format characters
+        text = "".join(c for c in text if c in "\n\t" or unicodedata.category(c) not in ("Cc", "Cf", "Cs", "Co"))
+    return text if len(text) <= limit else text[: limit - len(CUT)] + CUT
+
+
+def invisible(text: str) -> list[str]:
+    """The characters of ``text`` that ``normalise`` removes (as ``U+XXXX``, once each, in order)."""
+    found = [c for c in text if _REMOVED.match(c) or (c not in "\n\t" and unicodedata.category(c) in ("Cc", "Cf",
+                                                                                                   "Cs", "Co"))]
+    return list(dict.fromkeys(f"U+{ord(c):04X}" for c in found))
+
+
+def _normal_json(value: Any, limit: int) -> Any:
+    if isinstance(value, str):
+        return normalise(value, limit)
+    if isinstance(value, list):
+        return [_normal_json(v, limit) for v in value]
+    if isinstance(value, dict):
+        return {normalise(str(k), 200): _normal_json(v, limit) for k, v in value.items()}
+    return value
+
+
+def _normal_text(text: str, limit: int) -> str:
+    """A text normalised; JSON (an object or an array) value by value, kept as written when nothing changes."""
+    head = text.lstrip()[:1]
+    if head in ("{", "["):
+        try:
+            value = json.loads(text)
+        except (json.JSONDecodeError, RecursionError):
+            value = None
+        if isinstance(value, dict | list):
+            normal = _normal_json(value, limit)
+            return text if normal == value else json.dumps(normal, ensure_ascii=False)
+    return normalise(text, limit)
+
+
+def _message(message: Mapping[str, Any], text: Any, value: Any) -> dict[str, Any]:
+    """``message`` with ``text`` applied to its content and tool-call arguments
+    when they are text, ``value`` when the content is JSON; roles, names and ids
+    are left as they are."""
+    out = dict(message)
+    if isinstance(out.get("content"), str):
+        out["content"] = text(out["content"])
+    elif isinstance(out.get("content"), list | dict):
+        out["content"] = value(out["content"])
+    if out.get("tool_calls"):
+        calls = []
+        for call in out["tool_calls"]:
+            call = dict(call)
+            function = dict(call.get("function") or {})
+            if isinstance(function.get("arguments"), str):
+                function["arguments"] = text(function["arguments"])
+            call["function"] = function
+            calls.append(call)
+        out["tool_calls"] = calls
+    return out
+
+
+def _texts(value: Any, change: Any) -> Any:
+    """``value`` (JSON-like) with ``change`` applied to every string in it."""
+    if isinstance(value, str):
+        return change(value)
+    if isinstance(value, list | tuple):
+        return [_texts(v, change) for v in value]
+    if isinstance(value, dict):
+        return {k: _texts(v, change) for k, v in value.items()}
+    return value
+
+
+def admit(trajectory: Trajectory, scrubber: Scrubber, limit: int = MAX_TEXT) -> Trajectory:
+    """``trajectory`` normalised, bounded and scrubbed (see the module
+    docstring); its id is kept. The one function through which a logged
+    trajectory enters a run."""
+    # bounded after scrubbing (a secret cut in two might no longer be told), and before it at a far larger
+    # bound, so no single text can make the scrubbing slow
+    first = limit * SCRUB_BOUND
+    messages = tuple(_message(m, lambda s: _normal_text(s, first), lambda v: _normal_json(v, first))
+                     for m in trajectory.messages)
+    normal = trajectory.with_(task=normalise(trajectory.task, first), messages=messages)
+    values = scrubber.values_of(normal)
+    clean = scrubber.trajectory(normal, values)
+
+    def scrub(text: str) -> str:
+        return normalise(scrubber.text(normalise(text, first), values), limit)
+
+    outcome = clean.outcome
+    detail = _texts(dict(outcome.detail), scrub)
+    bounded = tuple(_message(m, lambda s: _normal_text(s, limit), lambda v: _normal_json(v, limit))
+                    for m in clean.messages)
+    meta = {**_texts(dict(trajectory.meta), scrub), ADMITTED: True}
+    return clean.with_(task=normalise(clean.task, limit), messages=bounded, meta=meta,
+                       rubric=_texts(dict(trajectory.rubric), scrub),
+                       outcome=type(outcome)(outcome.success, outcome.score, detail))
+
+
+@dataclass
+class RunIds:
+    """The ids (and other one-word personal values) that the tool calls and
+    results of a run's trajectories named, gathered before they are scrubbed,
+    and replaced in every trajectory of the run, with or without a leading
+    mark. Looked up word by word, so a run naming thousands costs one pass."""
+
+    found: dict[str, str] = field(default_factory=dict)
+    """Value (without its mark) → placeholder kind."""
+
+    def add(self, trajectory: Trajectory, scrubber: Scrubber) -> None:
+        """Gather the values ``trajectory`` (not yet scrubbed) names."""
+        for value, kind in scrubber.values_of(trajectory).items():
+            if len(value) >= MIN_ID and _WORD.fullmatch(value):
+                self.found.setdefault(value, kind)
+
+    def text(self, text: str) -> str:
+        if not self.found or self.found.keys().isdisjoint(unmarked(w) for w in _WORDS.findall(text)):
+            return text
+        return _WORDS.sub(lambda m: f"<{self.found[k]}>" if (k := unmarked(m.group(0))) in self.found
+                          else m.group(0), text)
+
+    def trajectory(self, trajectory: Trajectory) -> Trajectory:
+        """``trajectory`` with every gathered value replaced, wherever it stands."""
+        if not self.found:
+            return trajectory
+        def value(data: Any) -> Any:
+            return _texts(data, self.text)
+
+        outcome = trajectory.outcome
+        return trajectory.with_(task=self.text(trajectory.task),
+                                messages=tuple(_message(m, self.text, value) for m in trajectory.messages),
+                                meta=value(dict(trajectory.meta)), rubric=value(dict(trajectory.rubric)),
+                                outcome=type(outcome)(outcome.success, outcome.score, value(dict(outcome.detail))))
+
+
+_WORD = re.compile(r"[\w][\w.+-]*[\w]|\w")
+_WORDS = re.compile(rf"(?<![\w@.{MARKS}])[{MARKS}]?(?:[\w][\w.+-]*[\w]|\w)")
+
+
+def admit_all(trajectories: Iterable[Trajectory], scrubber: Scrubber, limit: int = MAX_TEXT) -> list[Trajectory]:
+    """Each trajectory through ``admit``, then every id any of them named
+    replaced in all of them (``RunIds``): for a batch that enters a run together."""
+    ids = RunIds()
+    admitted = []
+    for trajectory in trajectories:
+        ids.add(trajectory, scrubber)
+        admitted.append(admit(trajectory, scrubber, limit))
+    return [ids.trajectory(t) for t in admitted]

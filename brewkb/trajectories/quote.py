@@ -1,0 +1,277 @@
+"""Quoting log text into a recipe: the one place that decides what of a log
+a recipe may say, and how.
+
+``quote(text)`` returns the text made safe to write on one line of markdown,
+or *holds it back* with the reason:
+
+- **made safe**: normalised (``boundary.normalise``), made one line (so it
+  can never start a heading, a list item or a section), markup characters
+  replaced by plain look-alikes (backticks by ``'``, brackets by
+  parentheses, angle brackets that are not a placeholder such as
+  ``<email>`` by ``‹ ›``), any id-shaped token left replaced by ``<id>``,
+  and cut to a length.
+- **held back** when the text reads as instructions to an agent, by five
+  general rules (``instruction_reason``), none of them about one log:
+
+  1. *addressed to the assistant*: words addressed to an assistant, system,
+     model or agent by that name ("AI: …", "note to the assistant", "you are
+     an AI"), chat-template tokens (``<|im_start|>``, ``[INST]``);
+  2. *overrides its instructions*: "ignore / disregard / forget / override /
+     bypass" + "previous / above / prior / system" or + "instructions /
+     rules / policy / prompt / guidelines / checks";
+  3. *claims a policy or rule*: "new / updated / revised / official /
+     internal … policy / rule / instructions", "policy update", "system
+     prompt"; and *a rule for whoever reads it*: a sentence that starts with
+     "always" or "never", or says "you / the agent must (always / never /
+     not) …";
+  4. *links*: URLs (any scheme, ``www.``, a host with a path), markdown links
+     and images;
+  5. *code or markup*: HTML (found by ``nh3``, the HTML sanitiser; the
+     placeholders brewkb writes are not HTML), code fences, markdown
+     headings, template tags.
+
+A held-back text is not written into the recipe; ``held_back`` lists such
+texts of a set of trajectories with their reason and the conversations they
+came from, for the pull request to show a reviewer ("Held back from the
+logs"). ``screen`` applies the same rules to a recipe an LLM wrote: a line
+that reads as instructions and repeats log text (four words in a row, or a
+link) is dropped.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+
+from brewkb.trajectories.boundary import normalise
+from brewkb.trajectories.schema import Trajectory, tool_calls
+from brewkb.trajectories.scrub import ID_SHAPE
+
+__all__ = ["Quote", "HeldBack", "quote", "instruction_reason", "held_back", "log_texts", "screen",
+           "MAX_QUOTE", "LogIndex", "shown", "is_html", "RULE_FOR_READER", "LINK", "MARKUP", "REASONS"]
+
+MAX_QUOTE = 240
+"""Characters a quoted text keeps by default."""
+SHOWN = 200
+"""Characters of a held-back text the PR shows."""
+
+RULE_FOR_READER = "a rule for whoever reads it"
+LINK = "a link"
+MARKUP = "code or markup"
+_ROLE = r"(?:ai|assistant|agent|model|llm|chatbot|bot|system|gpt|claude|language model)"
+_RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("addressed to the assistant", re.compile(
+        rf"(?im)(?:^|[.!?]\s+)\s*{_ROLE}\s*:"
+        r"|\b(?:dear|hey|attention|note to|message to|instructions? (?:to|for)|reminder (?:to|for))\s+"
+        rf"(?:the\s+|my\s+|our\s+)?{_ROLE}\b"
+        rf"|\b(?:you are|you're|act as|pretend to be|as an?|you,? the)\s+(?:now\s+)?(?:an?\s+)?(?:helpful\s+)?"
+        r"(?:ai|assistant|language model|llm|chatbot|large language model)\b"
+        r"|<\|[^|>\n]{1,40}\|>|\[/?INST\]|<</?SYS>>|#{2,}\s*(?:instruction|system|response)\b")),
+    ("overrides its instructions", re.compile(
+        r"(?i)\b(?:ignore|disregard|forget|override|bypass|circumvent)\s+(?:all\s+|any\s+|every\s+|the\s+|your\s+|"
+        r"these\s+|those\s+|of\s+)*(?:(?:previous|prior|above|earlier|preceding|original|system|safety|usual)\b"
+        r"|(?:instructions?|rules?|prompts?|polic(?:y|ies)|guidelines?|directives?|checks?|verifications?)\b)")),
+    ("claims a policy or rule", re.compile(
+        r"(?i)\b(?:new|updated|revised|official|internal|special|secret|changed|latest)\s+(?:company\s+|store\s+|"
+        r"support\s+)?(?:polic(?:y|ies)|rules?|instructions?|guidelines?|directives?|procedures?)\b"
+        r"|\bpolicy\s+(?:update|change|override|exception)\b|\b(?:system|developer)\s+(?:prompt|message|note)\b")),
+    (RULE_FOR_READER, re.compile(
+        r"(?i)(?:^|[.!?:;]\s+|\n\s*)(?:always|never)\s+(?!mind\b)[a-z]+"
+        r"|\b(?:you|agents?|assistants?|the agent|the assistant)\s+(?:must|should|shall|are to|have to|need to)\s+"
+        r"(?:always|never|not|no longer)\b|\bmust (?:always|never)\b")),
+    (LINK, re.compile(
+        r"(?i)\b(?:https?|ftp|file|data|javascript|vbscript)\s*:\s*/*\S+|\bwww\d?\.\S+"
+        r"|\b[a-z0-9-]+(?:\.[a-z0-9-]+)*\.[a-z]{2,}/\S*|!?\[[^\]\n]*\]\([^)\n]*\)|^\s*\[[^\]\n]+\]:\s*\S+")),
+    (MARKUP, re.compile(r"```|~~~|^\s{0,3}#{1,6}\s|\{\{.*?\}\}|\{%.*?%\}|<!--|<\?|<!\w", re.S | re.M)),
+)
+REASONS = tuple(reason for reason, _ in _RULES)
+"""Every reason ``instruction_reason`` may give, in the order it tries them."""
+_PLACEHOLDER = re.compile(r"<[a-z][a-z0-9_]*>")
+_DANGEROUS_TAGS = frozenset("""script style iframe frame frameset object embed applet svg math form input button
+textarea select option link meta base html head body title template slot video audio source track canvas
+noscript xml xmp plaintext marquee dialog portal param picture""".split())
+
+
+@cache
+def _html_tags() -> frozenset[str]:
+    import nh3
+
+    return frozenset(nh3.ALLOWED_TAGS) | _DANGEROUS_TAGS
+
+
+def _placeholders_hidden(text: str) -> str:
+    """``text`` with brewkb's placeholders (``<email>``) out of the way of an HTML parser."""
+    tags = _html_tags()
+    return _PLACEHOLDER.sub(lambda m: m.group(0) if m.group(0)[1:-1] in tags else "", text)
+
+
+def _is_html(text: str) -> bool:
+    """Whether ``text`` holds an HTML tag, comment or entity-free markup, as nh3 parses it."""
+    if "<" not in text:
+        return False
+    import nh3
+
+    bare = _placeholders_hidden(text)
+    return "<" in bare and nh3.is_html(bare)
+
+
+def instruction_reason(text: str, skip: Iterable[str] = ()) -> str | None:
+    """Why ``text`` reads as instructions to an agent (one of the module
+    docstring's rules, but those named in ``skip``), or ``None``."""
+    normal = normalise(text, 100_000)
+    skipped = set(skip)
+    for reason, rule in _RULES:
+        if reason not in skipped and rule.search(normal):
+            return reason
+    if MARKUP not in skipped and _is_html(normal):
+        return MARKUP
+    return None
+
+
+def is_html(text: str) -> bool:
+    """Whether ``text`` holds HTML (brewkb's placeholders such as ``<email>`` are not)."""
+    return _is_html(normalise(text, 100_000))
+
+
+@dataclass(frozen=True)
+class Quote:
+    """A log text as a recipe may write it (``text``), or held back (``held``, the reason, and ``text`` empty)."""
+
+    text: str
+    held: str | None = None
+
+    def __bool__(self) -> bool:
+        return self.held is None and bool(self.text)
+
+
+_LOOKALIKE = str.maketrans({"`": "'", "[": "(", "]": ")", "|": "/", "\\": "/"})
+
+
+def _plain(line: str) -> str:
+    """One line with markup characters replaced by plain look-alikes (placeholders kept)."""
+    line = line.translate(_LOOKALIKE)
+    parts = re.split(r"(<[a-z][a-z0-9_]*>)", line)
+    return "".join(p if _PLACEHOLDER.fullmatch(p) else p.replace("<", "‹").replace(">", "›") for p in parts)
+
+
+def _bounded(line: str, limit: int) -> str:
+    return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
+
+
+def quote(text: str | None, limit: int = MAX_QUOTE) -> Quote:
+    """``text`` from a log as a recipe may quote it, or held back (see the module docstring)."""
+    normal = normalise(text or "", 100_000)
+    reason = instruction_reason(normal)
+    if reason is not None:
+        return Quote("", reason)
+    line = " ".join(normal.split())
+    line = ID_SHAPE.sub("<id>", line)  # ids are data: none reaches a recipe, marked or not
+    return Quote(_bounded(_plain(line), limit))
+
+
+def shown(text: str) -> str:
+    """A held-back text as a reviewer sees it in the PR: one plain line, cut,
+    meant to sit in a code span (no link or markup renders there)."""
+    return _bounded(" ".join(normalise(text, 100_000).replace("`", "'").split()), SHOWN)
+
+
+# ------------------------------------------------------------------ held back
+@dataclass
+class HeldBack:
+    """A text of the logs held back, why, and the trajectories it came from."""
+
+    text: str
+    reason: str
+    sources: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, object]:
+        return {"text": self.text, "reason": self.reason, "sources": list(self.sources)}
+
+
+def log_texts(trajectory: Trajectory) -> list[str]:
+    """What of a trajectory rules quote into recipes: the task, the user's
+    turns and the first line of each failed tool call's result."""
+    texts = [trajectory.task] if trajectory.task.strip() else []
+    texts += [str(m["content"]) for m in trajectory.messages
+              if m.get("role") == "user" and isinstance(m.get("content"), str) and m["content"].strip()]
+    texts += [(c.result or "").strip().splitlines()[0] for c in tool_calls(trajectory.messages)
+              if c.error and (c.result or "").strip()]
+    return texts
+
+
+def held_back(trajectories: Iterable[Trajectory]) -> list[HeldBack]:
+    """Every text of ``trajectories`` that ``quote`` holds back, once, with
+    the ids of the trajectories it came from, in order of first seen."""
+    found: dict[str, HeldBack] = {}
+    for trajectory in trajectories:
+        for text in log_texts(trajectory):
+            reason = instruction_reason(text)
+            if reason is None:
+                continue
+            item = found.setdefault(shown(text), HeldBack(shown(text), reason))
+            if trajectory.id not in item.sources:
+                item.sources.append(trajectory.id)
+    return list(found.values())
+
+
+# ------------------------------------------------------------ written lines
+def _words(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9]+", normalise(text, 100_000).lower())
+
+
+_URL = re.compile(r"(?i)(?:https?://|www\.)?[a-z0-9-]+(?:\.[a-z0-9-]+)*\.[a-z]{2,}(?:/\S*)?")
+
+
+def _grams(text: str, n: int = 4) -> set[tuple[str, ...]]:
+    words = _words(text)
+    return {tuple(words[i:i + n]) for i in range(len(words) - n + 1)}
+
+
+class LogIndex:
+    """The texts of some logs, to tell whether a line repeats them: four
+    words in a row, or a host name (``evil.example``), of any one of them."""
+
+    N = 4
+
+    def __init__(self, texts: Iterable[str]) -> None:
+        self.grams: set[tuple[str, ...]] = set()
+        self.lower: list[str] = []
+        for text in texts:
+            self.grams |= _grams(text, self.N)
+            self.lower.append(normalise(text, 100_000).lower())
+
+    def shares(self, line: str) -> bool:
+        if _grams(line, self.N) & self.grams:
+            return True
+        hosts = {m.group(0).lower().split("/")[0] for m in _URL.finditer(normalise(line, 100_000))}
+        return any(h in text for h in hosts for text in self.lower)
+
+    def wrote(self, line: str) -> bool:
+        """Whether a recipe's line came from these logs: it quotes (a span in
+        double quotes of three words or more) or repeats them, its steps'
+        calls left out (a tool's name is an identifier, checked at import)."""
+        text = re.sub(r"`[^`\n]*`", " ", line)
+        return _QUOTED.search(text) is not None or self.shares(text)
+
+
+_QUOTED = re.compile(r'"[^"\n]*?\w+\W+\w+\W+\w+[^"\n]*"')
+
+
+_STRUCTURE = re.compile(r"^\s*(?:#{1,6}|[-*+]|\d+[.)])\s+")
+
+
+def screen(body: str, texts: Sequence[str] | LogIndex) -> tuple[str, list[tuple[str, str]]]:
+    """A recipe text (body or description) without the lines that read as
+    instructions and repeat log text (``texts``): (what is kept, [(line, reason)])."""
+    index = texts if isinstance(texts, LogIndex) else LogIndex(texts)
+    kept, dropped = [], []
+    for line in body.split("\n"):
+        content = _STRUCTURE.sub("", line)  # the recipe's own heading or list mark is not the line's content
+        reason = instruction_reason(content) if content.strip() else None
+        if reason is not None and index.shares(line):
+            dropped.append((line, reason))
+        else:
+            kept.append(line)
+    return "\n".join(kept), dropped

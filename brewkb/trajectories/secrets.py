@@ -1,0 +1,119 @@
+"""Secrets in text: API keys, cloud keys, tokens, JWTs, private keys and
+other high-entropy strings, found by ``detect-secrets`` (Yelp).
+
+Why a library: each kind of secret has its own shape (a prefix, a checksum
+segment, a length), providers add kinds every year, and detect-secrets keeps
+one plugin class per kind (AWS, Azure, GitHub, GitLab, OpenAI, Slack, Stripe,
+Twilio, JWT, private keys, basic-auth URLs, ``password = "…"`` keywords …)
+with tests of its own. brewkb runs every plugin it ships on every text, and
+adds what it does not cover for text that is not source code:
+
+- **unquoted high-entropy tokens**: detect-secrets' entropy plugins look at
+  quoted strings only (as in code); a key pasted into a chat is not quoted, so
+  every run of 20 or more token characters is measured with the base64
+  plugin's own Shannon entropy and limit (4.5); hex strings count only
+  quoted, as detect-secrets reads them (an unquoted hash or trace id in a
+  message is an id, not a key);
+- **whole tokens**: a plugin may report part of a token (the JWT plugin stops
+  before the signature); the whole token around a finding is replaced;
+- **private key blocks**: the plugin finds the ``BEGIN … PRIVATE KEY`` line;
+  the whole block, to its ``END`` line, is replaced.
+
+No plugin ever verifies a secret over the network: ``analyze_string`` is
+called directly, never the scan functions that can verify.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from typing import Any
+
+__all__ = ["secret_spans", "SECRET"]
+
+SECRET = "secret"
+"""The placeholder kind of every secret (``<secret>``)."""
+
+BASE64_LIMIT = 4.5
+"""detect-secrets' entropy limit for base64 strings; its hex limit (3.0) is for quoted strings only here."""
+_TOKEN_CHARS = r"A-Za-z0-9+/=_\-"
+_LONG_TOKEN = re.compile(rf"[{_TOKEN_CHARS}]{{20,}}")
+_TOKEN_EDGE = re.compile(rf"[{_TOKEN_CHARS}.~]*")
+_PRIVATE_KEY = re.compile(r"-----BEGIN[A-Z ]*PRIVATE KEY[A-Z ]*-----.*?(?:-----END[A-Z ]*PRIVATE KEY[A-Z ]*-----|\Z)",
+                          re.S)
+_PLACEHOLDER = re.compile(r"<[a-z][a-z0-9_]*>")
+_QUICK = re.compile(r"(?i)pass|pwd|secret|token|key|auth|bearer|cred|private|-----|://|[A-Za-z0-9+/=_\-]{20}"
+                    r"|\b(?:\d{1,3}\.){3}\d{1,3}\b")
+"""Text with none of these cannot hold a finding of any plugin: most texts are skipped at once."""
+
+
+@cache
+def _plugins() -> tuple[list[Any], list[Any], Any, re.Pattern[str]]:
+    """(the plugins that match a shape, the entropy ones, the keyword one, the
+    words the keyword one looks for), built once."""
+    from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
+    from detect_secrets.plugins import keyword
+    from detect_secrets.plugins.high_entropy_strings import HighEntropyStringsPlugin
+
+    plugins = [cls() for cls in get_mapping_from_secret_type_to_class().values()]
+    words = next(p for p in plugins if isinstance(p, keyword.KeywordDetector))
+    plain = [p for p in plugins if not isinstance(p, HighEntropyStringsPlugin | keyword.KeywordDetector)]
+    # the keyword plugin is slow and only finds values next to one of its words: it runs where one is
+    return (plain, [p for p in plugins if isinstance(p, HighEntropyStringsPlugin)], words,
+            re.compile(f"(?i:{'|'.join(keyword.DENYLIST)})"))
+
+
+def _could_exceed(plugin: Any, value: str) -> bool:
+    """Whether ``value`` is long enough for its entropy to pass the plugin's
+    limit (a string of n characters has at most log2(n) bits each)."""
+    return len(value) >= 8 and len(set(value)) > 2 ** plugin.entropy_limit
+
+
+def _high_entropy(plugin: Any, value: str) -> bool:
+    return (_could_exceed(plugin, value) and bool(plugin.regex.fullmatch(f"'{value}'"))
+            and plugin.calculate_shannon_entropy(value) > plugin.entropy_limit)
+
+
+def secret_spans(text: str) -> list[tuple[int, int]]:
+    """The (start, end) of every secret in ``text``, merged and in order."""
+    if not _QUICK.search(text):
+        return []
+    plain, entropy, keywords, words = _plugins()
+    spans = [m.span() for m in _PRIVATE_KEY.finditer(text)]
+    values: set[str] = set()
+    for plugin in [*plain, *([keywords] if words.search(text) else [])]:
+        values.update(v for v in plugin.analyze_string(text) if v and not _PLACEHOLDER.fullmatch(v))
+    for plugin in entropy:  # quoted strings, as the plugins read code
+        values.update(v for v in set(plugin.analyze_string(text))
+                      if _could_exceed(plugin, v) and plugin.calculate_shannon_entropy(v) > plugin.entropy_limit)
+    base64 = [p for p in entropy if p.entropy_limit >= BASE64_LIMIT]
+    for match in _LONG_TOKEN.finditer(text):  # and unquoted ones, as a chat holds them (not hex: hashes and trace ids)
+        if any(_high_entropy(plugin, match.group(0)) for plugin in base64):
+            spans.append((match.start(), match.end()))
+    for value in values:
+        for found in re.finditer(re.escape(value), text):
+            spans.append(_whole_token(text, *found.span()))
+    return _merged(spans)
+
+
+def _whole_token(text: str, start: int, end: int) -> tuple[int, int]:
+    """A finding widened to the token it is part of (a value inside a longer token is that token)."""
+    if re.fullmatch(rf"[{_TOKEN_CHARS}.~]+", text[start:end]) is None:
+        return start, end  # a finding with spaces or quotes in it: as found
+    left = start
+    while left > 0 and re.match(rf"[{_TOKEN_CHARS}.~]", text[left - 1]):
+        left -= 1
+    right = end + len(_TOKEN_EDGE.match(text, end).group(0))  # type: ignore[union-attr]
+    while right > end and text[right - 1] in ".~":  # a sentence's full stop is not part of the key
+        right -= 1
+    return left, right
+
+
+def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(end, out[-1][1]))
+        else:
+            out.append((start, end))
+    return out
