@@ -2,8 +2,9 @@
 of one (scrubbed) trajectory, by rules that hold for any tool-calling log.
 
 Concepts. Every write the run made is a concept named from its tool
-(``cancel_reservation`` → "cancel reservation"), in order of first call; a
-failing run's failed attempts are concepts too. A run that wrote nothing is
+(``cancel_reservation`` → "cancel reservation"), in order of first call, up
+to ``MAX_CONCEPTS`` of them (no conversation a person has asks for more, and
+each costs reflection time); a failing run's failed attempts are concepts too. A run that wrote nothing is
 named for the *request*: its first action verb and the object of its last
 lookup ("cancel reservation"); a run that handed the request to a person
 without one is named for the hand-off tool; a run that only read, for its last
@@ -60,9 +61,11 @@ from brewkb.trajectories.tools import (
     user_turns,
 )
 
-__all__ = ["reflect", "concepts_of", "MAX_STEPS"]
+__all__ = ["reflect", "concepts_of", "MAX_STEPS", "MAX_CONCEPTS"]
 
 MAX_STEPS = 10
+MAX_CONCEPTS = 10
+"""Distinct writes of one conversation that become concepts (its first ones)."""
 MIN_VALUE = 3
 A_RUN = {True: "A passing run", None: "A run whose outcome is unknown"}
 Add = Callable[..., None]
@@ -77,7 +80,7 @@ def concepts_of(trajectory: Trajectory) -> list[tuple[str, int | None]]:
         if is_write(call.name) and not (call.error and trajectory.success is True):
             found.setdefault(concept_of_tool(call.name), i)
     if found:
-        return list(found.items())
+        return list(found.items())[:MAX_CONCEPTS]
     request = _request(trajectory, calls)
     return [(request, None)] if request else []
 

@@ -112,9 +112,20 @@ def _finish(kb: KB, run: str) -> str | None:
     return f"brewkb distill {run}" if imported else f"brewkb refine --resume {run}"
 
 
+def _nothing(kb: KB, run: str) -> str:
+    """Why ``distill`` learned nothing from a run of this KB's runs folder (empty: it did not say so)."""
+    folder = kb.runs_dir / run
+    if not (folder / MANIFEST).is_file():
+        return ""
+    return str(Run(run, folder).manifest().get("stages", {}).get("search", {}).get("nothing", ""))
+
+
 def load_run(kb: KB, run: str) -> RunView:
     store = kb.store
     pr = store.read_ref(str(BrewRef.pr(run)))
+    nothing = _nothing(kb, run) if pr is None else ""
+    if nothing:
+        raise BrewError(f"run {run!r} learned nothing, so it has no pr branch: {nothing}")
     if pr is None:
         finish = _finish(kb, run)
         if finish is None:
