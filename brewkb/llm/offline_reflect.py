@@ -75,7 +75,7 @@ def concepts_of(trajectory: Trajectory) -> list[tuple[str, int | None]]:
     """Concept names and the index of the call that defines each (``None`` for
     a concept named for the request)."""
     calls = tool_calls(trajectory.messages)
-    found: dict[str, int] = {}
+    found: dict[str, int | None] = {}
     for i, call in enumerate(calls):
         if is_write(call.name) and not (call.error and trajectory.success is True):
             found.setdefault(concept_of_tool(call.name), i)
