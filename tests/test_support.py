@@ -11,6 +11,8 @@ import functools
 import json
 import math
 import re
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -251,3 +253,33 @@ def test_the_gate_leaves_out_a_recipe_over_the_size_limit(kb: Path, tmp_path: Pa
     assert _recipes(kb, "air") == {}
     body = git(kb, "log", "-1", "--format=%B", "brew/air/pr")
     assert "## Left out by the gate\n\n- `cancel-pending-order`: its file would be 1." in body
+
+
+def test_with_an_llm_backend_a_log_that_only_reads_gives_no_recipe_too(kb: Path, tmp_path: Path) -> None:
+    import os
+
+    from tests.fakes.openai_server import FakeOpenAI
+    from tests.fakes.roles import embed, role_player
+    from tests.test_distill import write_logs
+
+    config = kb / "brewkb.toml"
+    config.write_text(config.read_text().replace('backend = "offline"', 'backend = "openai"', 1))
+    git(kb, "commit", "-qam", "use an endpoint")
+    _, chat = write_logs(tmp_path)
+    records = [json.loads(line) for line in chat.read_text().splitlines()]
+    for record in records:  # every call that is not a lookup left out, with its result
+        record["messages"] = _keep({"traj": record["messages"]}, is_lookup)["traj"]
+    chat.write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert brewkb(kb, "import", str(chat), "--format", "openai", "--run", "reads").returncode == 0
+    with FakeOpenAI(default=role_player, embed=embed) as fake:
+        env = {**os.environ, "OPENAI_BASE_URL": fake.base_url, "OPENAI_API_KEY": "sk-test"}
+        done = subprocess.run([sys.executable, "-m", "brewkb", "distill", "reads"], cwd=kb, env=env,
+                              capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1].startswith("Nothing to learn from run reads: its learning conversations "
+                                                   "made no write and no hand-off")
+    learned = _learned(kb, "reads")
+    # the model named concepts (after the lookups it saw called); none has a conversation that acted
+    assert learned["concepts"] == [] and learned["dropped"]
+    assert all("no conversation that passed did its action" in note for note in learned["dropped"]
+               if "dropped" in note)
