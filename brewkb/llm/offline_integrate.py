@@ -190,12 +190,12 @@ def _how(concept: str, insights: Sequence[Insight], current: Recipe | None) -> s
         how.append("- No passing run did this: these are the steps of runs that failed; check every detail "
                    "against the request and the conditions below")
     how += _asked_with(insights, concept, support)
-    if mine or failed:  # this concept's requests that passing runs of several tasks handed to a person instead
+    if mine or failed:  # this concept's requests that passing runs (``support`` of them) handed to a person instead
         handoffs: dict[str, set[str]] = defaultdict(set)
         for i in every:
             if not any(_own(s, concept) for s in i.steps) and is_handoff(_tool(i.steps[-1])):
                 handoffs[i.steps[-1]].add(i.source)
-        how += [f"- If it cannot be done: hand off with `{h}`" for h, runs in handoffs.items() if len(runs) >= support]
+        how += [f"- If it cannot be done: hand off with `{h}`" for h, by in handoffs.items() if len(by) >= support]
     if how:
         return "\n".join(how)
     return (current.section("How to perform") if current else "") or NO_PROCEDURE

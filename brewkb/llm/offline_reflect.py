@@ -4,7 +4,8 @@ of one (scrubbed) trajectory, by rules that hold for any tool-calling log.
 Concepts. Every write the run made is a concept named from its tool
 (``cancel_reservation`` → "cancel reservation"), in order of first call, up
 to ``MAX_CONCEPTS`` of them (no conversation a person has asks for more, and
-each costs reflection time); a failing run's failed attempts are concepts too. A run that wrote nothing is
+each costs reflection time); a failing run's failed attempts are concepts
+too. A run that wrote nothing is
 named for the *request*: its first action verb and the object of its last
 lookup ("cancel reservation"); a run that handed the request to a person
 without one is named for the hand-off tool; a run that only read, for its last

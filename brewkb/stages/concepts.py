@@ -29,10 +29,11 @@ named by actions (``cancel reservation``):
   outcome is unknown) did something for it — a procedure of it that calls a
   write or a hand-off the conversation made without an error (its requests
   handed to a person count) — in at least ``min_tasks`` distinct tasks, one
-  of them with the concept's own tool when it is named for one. A request no action followed, an action only
-  failed conversations did, or one a single task did (however many of its
-  conversations the logs hold) is dropped. The rule reads what the
-  conversations called, so it holds whatever backend reflected;
+  of them with the concept's own tool when it is named for one. A request no
+  action followed, an action only failed conversations did, or one a single
+  task did (however many of its conversations the logs hold) is dropped. The
+  rule reads what the conversations called, so it holds whatever backend
+  reflected;
 - at most ``max_concepts`` concepts (``concept_bound``: a share of the distinct
   learning tasks) are kept, those supported by the most tasks first.
 Nothing is dropped silently: ``Concept.merged`` and the ``dropped`` list hold
