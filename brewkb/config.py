@@ -211,6 +211,13 @@ class StagesConfig:
     min_concept_insights: int = field(default=2, metadata=_min(1))
     """A meta-concept with fewer insights merges into the nearest concept of the same
     action, with a note (``brewkb concepts`` reports it); without one it keeps its own recipe."""
+    min_concept_tasks: int = field(default=2, metadata=_min(1))
+    """A concept learned from logs needs conversations that passed (or whose outcome is unknown) and did
+    something for it (its write, or handed its request to a person), of at least this many distinct
+    tasks, one with its own write; the others are dropped, with a note (not applied to ``refine``)."""
+    concepts_per_task: float = field(default=0.5, metadata=_min(0.0))
+    """At most this many concepts per distinct learning task (rounded up, at least one); beyond it the
+    concepts with the least support are dropped, with a note. ``distill --plan`` states the bound."""
     integrate_retries: int = field(default=2, metadata=_min(0))
     """New samples asked for when an integrated recipe does not parse or lint."""
     seed: int = 0

@@ -27,6 +27,10 @@ def _call(n: int, name: str, args: dict, result: dict | str) -> list[dict]:
              "content": result if isinstance(result, str) else json.dumps(result)}]
 
 
+CANCEL, ADDRESS = (0, 3, 7), (2, 4, 5, 6)
+"""Tasks of each action, so that each is learned from two tasks and asked for by a held-out one in both formats."""
+
+
 def conversation(task: int, trial: int) -> tuple[str, list[dict], bool]:
     """Nine tasks of a small support desk: cancel an order, change an address,
     and a refund that must be refused; with e-mails, user ids and order codes."""
@@ -37,12 +41,12 @@ def conversation(task: int, trial: int) -> tuple[str, list[dict], bool]:
     find = _call(1, "find_user_by_email", {"email": email},
                  {"user_id": user, "name": {"first_name": first, "last_name": last}, "orders": [order],
                   "member_since": f"the year {2000 + 2 * task + trial}"})
-    if task < 3:
+    if task in CANCEL:
         ask = f"Hi, I am {first} {last}, my email is {email}. Please cancel order {order}."
         calls = find + _call(2, "get_order_details", {"order_id": order}, {"status": "pending"}) + \
             _call(3, "cancel_pending_order", {"order_id": order, "reason": "no longer needed"}, {"status": "cancelled"})
         ok = True
-    elif task < 6:
+    elif task in ADDRESS:
         ask = f"I'm {first} ({email}); change the address of my order {order} to 1 Main St."
         bad = _call(2, "modify_order_address", {"order_id": order, "address1": "1 Main St"},
                     "Error: order is already delivered") if trial else []
@@ -97,10 +101,8 @@ def test_distill_imported_logs_ends_with_a_clean_pr(kb: Path, tmp_path: Path, fm
     changed = git(kb, "diff", "--name-only", "HEAD", "brew/air/pr").split()
     assert changed and all(p.startswith("recipes/") for p in changed)
     names = sorted(Path(p).stem for p in changed)
-    # refunds were refused or handed off: a refusal is no recipe, a hand-off is one when its task is learned from
-    # (the split holds tasks 6 and 8 out of the tau-bench logs for test, t1 and t5 out of the openai ones)
-    handed = ["refund-order"] if fmt == "openai" else []
-    assert names == ["cancel-pending-order", "modify-pending-order-address", *handed]
+    # refunds were refused or handed off: a refusal is no recipe, and one task's hand-off is too little support
+    assert names == ["cancel-pending-order", "modify-pending-order-address"]
     for path in changed:
         text = git(kb, "show", f"brew/air/pr:{path}")
         assert PERSONAL.findall(text) == [], path

@@ -207,7 +207,8 @@ def test_airline_import_reflect_concepts_integrate(make_repo: MakeRepo) -> None:
     assert "is a train task of environment 'shop'" in summary["relabel"]["skipped_reason"]
     found = concepts("air", start=root)
     slugs = {c.slug for c in found}
-    assert {"book-reservation", "cancel-reservation", "update-reservation-flights"} <= slugs
+    assert {"cancel-reservation", "update-reservation-flights"} <= slugs
+    assert "book-reservation" not in slugs  # the conversations of one task booked and passed: too little support
     recipes, _ = integrate("air", start=root)
     assert len(recipes) == len(found) and all(r.section("How to perform") for r in recipes)
 

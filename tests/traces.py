@@ -104,8 +104,24 @@ def record(mode: str) -> list[dict[str, Any]]:
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+    from opentelemetry.sdk.trace.id_generator import IdGenerator
+
+    class Counted(IdGenerator):
+        """Ids from a counter, so every run records the same traces (and a log's held-out tasks stay put)."""
+
+        def __init__(self) -> None:
+            self.last = 0
+
+        def generate_span_id(self) -> int:
+            self.last += 1
+            return self.last
+
+        def generate_trace_id(self) -> int:
+            self.last += 1
+            return 1 << 64 | self.last
+
     spans, logs = InMemorySpanExporter(), InMemoryLogRecordExporter()
-    tracer_provider = TracerProvider()
+    tracer_provider = TracerProvider(id_generator=Counted())
     tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
     logger_provider = LoggerProvider()
     logger_provider.add_log_record_processor(SimpleLogRecordProcessor(logs))

@@ -30,6 +30,7 @@ from brewkb.search.engine import SearchSpec, note_of, search
 from brewkb.search.episodes import EpisodeCache
 from brewkb.search.final import finalize
 from brewkb.search.store import SearchStore
+from brewkb.stages.concepts import actions_of, evidence
 from brewkb.trajectories.schema import Trajectory
 from brewkb.trajectories.scrub import Scrubber, scrubber_of
 from brewkb.trajectories.split import HOLD_OUT_EVERY, split_tasks
@@ -39,6 +40,9 @@ __all__ = ["DistillResult", "distill", "adistill", "comparison_section"]
 
 log = logging.getLogger(__name__)
 
+WAITING = ("learned from {tasks} task(s), but no held-out (eval) request asked for it, so nothing can show that "
+           "it helps (a recipe is never scored on the requests it was learned from); it waits, neither added nor "
+           "changed, until logs whose held-out part asks for it are distilled")
 
 def _hold_out(folder: Run) -> tuple[set[str], set[str]]:
     """Write the eval part of the logs as the run's eval rollouts and record
@@ -81,6 +85,10 @@ class DistillResult:
     """The baselines, and the base KB, the new KB does not beat, in words."""
     verdict: str = ""
     """Whether the new KB beats each baseline, as the PR says it."""
+    waiting: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Concepts not searched nor added, by why: no held-out request asked for them (see ``WAITING``)."""
+    nothing: str = ""
+    """Why the run learned nothing and wrote no PR branch (empty when it wrote one)."""
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -105,6 +113,8 @@ async def adistill(run: str, *, strategy: str | None = None, iterations: int | N
         folder = Run.at(kb.runs_dir, run)
         with folder.lock("distill"):
             result = await _distill(kb, folder, strategy, iterations, width, depth, no_cache, events)
+    if require_better and result.nothing:
+        raise NotBetterError(f"run {run} learned nothing, so nothing shows a better KB: {result.nothing}")
     if require_better and (result.comparison is None or result.shortfalls):
         raise NotBetterError(
             f"the distilled KB of run {run} " + (f"does not beat {'; '.join(result.shortfalls)} on the test split"
@@ -162,12 +172,16 @@ async def _distill(kb: KB, folder: Run, strategy: str | None, iterations: int | 
         concepts = await pipeline.concepts()
         roots = {r.name: r for r in await pipeline.integrate()}
         concepts = [c for c in concepts if c.slug in roots]
+        waiting = {c.slug: WAITING.format(tasks=len(c.q_train)) for c in concepts if not c.q_eval}
+        concepts = [c for c in concepts if c.slug not in waiting]
         if not concepts:
-            raise RunError(f"run {run} found no concept to distil (see runs/{run}/manifest.json); "
-                           "more or more varied trajectories are needed")
+            learned = [t for t in logged if t.task_id not in split[0] | split[1]]
+            nothing = _nothing(run, learned, waiting, kb.config.stages.min_concept_tasks)
+            folder.record_stage("search", nodes=0, nothing=nothing, waiting=waiting)
+            return DistillResult(run, None, "", {}, {}, len(split[0]), 0, waiting=waiting, nothing=nothing)
         slug_of = _mapping(folder)
         insights: dict[str, list[Any]] = defaultdict(list)
-        for insight in train:
+        for insight in evidence(train, slug_of, {c.slug for c in concepts}):
             if slug_of.get(insight.concept) in roots:
                 insights[slug_of[insight.concept]].append(insight)
         expander = LogExpander(backend=pipeline.backend, insights=insights,
@@ -187,16 +201,17 @@ async def _distill(kb: KB, folder: Run, strategy: str | None, iterations: int | 
                               events)
         choices = await finalize(store, evaluator, result.trees, candidates=kb.config.search.final_candidates,
                                  min_gain=kb.config.search.min_gain,
-                                 lambdas=(spec.lambda_corr, spec.lambda_ret), iteration=spec.rounds + 1)
+                                 lambdas=(spec.lambda_corr, spec.lambda_ret), iteration=spec.rounds + 1,
+                                 max_bytes=kb.config.kb.max_recipe_kb * 1024)
         # the KB the PR holds: the final gather, whether this process or an interrupted one wrote it
         result = dataclasses.replace(result, kb_commit=store.final_commit() or result.kb_commit)
         comparison = _compare(kb, store, logged, split, retriever, scrub) if split[1] else None
         from_logs = from_logs_of(store, logged, insights, scrub.trajectory)
     pr = store.write_pr(distill_message(run, source, spec, result, choices, concepts, split, logged, grades,
                                         kb.config.llm.backend, comparison, left_out(folder.manifest().get("stages", {})),
-                                        from_logs), spec.rounds)
+                                        from_logs, waiting), spec.rounds)
     nodes = sum(len(t.nodes) for t in result.trees.values())
-    folder.record_stage("search", nodes=nodes, kb=result.kb_commit, pr=pr, reward="retrieval only")
+    folder.record_stage("search", nodes=nodes, kb=result.kb_commit, pr=pr, reward="retrieval only", waiting=waiting)
     if comparison is not None:
         write_atomic(folder.file(LOG_EVAL_FILE), json.dumps(comparison.to_json(), indent=2) + "\n")
     return DistillResult(run, result.kb_commit, pr, {c: {**note_of(result, c), "final": choices[c].to_json()}
@@ -204,7 +219,19 @@ async def _distill(kb: KB, folder: Run, strategy: str | None, iterations: int | 
                          {c.slug: list(c.merged) for c in concepts if c.merged}, len(split[0]), nodes,
                          comparison.to_json() if comparison else None,
                          comparison.shortfalls(NEW) if comparison else [],
-                         comparison.verdict(NEW) if comparison else "")
+                         comparison.verdict(NEW) if comparison else "", waiting)
+
+
+def _nothing(run: str, learned: list[Trajectory], waiting: dict[str, str], min_tasks: int) -> str:
+    """Why a run learned nothing, in one sentence."""
+    if waiting:
+        return (f"{len(waiting)} concept(s) wait for evidence ({', '.join(sorted(waiting))}): no held-out (eval) "
+                "request asked for them, and a recipe is never scored on the requests it was learned from")
+    if not any(actions_of(learned).values()):
+        return ("its learning conversations made no write and no hand-off (they only read or talked): there is no "
+                "procedure to learn")
+    return (f"no action was done by conversations that passed in {min_tasks} distinct tasks or more "
+            f"(stages.min_concept_tasks); runs/{run}/concepts.json says what was dropped and why")
 
 
 def _compare(kb: KB, store: SearchStore, logged: list[Trajectory], split: tuple[set[str], set[str]],

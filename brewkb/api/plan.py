@@ -19,6 +19,8 @@ from brewkb.run.folder import FILES, STAGES, Run
 from brewkb.run.plan import JSON_ROLES, PlanInputs, RunPlan, plan_refine, with_cost
 from brewkb.search.engine import SearchSpec
 from brewkb.stages import relabel as relabel_stage
+from brewkb.stages.concepts import concept_bound
+from brewkb.trajectories.split import split_tasks
 
 __all__ = ["refine_plan", "distill_plan", "open_budget", "limits_of", "LEDGER"]
 
@@ -148,12 +150,19 @@ def distill_plan(run: str, *, strategy: str | None = None, iterations: int | Non
         path = folder.file(FILES["concepts"])
         concepts = len(json.loads(path.read_text(encoding="utf-8"))["concepts"]) \
             if "concepts" in done and path.exists() else None
+        held, test = split_tasks([t.task_id for t in logged])  # as distill will hold them out
+        learning = len({t.task_id for t in logged} - held - test)
+        per_task = config.stages.concepts_per_task
+        bound = concept_bound(learning, per_task)
         result = plan_distill(DistillInputs(
             trajectories=len(logged), unlabelled=unlabelled if config.llm.backend != "offline" else 0,
             rounds=spec.rounds, per_expansion=spec.per_expansion, done=done, concepts=concepts,
             concepts_per_trajectory=config.stages.concepts_per_trajectory,
             min_concept_insights=config.stages.min_concept_insights,
-            integrate_retries=config.stages.integrate_retries, fallback_calls=_fallback_allowance(config)))
+            integrate_retries=config.stages.integrate_retries, fallback_calls=_fallback_allowance(config),
+            max_concepts=bound, concepts_rule=f"stages.concepts_per_task {per_task:g} × {learning} learning tasks, "
+                                             f"rounded up; each done in {config.stages.min_concept_tasks} tasks or "
+                                             "more (stages.min_concept_tasks)"))
         if config.llm.backend == "offline":
             result = dataclasses.replace(result, calls={r: 0 for r in result.calls})
         roles = config.llm.roles

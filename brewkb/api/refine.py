@@ -184,7 +184,7 @@ async def _search(kb: KB, pipeline: Pipeline, folder: Run, spec: SearchSpec, bas
     events(Event("stage_started", "final", total=len(result.trees)))
     choices = await finalize(store, evaluator, result.trees, candidates=config.search.final_candidates,
                              min_gain=config.search.min_gain, lambdas=(spec.lambda_corr, spec.lambda_ret),
-                             iteration=spec.rounds + 1)
+                             iteration=spec.rounds + 1, max_bytes=config.kb.max_recipe_kb * 1024)
     # the KB the PR holds: the final gather, whether this process or an interrupted one wrote it
     result = dataclasses.replace(result, kb_commit=store.final_commit() or result.kb_commit)
     events(Event("stage_finished", "final", message=_changes(sum(not c.kept for c in choices.values()))))

@@ -49,6 +49,9 @@ def distill_cmd(run: str, strategy: str | None, iterations: int | None, width: i
     if as_json:
         echo(json.dumps(result.to_json(), sort_keys=True))
         return
+    if result.nothing:
+        echo(f"Nothing to learn from run {result.run}: {result.nothing}. No PR branch was written.")
+        return
     echo(f"Run {result.run}: {len(result.concepts)} recipes, {result.nodes} nodes; reward = retrieval on the eval "
          f"split ({result.held_out} tasks; task success not measured: no environment).")
     for concept, info in result.concepts.items():
@@ -64,6 +67,8 @@ def distill_cmd(run: str, strategy: str | None, iterations: int | None, width: i
     for concept, notes in result.merged.items():
         for note in notes:
             echo(f"  {concept}: {note}")
+    for concept in result.waiting:
+        echo(f"  {concept:32} waits for evidence: no held-out request asked for it (see the PR)")
     if result.comparison is None:
         echo("Not compared with the baselines: the logs have too few tasks to hold a test split out.")
     else:

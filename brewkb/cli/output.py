@@ -27,4 +27,5 @@ def echo_plan_calls(plan: Any) -> None:
     for role, n in plan.calls.items():
         echo(f"    {role:14}{n:>9}")
     known = "found so far" if plan.concepts_known else "at most, before reflection finds them"
-    echo(f"  {'concepts':16}{plan.concepts:>9}  ({known})")
+    rule = plan.concepts_rule
+    echo(f"  {'concepts':16}{plan.concepts:>9}  ({known}{': ' + rule if rule else ''})")

@@ -14,22 +14,34 @@ back when it reads as instructions to an agent.
   description is the concept's title and two of them; the section
   "Requests it was learned from" quotes the others (at most ``MAX_LEARNED`` in
   all), so the recipe is found by the words its users used.
-- **How to perform** merges the procedures of the picked passing runs: every
-  step of every run, each placed after the step that preceded it where it was
+- **How to perform** merges the procedures of the concept's passing runs
+  (all of them, not the sample: the sample never decides a step): every step
+  of every run, each placed after the step that preceded it where it was
   first seen, so steps keep their order of use; two calls of tools led by
   the same verb that fill the same place and never occur in the same run are
-  *alternatives* and share a line (``a(x)`` or ``b(y)``). A step fewer than
-  half of the concept's passing runs took (all of them, not the sample) is
-  named as optional after the steps ("Some runs also used: ..."). A concept
-  that no passing run did, but failing ones did without an error, gets their
-  procedure, followed by "No passing run did this: ...". The other writes
-  passing runs made for the same request follow, most often first, each as a
-  step taken "only when the request also asks to" do that (a conversation
-  that changed a booking and added a bag teaches both recipes of the other).
-  A procedure of this
-  concept's requests that did not use its tool and handed the request to a
-  person becomes a branch: "If it cannot be done: hand off". Without a
-  procedure, the current document's is kept.
+  *alternatives* and share a line (``a(x)`` or ``b(y)``). Every line needs
+  *support*: at least ``SUPPORT`` runs (conversations) took it, else it is
+  not written at all, so one conversation adds no step. A supported line is
+  a step when its share of the concept's passing runs is at least ``SHARE``
+  (each task weighs the same, however many runs of it the logs hold: the
+  share of a task's runs that took the line, averaged over the tasks), else
+  it is named as optional after the steps ("Some runs also used: ..."); so
+  runs that skip a step drop it only when they are more than ``1 - SHARE``
+  of the concept's tasks, and copies of one task weigh as one. The concept's
+  own tool is always a step. A concept that no passing run did, but failing
+  ones did without an error, gets their procedure, followed by "No passing
+  run did this: ...". The other writes that ``SUPPORT`` passing runs or more
+  made for the same request follow, most often first, each as a step taken
+  "only when the request also asks to" do that (a conversation that changed
+  a booking and added a bag teaches both recipes of the other). A procedure
+  of this concept's requests that did not use its tool and handed the
+  request to a person, in ``SUPPORT`` runs, becomes a branch: "If it cannot
+  be done: hand off". Where the concept has fewer runs than ``SUPPORT`` (a
+  run of the agent on the configured tasks, where the concepts stage asks
+  for no support), their steps need the support of all of them.
+  Without a procedure, the current document's is kept, else the recipe says
+  none is known (``distill`` never gets there: the concepts stage keeps no
+  concept that passing runs of several tasks did not do).
 - **Conditions** turn the errors that ended an attempt into checks ("Before
   `w`, check with `lookup`: it failed with ..."), and say when such requests
   were answered without a change.
@@ -39,7 +51,7 @@ back when it reads as instructions to an agent.
 from __future__ import annotations
 
 import random
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from itertools import combinations
 
@@ -50,7 +62,7 @@ from brewkb.trajectories.quote import quote
 from brewkb.trajectories.schema import content_id
 from brewkb.trajectories.tools import ALSO_ASKED, concept_of_tool, is_handoff, name_words
 
-__all__ = ["integrate", "merge_steps", "step_lines", "common", "SAMPLE", "MAX_REQUESTS"]
+__all__ = ["integrate", "merge_steps", "step_lines", "common", "SAMPLE", "MAX_REQUESTS", "SUPPORT", "SHARE"]
 
 SAMPLE = 0.7
 MAX_STEPS = 10
@@ -59,6 +71,10 @@ MAX_LEARNED = 50
 """Requests a recipe quotes in all, as many as the trajectory ids ``sources`` keeps."""
 MAX_LINES = 6
 NO_PROCEDURE = "No procedure is known yet; record what works."
+SUPPORT = 2
+"""Conversations that must have taken a line before a recipe names it: one adds nothing."""
+SHARE = 0.5
+"""Share of the concept's passing runs (each task weighing the same) at which a supported line is a step."""
 
 
 def _tool(step: str) -> str:
@@ -103,28 +119,37 @@ def step_lines(sequences: Sequence[Sequence[str]], concept: str) -> list[list[st
             lines.append([step])
         else:
             place.append(step)
-    return lines[:MAX_STEPS]
+    return lines
 
 
-def common(lines: Sequence[Sequence[str]], sequences: Sequence[Sequence[str]],
-           concept: str) -> tuple[list[list[str]], list[list[str]]]:
-    """The lines most of the runs used (one of its steps, in at least half
-    of ``sequences``), with the concept's own tool always; and the others,
-    which a recipe names as optional: a step few runs took is no step to take."""
+def common(lines: Sequence[Sequence[str]], sequences: Sequence[Sequence[str]], concept: str,
+           tasks: Sequence[str] | None = None, support: int = SUPPORT) -> tuple[list[list[str]], list[list[str]]]:
+    """The lines with support (``support`` of the runs, one procedure of one
+    conversation each, used one of its steps) that at least ``SHARE`` of the
+    runs used, each task weighing the same (``tasks`` names each run's task;
+    by default each is a task of its own), with the concept's own tool always;
+    and the other supported lines, which a recipe names as optional. A line
+    without support is in neither: one run adds nothing."""
+    of_task = list(tasks) if tasks is not None else [str(n) for n in range(len(sequences))]
+    runs: dict[str, list[Sequence[str]]] = defaultdict(list)
+    for task, sequence in zip(of_task, sequences, strict=True):
+        runs[task].append(sequence)
     kept: list[list[str]] = []
     optional: list[list[str]] = []
     for line in lines:
-        used = sum(any(step in sequence for step in line) for sequence in sequences)
-        mine = any(_own(step, concept) for step in line)
-        (kept if mine or 2 * used >= len(sequences) else optional).append(list(line))
+        used = {t: sum(any(step in s for step in line) for s in seqs) for t, seqs in runs.items()}
+        if any(_own(step, concept) for step in line):
+            kept.append(list(line))
+        elif sum(used.values()) >= support:
+            share = sum(n / len(runs[t]) for t, n in used.items()) / len(runs)
+            (kept if share >= SHARE else optional).append(list(line))
     return kept, optional
 
 
-def _procedures(insights: Sequence[Insight], concept: str,
-                kind: str = "steps") -> tuple[list[tuple[str, ...]], list[tuple[str, ...]]]:
+def _procedures(insights: Sequence[Insight], concept: str, kind: str = "steps") -> tuple[list[Insight], list[Insight]]:
     """The procedures among ``insights``, and those that used the concept's own tool."""
-    sequences = [i.steps for i in insights if i.kind == kind and i.steps]
-    return sequences, [q for q in sequences if any(_own(s, concept) for s in q)]
+    found = [i for i in insights if i.kind == kind and i.steps]
+    return found, [i for i in found if any(_own(s, concept) for s in i.steps)]
 
 
 def _own(step: str, concept: str) -> bool:
@@ -156,38 +181,45 @@ def _requests(insights: Sequence[Insight], concept: str) -> list[str]:
     return sorted(naming, key=lambda t: (t not in worked, not names_object(t, concept)))
 
 
-def _how(concept: str, picked: Sequence[Insight], insights: Sequence[Insight], current: Recipe | None) -> str:
-    sequences, own = _procedures(picked, concept)
-    every, mine = _procedures(insights, concept)  # which steps most runs take: every run tells, not the sample
+def _how(concept: str, insights: Sequence[Insight], current: Recipe | None) -> str:
+    every, mine = _procedures(insights, concept)  # every passing run tells, not the sample
     failed = [] if mine else _procedures(insights, concept, "tried")[1]
-    if failed:  # no passing run did it: how runs that failed did, said as such
-        own, mine = _procedures(picked, concept, "tried")[1] or failed, failed
-    lines, optional = common(step_lines(own or sequences, concept), mine if own else every, concept)
-    how = [f"{n}. " + " or ".join(f"`{s}`" for s in line) for n, line in enumerate(lines, 1)]
+    runs = failed or mine or every  # no passing run did it: how runs that failed did, said as such
+    support = min(SUPPORT, len({i.source for i in [*every, *failed]}))
+    sequences = [i.steps for i in runs]
+    lines, optional = common(step_lines(sequences, concept), sequences, concept, [i.task_id for i in runs], support)
+    how = [f"{n}. " + " or ".join(f"`{s}`" for s in line) for n, line in enumerate(lines[:MAX_STEPS], 1)]
     if optional:
-        how.append("- Some runs also used: " + ", ".join(f"`{s}`" for line in optional for s in line))
+        how.append("- Some runs also used: " + ", ".join(f"`{s}`" for line in optional[:MAX_STEPS] for s in line))
     if failed:
         how.append("- No passing run did this: these are the steps of runs that failed; check every detail "
                    "against the request and the conditions below")
-    how += _asked_with(insights, concept)
-    if own:  # this concept's requests that passing runs handed to a person instead (any of them, not a sample)
-        handoffs = dict.fromkeys(i.steps[-1] for i in insights if i.kind == "steps" and i.steps
-                                 and not any(_own(s, concept) for s in i.steps) and is_handoff(_tool(i.steps[-1])))
-        how += [f"- If it cannot be done: hand off with `{h}`" for h in handoffs]
+    how += _asked_with(insights, concept, support)
+    if mine or failed:  # this concept's requests that passing runs (``support`` of them) handed to a person instead
+        handoffs: dict[str, set[str]] = defaultdict(set)
+        for i in every:
+            if not any(_own(s, concept) for s in i.steps) and is_handoff(_tool(i.steps[-1])):
+                handoffs[i.steps[-1]].add(i.source)
+        how += [f"- If it cannot be done: hand off with `{h}`" for h, by in handoffs.items() if len(by) >= support]
     if how:
         return "\n".join(how)
     return (current.section("How to perform") if current else "") or NO_PROCEDURE
 
 
-def _asked_with(insights: Sequence[Insight], concept: str) -> list[str]:
-    """The other writes passing runs made for this concept's requests, most
-    often first: each a step taken only when the request asks for it too."""
+def _asked_with(insights: Sequence[Insight], concept: str, support: int = SUPPORT) -> list[str]:
+    """The other writes that ``support`` passing runs or more made for this
+    concept's requests, most often first: each a step taken only when the
+    request asks for it too."""
     calls: dict[str, Counter[str]] = {}  # tool → its calls as written
+    done_by: dict[str, set[str]] = defaultdict(set)
     for i in insights:
         if i.kind == "together" and i.steps and not _own(i.steps[0], concept):
             calls.setdefault(_tool(i.steps[0]), Counter())[i.steps[0]] += 1
+            done_by[_tool(i.steps[0])].add(i.source)
     lines = []
     for tool, seen in sorted(calls.items(), key=lambda item: -item[1].total()):
+        if len(done_by[tool]) < support:
+            continue
         runs = seen.total()
         lines.append(f"- `{seen.most_common(1)[0][0]}` {ALSO_ASKED} {concept_of_tool(tool)} "
                      f"({runs} passing run{'s' if runs > 1 else ''} did both)")
@@ -238,7 +270,7 @@ async def integrate(concept: str, aliases: Sequence[str], insights: Sequence[Ins
     when = f"The request is to {concept}."
     if shown:
         when += " For example (personal data replaced):\n\n" + "\n".join(f'- "{r}"' for r in shown)
-    body = build_body([("When to use", when), ("How to perform", _how(concept, picked, insights, current)),
+    body = build_body([("When to use", when), ("How to perform", _how(concept, insights, current)),
                        ("Conditions", "\n".join(_conditions(picked))), ("Pitfalls", "\n".join(pitfalls)),
                        (LEARNED_FROM, "\n".join(f'- "{r}"' for r in learned))])
     sources = list(dict.fromkeys([*(current.sources if current else ()), *(i.source for i in picked)]))

@@ -2,8 +2,10 @@
 of one (scrubbed) trajectory, by rules that hold for any tool-calling log.
 
 Concepts. Every write the run made is a concept named from its tool
-(``cancel_reservation`` → "cancel reservation"), in order of first call; a
-failing run's failed attempts are concepts too. A run that wrote nothing is
+(``cancel_reservation`` → "cancel reservation"), in order of first call, up
+to ``MAX_CONCEPTS`` of them (no conversation a person has asks for more, and
+each costs reflection time); a failing run's failed attempts are concepts
+too. A run that wrote nothing is
 named for the *request*: its first action verb and the object of its last
 lookup ("cancel reservation"); a run that handed the request to a person
 without one is named for the hand-off tool; a run that only read, for its last
@@ -63,9 +65,11 @@ from brewkb.trajectories.tools import (
     user_turns,
 )
 
-__all__ = ["reflect", "concepts_of", "MAX_STEPS"]
+__all__ = ["reflect", "concepts_of", "MAX_STEPS", "MAX_CONCEPTS"]
 
 MAX_STEPS = 10
+MAX_CONCEPTS = 10
+"""Distinct writes of one conversation that become concepts (its first ones)."""
 MIN_VALUE = 3
 HELD_ERROR = "(an error text held back for review)"
 """What an insight says in place of an error text that reads as instructions (``brewkb.trajectories.quote``)."""
@@ -77,12 +81,12 @@ def concepts_of(trajectory: Trajectory) -> list[tuple[str, int | None]]:
     """Concept names and the index of the call that defines each (``None`` for
     a concept named for the request)."""
     calls = tool_calls(trajectory.messages)
-    found: dict[str, int] = {}
+    found: dict[str, int | None] = {}
     for i, call in enumerate(calls):
         if is_write(call.name) and not (call.error and trajectory.success is True):
             found.setdefault(concept_of_tool(call.name), i)
     if found:
-        return list(found.items())
+        return list(found.items())[:MAX_CONCEPTS]
     request = _request(trajectory, calls)
     return [(request, None)] if request else []
 

@@ -35,6 +35,9 @@ def require_run(kb: KB, run: str, *, need: str = "search") -> None:
         raise RunError(f"run {run} is in progress (pid {owner.get('pid')}: brewkb {owner.get('command')}); wait "
                        "for it to finish")
     imported = record.imported_from() is not None if (folder / MANIFEST).is_file() else False
+    nothing = record.manifest()["stages"].get("search", {}).get("nothing") if not refs else None
+    if nothing:
+        raise RunError(f"run {run!r} learned nothing, so it has no pr branch: {nothing}")
     finish = f"brewkb distill {run}" if imported else f"brewkb refine --resume {run}"
     if not refs and record.stage_done("search"):
         report = folder / "report.md"

@@ -351,9 +351,15 @@ class Pipeline(StageItems):
         dropped: list[str] = []
         if names:
             vectors = await self.backend.embed(names)
-            found, mapping, dropped = concepts_stage.build_concepts(train, evaluation, names, vectors,
-                                                                    self.config.stages.concept_threshold,
-                                                                    self.config.stages.min_concept_insights)
+            stages, held = self.config.stages, {t.id for t in self.run.read_trajectories(FILES["rollouts-eval"])}
+            learned = [t for t in self.trajectories() if t.id not in held]
+            # logs (not this run's own agent on the configured tasks) need support: what the conversations did
+            logs = not self.run.ran_an_agent()
+            found, mapping, dropped = concepts_stage.build_concepts(
+                train, evaluation, names, vectors, stages.concept_threshold, stages.min_concept_insights,
+                min_tasks=stages.min_concept_tasks if logs else 0, actions=concepts_stage.actions_of(learned),
+                max_concepts=concepts_stage.concept_bound(len({t.task_id for t in learned}), stages.concepts_per_task)
+                if logs else None)
         keep = found
         payload = {"concepts": [c.to_json() for c in keep], "mapping": mapping, "dropped": dropped}
         write_atomic(self.run.file(FILES["concepts"]), json.dumps(payload, indent=2, sort_keys=True) + "\n")
@@ -374,10 +380,13 @@ class Pipeline(StageItems):
         mapping = json.loads(self.run.file(FILES["concepts"]).read_text())["mapping"]
         current = {r.name: r for r in self.kb.recipes()} if self.kb.store.work_tree else {}
         by_slug = {c.slug: c for c in concepts}
+        searched = None if self.run.ran_an_agent() else {c.slug for c in concepts if c.q_eval}
 
         async def work(slug: str) -> Any:
             c = by_slug[slug]
             mine = [i for i in train if mapping.get(i.concept) == slug]
+            if searched is not None:  # logs: another write is named only when it is a concept searched too
+                mine = concepts_stage.evidence(mine, mapping, searched)
             problems: list[str] = []
             made = await integrate.integrate(self.backend, slug, c.title, c.aliases, mine, current.get(slug),
                                              samples, self.config.stages.integrate_retries, errors=problems)

@@ -100,6 +100,8 @@ class RunPlan:
     """What the run is expected to spend (an estimate, not a bound; see the module)."""
     parts: dict[str, Part] = field(default_factory=dict)
     """Episodes by part of the run, each with the settings that drive it."""
+    concepts_rule: str = ""
+    """What bounds ``concepts`` before they are found, in words (empty: the reflections' count)."""
 
     @property
     def llm_calls(self) -> int:
@@ -109,7 +111,8 @@ class RunPlan:
         return {"episodes": self.episodes, "expected_episodes": self.expected_episodes,
                 "parts": {k: dataclasses.asdict(v) for k, v in self.parts.items()},
                 "llm_calls": self.llm_calls, "calls": dict(self.calls),
-                "concepts": self.concepts, "concepts_known": self.concepts_known, "rounds": self.rounds,
+                "concepts": self.concepts, "concepts_known": self.concepts_known,
+                "concepts_rule": self.concepts_rule, "rounds": self.rounds,
                 "cost": self.cost, "cost_basis": dict(self.cost_basis)}
 
 
@@ -237,6 +240,10 @@ class DistillInputs:
     min_concept_insights: int = 2
     integrate_retries: int = 2
     fallback_calls: int = 0
+    max_concepts: int | None = None
+    """The most concepts the concepts stage keeps (``stages.concepts_per_task`` × learning tasks)."""
+    concepts_rule: str = ""
+    """``max_concepts`` in words."""
 
 
 def plan_distill(p: DistillInputs) -> RunPlan:
@@ -244,7 +251,9 @@ def plan_distill(p: DistillInputs) -> RunPlan:
     every trajectory's rubrics, the reflector on every trajectory, one
     embeddings call to cluster concepts, and the integrator for each concept's
     root and each search round's candidates. No agent episode is run.
-    Embeddings that hybrid retrieval asks for while scoring are not counted."""
+    Embeddings that hybrid retrieval asks for while scoring are not counted.
+    Before the concepts are found, they number at most ``max_concepts`` (the
+    bound the concepts stage keeps), else as many as the reflections can name."""
     calls = {r: 0 for r in (*JSON_ROLES, "embeddings")}
     todo = lambda stage: stage not in p.done  # noqa: E731
     if todo("outcomes"):
@@ -255,7 +264,7 @@ def plan_distill(p: DistillInputs) -> RunPlan:
         calls["reflector"] += 2 * p.trajectories
     if todo("concepts"):
         calls["embeddings"] += 1
-    n = p.concepts if p.concepts is not None else \
+    n = p.concepts if p.concepts is not None else p.max_concepts if p.max_concepts is not None else \
         p.trajectories * p.concepts_per_trajectory // max(1, p.min_concept_insights)
     per_integration = 2 * (1 + p.integrate_retries)
     if todo("integrate"):
@@ -265,4 +274,5 @@ def plan_distill(p: DistillInputs) -> RunPlan:
     for role in JSON_ROLES:
         if calls[role]:
             calls[role] += p.fallback_calls
-    return RunPlan(0, calls, n, p.concepts is not None, p.rounds)
+    return RunPlan(0, calls, n, p.concepts is not None, p.rounds,
+                   concepts_rule="" if p.concepts is not None else p.concepts_rule)

@@ -69,8 +69,10 @@ def refine_message(run: str, spec: SearchSpec, result: SearchResult, base: str,
 def distill_message(run: str, source: str, spec: SearchSpec, result: SearchResult,
                     choices: dict[str, FinalChoice], concepts: list[Concept], split: tuple[set[str], set[str]],
                     logged: list[Trajectory], grades: dict[str, Any], backend: str,
-                    comparison: LogEvaluation | None, missing: str = "", from_logs: str = "") -> str:
-    """The PR body: what was measured, and what could not be."""
+                    comparison: LogEvaluation | None, missing: str = "", from_logs: str = "",
+                    waiting: dict[str, str] | None = None) -> str:
+    """The PR body: what was measured, and what could not be; ``waiting``: the
+    concepts not searched for want of held-out requests, by why."""
     rows = ["| recipe | eval requests | root reward | base reward (final) | chosen reward (final) | chosen | nodes tried |",
             "|---|---:|---:|---:|---:|---|---:|"]
     by_slug = {c.slug: c for c in concepts}
@@ -107,6 +109,8 @@ def distill_message(run: str, source: str, spec: SearchSpec, result: SearchResul
             f"{judged} were scored by the rubric judge ({backend}: "
             + ("only the rubrics it can count" if backend == "offline" else "an LLM") + ").\n\n" + "\n".join(rows) + "\n\n"
             + f"## Left out by the gate\n\n{gate}\n\n"
+            + ("## Waiting for evidence\n\n" + "\n".join(f"- `{c}`: {why}" for c, why in sorted(waiting.items()))
+               + "\n\n" if waiting else "")
             + "## What could not be measured\n\n"
             "- Task success with the recipes: no environment can re-run these tasks, so λ_corr = 0 and no "
             "recipe's effect on success is known. Evaluate on a live environment before relying on it.\n"

@@ -8,8 +8,10 @@ measured): for each held-out request of its concept, 1 / the candidate's rank
 among its hybrid KB, times the share of the writes the logged conversation
 did that the candidate's procedure names (a conversation that failed or did
 no action counts the rank alone). A candidate that ranks first but points to
-the wrong tool earns nothing. A concept with no held-out request is scored on
-its own train requests, and the note says so.
+the wrong tool earns nothing. A concept with no held-out request is never scored
+on its own learning requests (whoever wrote those conversations would grade
+their own recipe): it scores nothing, and ``distill`` does not search it at
+all — it waits for evidence, and the PR says so.
 
 A recipe's leave-one-out effect, for the final gate, compares the KB's own
 measure (the MRR of the first document naming each write, see
@@ -61,7 +63,8 @@ class LogExpander:
 class RetrievalEvaluator:
     """Evaluations by retrieval only; ``queries`` are task id → request text
     (scrubbed), ``cases`` task id → its conversations that passed with an
-    action, ``q_eval``/``q_train`` the task ids of each concept."""
+    action, ``q_eval``/``q_train`` the task ids of each concept (the train
+    ones are never scored)."""
 
     def __init__(self, *, queries: Mapping[str, str], cases: Mapping[str, Sequence[Case]],
                  q_eval: Mapping[str, Sequence[str]], q_train: Mapping[str, Sequence[str]], retriever: Retriever,
@@ -77,10 +80,8 @@ class RetrievalEvaluator:
                     self._concepts_of.setdefault(task, []).append(concept)
 
     def tasks_of(self, concept: str) -> tuple[str, list[str]]:
-        ids = [t for t in self.q_eval.get(concept, ()) if t in self.queries]
-        if ids:
-            return "eval", ids
-        return "train", [t for t in self.q_train.get(concept, ()) if t in self.queries]
+        """The eval tasks a candidate of ``concept`` is scored on (none: it scores nothing)."""
+        return "eval", [t for t in self.q_eval.get(concept, ()) if t in self.queries]
 
     def _procedure(self, recipe: Recipe) -> Procedure:
         key = (recipe.name, recipe.body)

@@ -18,7 +18,9 @@ concept: a recipe also serves requests of others), with the recipe and
 without it (success on an environment, the retrieval measure on logs); it is
 negative beyond noise when a one-sided paired t-test at 95 % says so: the
 mean of the per-task differences plus Student's t times their standard error
-is below zero (never on fewer than two tasks). A new recipe that fails the gate is
+is below zero (never on fewer than two tasks). A recipe whose file would be
+larger than ``max_bytes`` (``kb.max_recipe_kb``) fails the gate too: the index
+would leave it out, so it could serve no one. A new recipe that fails the gate is
 left out of the PR; a changed one keeps its base version. The final
 evaluation is a note on the final gather commit, so a resumed run reads it
 instead of evaluating again.
@@ -33,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from brewkb.recipes import Recipe, parse_recipe
+from brewkb.recipes import Recipe, parse_recipe, render_recipe
 from brewkb.search.evaluate import Evaluates
 from brewkb.search.store import SearchStore
 from brewkb.search.tree import Tree, best_node, changed_chars, ranked
@@ -128,9 +130,11 @@ def leave_one_out(pairs: Sequence[tuple[float, float]]) -> Effect:
 
 
 async def finalize(store: SearchStore, evaluator: Evaluates, trees: Mapping[str, Tree], *, candidates: int,
-             min_gain: float, lambdas: tuple[float, float], iteration: int) -> dict[str, FinalChoice]:
+             min_gain: float, lambdas: tuple[float, float], iteration: int,
+             max_bytes: int | None = None) -> dict[str, FinalChoice]:
     """Choose the PR's document of every concept and write the final gather
-    (once: a run that already has it returns the recorded choices)."""
+    (once: a run that already has it returns the recorded choices);
+    ``max_bytes``: the largest recipe file the gate lets in."""
     recorded = recorded_choices(store)
     if recorded:
         store.settle_final()
@@ -174,7 +178,7 @@ async def finalize(store: SearchStore, evaluator: Evaluates, trees: Mapping[str,
         choices[concept] = FinalChoice(concept, picked, not beats, "kb" if in_kb else "root", base_reward,
                                        mine[top].reward if beats and top else base_reward,
                                        {k: e.reward for k, e in mine.items()}, mine[base_label].split)
-    choices = await _gate(evaluator, choices, pool)
+    choices = await _gate(evaluator, choices, pool, max_bytes)
     best: dict[str, tuple[str, str, int | str]] = {}
     notes = {}
     for concept, choice in sorted(choices.items()):
@@ -197,10 +201,10 @@ async def finalize(store: SearchStore, evaluator: Evaluates, trees: Mapping[str,
     return choices
 
 
-async def _gate(evaluator: Evaluates, choices: dict[str, FinalChoice],
-                pool: Mapping[str, tuple[str, Recipe]]) -> dict[str, FinalChoice]:
+async def _gate(evaluator: Evaluates, choices: dict[str, FinalChoice], pool: Mapping[str, tuple[str, Recipe]],
+                max_bytes: int | None = None) -> dict[str, FinalChoice]:
     """The choices with the recipes that would add or change a document and
-    do not help left out (see the module docstring)."""
+    do not help, or are too large to be indexed, left out (see the module docstring)."""
     final = {c: pool[f"{c}/n{ch.node}" if ch.node is not None else f"{c}/{BASE}" if ch.base == "kb" else f"{c}/n0"][1]
              for c, ch in choices.items()}
     gated = sorted(c for c, ch in choices.items() if ch.node is not None or ch.base == "root")
@@ -211,7 +215,10 @@ async def _gate(evaluator: Evaluates, choices: dict[str, FinalChoice],
     for concept in gated:
         choice = choices[concept]
         effect = leave_one_out(pairs[concept])
-        reason = (f"final reward {choice.reward:.3f}" if choice.reward <= 0 else
+        size = len(render_recipe(final[concept]).encode()) if max_bytes is not None else 0
+        reason = (f"its file would be {size / 1024:.1f} KB, over kb.max_recipe_kb ({max_bytes // 1024} KB): the index "
+                  "would leave it out" if max_bytes is not None and size > max_bytes else
+                  f"final reward {choice.reward:.3f}" if choice.reward <= 0 else
                   f"leave-one-out effect {effect.effect:+.3f} (standard error {effect.error:.3f}) on {effect.tasks} tasks"
                   if effect.harmful else "")
         if not reason:

@@ -24,12 +24,25 @@ named by actions (``cancel reservation``):
   with most passing-run procedures (the action that worked), then by count;
 - a request concept with fewer insights than ``min_insights`` merges into the
   nearest concept with the same verb, with a note; without one it stays a
-  concept of its own. Nothing is dropped silently: ``Concept.merged`` and the
-  ``dropped`` list hold the notes.
+  concept of its own;
+- *support*: a concept is kept only when conversations that passed (or whose
+  outcome is unknown) did something for it — a procedure of it that calls a
+  write or a hand-off the conversation made without an error (its requests
+  handed to a person count) — in at least ``min_tasks`` distinct tasks, one
+  of them with the concept's own tool when it is named for one. A request no
+  action followed, an action only failed conversations did, or one a single
+  task did (however many of its conversations the logs hold) is dropped. The
+  rule reads what the conversations called, so it holds whatever backend
+  reflected;
+- at most ``max_concepts`` concepts (``concept_bound``: a share of the distinct
+  learning tasks) are kept, those supported by the most tasks first.
+Nothing is dropped silently: ``Concept.merged`` and the ``dropped`` list hold
+the notes.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
@@ -41,10 +54,13 @@ import numpy as np
 from brewkb.git.refs import RESERVED_CONCEPTS
 from brewkb.llm.embed import cosine_matrix
 from brewkb.llm.requests import verb_of
-from brewkb.llm.roles import Insight
+from brewkb.llm.roles import DIAGNOSTIC, Insight
 from brewkb.recipes import slugify
+from brewkb.trajectories.schema import Trajectory, tool_calls
+from brewkb.trajectories.tools import concept_of_tool, is_handoff, is_write
 
-__all__ = ["Concept", "agglomerate", "build_concepts", "concept_slugs"]
+__all__ = ["Concept", "agglomerate", "build_concepts", "concept_slugs", "actions_of", "concept_bound",
+           "supporting_tasks", "evidence"]
 
 
 @dataclass(frozen=True)
@@ -129,6 +145,74 @@ def concept_slugs(titles: Sequence[str]) -> list[str]:
     return slugs
 
 
+def actions_of(trajectories: Sequence[Trajectory]) -> dict[str, frozenset[str]]:
+    """Trajectory id → the tools it called without an error that act: writes and hand-offs."""
+    return {t.id: frozenset(c.name for c in tool_calls(t.messages)
+                            if not c.error and (is_write(c.name) or is_handoff(c.name))) for t in trajectories}
+
+
+def concept_bound(tasks: int, per_task: float) -> int:
+    """The most concepts a run keeps: ``per_task`` per distinct learning task, rounded up, at least one."""
+    return max(1, math.ceil(per_task * tasks - 1e-9))
+
+
+def supporting_tasks(insights: Sequence[Insight], actions: Mapping[str, frozenset[str]],
+                     tool: str | None = None) -> set[str]:
+    """The distinct tasks whose conversations passed (or whose outcome is
+    unknown) and did something for a procedure among ``insights``: one of its
+    steps calls a tool the conversation (``actions`` by trajectory id) made
+    without an error, a write or a hand-off. For a concept named for a
+    ``tool`` (``cancel reservation``), none unless one of them made that call."""
+    def acts(i: Insight) -> set[str]:
+        done = actions.get(i.source, frozenset())
+        return {name for name in (s.split("(", 1)[0].strip("` ") for s in i.steps) if name in done}
+
+    found = [(i.task_id, acts(i)) for i in insights if i.kind == "steps" and i.polarity != DIAGNOSTIC]
+    if tool is not None and not any(concept_of_tool(name) == tool for _, names in found for name in names):
+        return set()
+    return {task for task, names in found if names}
+
+
+def evidence(insights: Sequence[Insight], mapping: Mapping[str, str], searched: set[str]) -> list[Insight]:
+    """The insights a recipe learned from logs is written from: a write made
+    together with the concept's (kind ``together``, a step taken "only when
+    the request also asks to") only when that write is itself a concept the
+    run searches (``searched`` slugs): an action that has no support of its
+    own, or waits for evidence, is named in no other recipe either."""
+    return [i for i in insights if i.kind != "together" or not i.steps
+            or mapping.get(concept_of_tool(i.steps[0].split("(", 1)[0])) in searched]
+
+
+def _supported(members: dict[int, list[str]], reps: Mapping[int, str], by_name: Mapping[str, list[Insight]],
+               notes: dict[int, list[str]], min_tasks: int, max_concepts: int | None,
+               actions: Mapping[str, frozenset[str]], tool: set[str]) -> list[str]:
+    """Drop the clusters without support, then those beyond ``max_concepts``
+    (the least supported); returns the notes of what was dropped."""
+    support = {lb: supporting_tasks([i for n in group for i in by_name[n]], actions,
+                                    reps[lb] if reps[lb] in tool else None) for lb, group in members.items()}
+    dropped: list[str] = []
+    for label in sorted(members, key=lambda lb: reps[lb]):
+        found = len(support[label])
+        if found >= min_tasks:
+            continue
+        dropped.append(f"{reps[label]!r} dropped: " + (
+            f"conversations of {found} task(s) did it, fewer than stages.min_concept_tasks ({min_tasks})" if found
+            else "no conversation that passed did its action (a write or a hand-off): a request no action "
+                 "followed, or attempts that failed"))
+        dropped.extend(notes.pop(label, []))
+        del members[label]
+    if max_concepts is not None and len(members) > max_concepts:
+        size = {lb: sum(len(by_name[n]) for n in group) for lb, group in members.items()}
+        ranked = sorted(members, key=lambda lb: (-len(support[lb]), -size[lb], reps[lb]))
+        for label in ranked[max_concepts:]:
+            dropped.append(f"{reps[label]!r} dropped: conversations of {len(support[label])} task(s) did it, and "
+                           f"the run keeps at most {max_concepts} concepts (stages.concepts_per_task × its "
+                           "learning tasks), those of the most tasks")
+            dropped.extend(notes.pop(label, []))
+            del members[label]
+    return dropped
+
+
 def _merge_small(members: dict[int, list[str]], counts: Counter[str], tool: set[str], vectors: np.ndarray,
                  index: Mapping[str, int], min_insights: int,
                  undone: set[str]) -> tuple[dict[int, list[str]], list[str]]:
@@ -173,13 +257,16 @@ def _merge_small(members: dict[int, list[str]], counts: Counter[str], tool: set[
 
 
 def build_concepts(train: Sequence[Insight], evaluation: Sequence[Insight], names: Sequence[str],
-                   vectors: np.ndarray, threshold: float,
-                   min_insights: int = 2) -> tuple[list[Concept], dict[str, str], list[str]]:
+                   vectors: np.ndarray, threshold: float, min_insights: int = 2, *, min_tasks: int = 0,
+                   max_concepts: int | None = None, actions: Mapping[str, frozenset[str]] | None = None,
+                   ) -> tuple[list[Concept], dict[str, str], list[str]]:
     """Meta-concepts from the train insights, the name → slug map, and the
     notes of the names dropped.
     ``names``/``vectors`` cover every concept name of both insight lists;
     an eval name joins the train cluster it is most similar to if that
-    similarity reaches the threshold."""
+    similarity reaches the threshold. ``min_tasks``, ``max_concepts`` and
+    ``actions`` (``actions_of`` the train trajectories) are the support rule
+    and the bound (0 and ``None``: neither)."""
     counts = Counter(i.concept for i in train)
     train_names = sorted(counts)
     index = {n: k for k, n in enumerate(names)}
@@ -196,11 +283,13 @@ def build_concepts(train: Sequence[Insight], evaluation: Sequence[Insight], name
     for name, label in zip(train_names, labels, strict=True):
         members[label].append(name)
     notes, dropped = _merge_small(members, counts, tool & procedures, vectors, index, min_insights, undone)
-    kept = [n for n in train_names if any(n in group for group in members.values())]
-    labels = [next(lb for lb, group in members.items() if n in group) for n in kept]
     worked = Counter(i.concept for i in train if i.kind == "steps")  # the action that worked names the concept
     reps = {label: max(group, key=lambda n: (n in tool, worked[n], counts[n], -len(n), [-ord(c) for c in n]))
             for label, group in members.items()}
+    if min_tasks or max_concepts is not None:
+        dropped += _supported(members, reps, by_name, notes, min_tasks, max_concepts, actions or {}, tool)
+    kept = [n for n in train_names if any(n in group for group in members.values())]
+    labels = [next(lb for lb, group in members.items() if n in group) for n in kept]
     order = sorted(members, key=lambda lb: (-sum(counts[n] for n in members[lb]), reps[lb]))
     slugs = dict(zip(order, concept_slugs([reps[lb] for lb in order]), strict=True))
     mapping = {name: slugs[label] for name, label in zip(kept, labels, strict=True)}

@@ -55,7 +55,8 @@ def _plugins() -> tuple[list[Any], list[Any], Any, re.Pattern[str]]:
     from detect_secrets.plugins import keyword
     from detect_secrets.plugins.high_entropy_strings import HighEntropyStringsPlugin
 
-    plugins = [cls() for cls in get_mapping_from_secret_type_to_class().values()]
+    classes: list[Any] = list(get_mapping_from_secret_type_to_class().values())
+    plugins = [cls() for cls in classes]
     words = next(p for p in plugins if isinstance(p, keyword.KeywordDetector))
     plain = [p for p in plugins if not isinstance(p, HighEntropyStringsPlugin | keyword.KeywordDetector)]
     # the keyword plugin is slow and only finds values next to one of its words: it runs where one is
