@@ -107,3 +107,8 @@ def eval_cmd(revs: tuple[str, ...], contexts: tuple[str, ...], logs: str | None,
         if c.failed_to_run:
             click.echo(f"{c.label}: {c.failed_to_run} of {c.episodes} episodes failed to run (agent or endpoint "
                        f"errors), counted as failures; the first: {c.first_error}", err=True)
+        if c.degenerate:
+            click.echo(f"{c.label}: {c.degenerate} of {c.episodes} conversations are degenerate (a user who never "
+                       "stated a request, or turns that repeat); `brewkb doctor` checks the user role", err=True)
+    if columns and columns[0].ledger:
+        click.echo(f"LLM calls of every role are recorded in {columns[0].ledger}", err=True)

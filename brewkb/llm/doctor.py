@@ -18,14 +18,15 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from brewkb.errors import LLMError
-from brewkb.llm.client import OPENAI_API, FormatRejected, LLMClient
+from brewkb.llm.client import OPENAI_API, FormatRejected, LLMClient, NoModel
 from brewkb.llm.schema import validate
 from brewkb.llm.structured import MODES, extract_json, with_schema_prompt
+from brewkb.llm.turns import states_nothing
 
 __all__ = ["Check", "RoleReport", "diagnose", "CHECKS", "OK", "WARN", "FAIL", "SKIP"]
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "FAIL", "–"
-CHECKS = ("reachable", "model", "key", "json_schema", "tools", "long_prompt", "embeddings")
+CHECKS = ("reachable", "model", "key", "json_schema", "tools", "plays_user", "long_prompt", "embeddings")
 
 _SCHEMA = {"type": "object", "required": ["answer"], "additionalProperties": False,
            "properties": {"answer": {"type": "integer"}}}
@@ -75,7 +76,7 @@ class _Probes:
 
     async def once(self, role: str, probe: str, run: Callable[[], Awaitable[Any]]) -> Any:
         cfg = self.client.role(role)
-        key = (self.client.endpoint(role), cfg.model or self.client.config.model, probe)
+        key = (self.client.endpoint(role), self.client.given_model(role), probe)
         if key not in self._done:
             self._done[key] = await run()
         return self._done[key]
@@ -92,7 +93,7 @@ async def diagnose(client: LLMClient, roles: Sequence[str], *, key_present: bool
 async def _role(probes: _Probes, role: str, key_present: bool) -> RoleReport:
     client = probes.client
     cfg = client.role(role)
-    model = cfg.model or client.config.model
+    model = client.given_model(role)
     endpoint = client.endpoint(role)
     checks = {name: Check(SKIP, SKIP) for name in CHECKS}
     env = client.config.api_key_env
@@ -109,15 +110,27 @@ async def _role(probes: _Probes, role: str, key_present: bool) -> RoleReport:
         if listed.status == FAIL:
             return RoleReport(role, endpoint, model, checks, "")
         checks["model"] = Check(WARN, "unknown", "the server does not list its models")
+        listed = []
     else:
         checks["reachable"] = Check(OK, "yes")
-        checks["model"] = _listed(model, listed)
+        checks["model"] = _listed(model, listed) if model else Check(OK, "served")
+    if not model:
+        try:
+            model = await client.model_of(role)
+        except NoModel as exc:
+            if role != "embeddings":
+                checks["model"] = Check(FAIL, "not set", _why(exc, role))
+                return RoleReport(role, endpoint, "", checks, "")
+            checks["model"] = Check(WARN, "not set", f"{_why(exc, role)}; the offline embedder stands in")
+            return RoleReport(role, endpoint, "", checks, "")
     mode = ""
     if role == "embeddings":
         checks["embeddings"] = await probes.once(role, "embed", lambda: _embeddings(client, role))
     elif role in ("agent", "user"):  # plain chat; the agent's replies also call tools
         if role == "agent":
             checks["tools"] = await probes.once(role, "tools", lambda: _tools(client, role))
+        else:
+            checks["plays_user"] = await probes.once(role, "user", lambda: _plays_user(client, role))
         checks["long_prompt"] = await probes.once(role, "long", lambda: _long(client, role, probes.long_prompt))
     else:
         checks["json_schema"], found = await probes.once(role, "structured", lambda: _structured(client, role))
@@ -190,6 +203,33 @@ async def _tools(client: LLMClient, role: str) -> Check:
                                        "(vLLM: --enable-auto-tool-choice --tool-call-parser …)")
     if not result.tool_calls:
         return Check(FAIL, "no call", f"the model answered without calling the tool: {result.content[:80]!r}")
+    if result.from_text:
+        return Check(WARN, "from text", "the model writes its tool calls in the reply's text, not as tool_calls; "
+                                        "brewkb reads them from there (ledger mode text_tools), but a server that "
+                                        "parses them is more reliable (llama-server --jinja; vLLM "
+                                        "--enable-auto-tool-choice --tool-call-parser hermes)")
+    return Check(OK, "yes")
+
+
+_USER_PROMPT = ("You are a customer writing to a support agent, not the agent. Your request: you want to move "
+                "your appointment from Monday to Friday afternoon. Write your next message to the agent, in "
+                "your own words, one short message.")
+
+
+async def _plays_user(client: LLMClient, role: str) -> Check:
+    """Whether the model, prompted as a user simulator and greeted by an agent,
+    states a request instead of greeting back as an assistant would."""
+    messages = [{"role": "system", "content": _USER_PROMPT},
+                {"role": "user", "content": "Hi! How can I help you today?"}]
+    request = client.request(role, messages)
+    try:
+        result = await client.chat(replace(request, temperature=0.0, max_tokens=64))
+    except LLMError as exc:
+        return Check(FAIL, "error", _why(exc, role))
+    if not result.content.strip() or states_nothing(result.content):
+        return Check(FAIL, "no", f"asked to play a user with a request, the model answered as an assistant "
+                                 f"({result.content[:60]!r}): conversations with it go nowhere; give the user "
+                                 "role a larger model (llm.roles.user.model)")
     return Check(OK, "yes")
 
 
