@@ -75,8 +75,15 @@ class EmbeddingCalls:
             try:
                 async with self._limit():
                     with self._embedding_call(role, model, keys, vectors, missing) as reply:
-                        reply.append(await self._client(self.role(role)).embeddings.create(
-                            model=model, input=[texts[i] for i in missing]))
+                        client = self._client(self.role(role))
+                        inputs = [texts[i] for i in missing]
+                        try:  # once without the SDK's retries: a server without embeddings says so at once
+                            reply.append(await client.with_options(max_retries=0).embeddings.create(
+                                model=model, input=inputs))
+                        except Exception as exc:
+                            if _missing(exc):
+                                raise
+                            reply.append(await client.embeddings.create(model=model, input=inputs))
             except NoEmbeddings as exc:
                 return self._offline(texts, str(exc))
         return [v for v in vectors if v is not None]
@@ -95,8 +102,14 @@ class EmbeddingCalls:
         if missing:
             try:
                 with self._embedding_call(role, model, keys, vectors, missing) as reply:
-                    reply.append(self._sync_client(self.role(role)).embeddings.create(
-                        model=model, input=[texts[i] for i in missing]))
+                    client = self._sync_client(self.role(role))
+                    inputs = [texts[i] for i in missing]
+                    try:  # as in ``embed``
+                        reply.append(client.with_options(max_retries=0).embeddings.create(model=model, input=inputs))
+                    except Exception as exc:
+                        if _missing(exc):
+                            raise
+                        reply.append(client.embeddings.create(model=model, input=inputs))
             except NoEmbeddings as exc:
                 return self._offline(texts, str(exc))
         return [v for v in vectors if v is not None]
@@ -146,7 +159,7 @@ class EmbeddingCalls:
             except openai.OpenAIError as exc:
                 if connection_failed(openai, exc, time.perf_counter() - start, self.config.timeout):
                     self.breaker.failed(self.endpoint(role), role, short(root_cause(exc), 80))
-                if isinstance(exc, openai.APIStatusError) and exc.status_code in (404, 405, 501):
+                if _missing(exc):
                     raise NoEmbeddings(f"{role}: {self.endpoint(role)} has no embeddings endpoint (HTTP "
                                        f"{exc.status_code}: {short(str(exc), 120)})") from None
                 raise LLMError(f"{role}: embeddings failed at {self.endpoint(role)}: {short(str(exc))}") from None
@@ -169,6 +182,11 @@ class EmbeddingCalls:
             vectors[i] = list(item.embedding)
             if self.cache is not None:
                 self.cache.put(keys[i], "embedding", json.dumps(vectors[i]), role)
+
+
+def _missing(exc: BaseException) -> bool:
+    """Whether an SDK error says the server has no embeddings endpoint."""
+    return getattr(exc, "status_code", None) in (404, 405, 501)
 
 
 def _offline(texts: Sequence[str]) -> list[list[float]]:
