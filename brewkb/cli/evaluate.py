@@ -100,10 +100,10 @@ def eval_cmd(revs: tuple[str, ...], contexts: tuple[str, ...], logs: str | None,
                        save_to=save_to, env_name=env_name, agent_name=agent_name, data=data)
     if as_json:
         echo_json([c.to_json() for c in columns])
-        return
-    for line in table(columns):
-        echo(line)
-    for c in columns:
+    else:
+        for line in table(columns):
+            echo(line)
+    for c in columns:  # on stderr, with --json too
         if c.failed_to_run:
             click.echo(f"{c.label}: {c.failed_to_run} of {c.episodes} episodes failed to run (agent or endpoint "
                        f"errors), counted as failures; the first: {c.first_error}", err=True)
