@@ -197,3 +197,38 @@ def test_a_user_simulator_that_greets_is_refused_by_doctor(make_repo: MakeRepo) 
         [report] = asyncio.run(probe())
     assert report.checks["plays_user"].status == "FAIL" and not report.ok  # type: ignore[attr-defined]
     assert "answered as an assistant" in report.checks["plays_user"].detail  # type: ignore[attr-defined]
+
+
+def test_calls_in_text_are_read_in_every_common_shape_and_only_for_offered_tools() -> None:
+    from brewkb.llm.textcalls import read_calls
+
+    offered = ["find_order", "cancel_order"]
+    one = '{"name": "find_order", "arguments": {"order_id": "#W1"}}'
+    for text in (one, f"Sure.\n```json\n{one}\n```", f"<tool_call>\n{one}\n</tool_call>",
+                 one.replace("arguments", "parameters")):
+        found = read_calls(text, offered)
+        assert found.problem is None and [c["function"]["name"] for c in found.calls] == ["find_order"], text
+        assert json.loads(found.calls[0]["function"]["arguments"]) == {"order_id": "#W1"}
+    both = read_calls(f"[{one}, {one.replace('find_order', 'cancel_order')}]", offered)
+    assert [c["function"]["name"] for c in both.calls] == ["find_order", "cancel_order"]
+    assert "not one of the tools offered" in (read_calls(one.replace("find_order", "tool_name"), offered).problem or "")
+    assert "not valid JSON" in (read_calls("<tool_call>{name: find_order}</tool_call>", offered).problem or "")
+    answer = read_calls("Your order {#W1} is cancelled; the refund is {\"amount\": 12}.", offered)
+    assert answer.calls == () and answer.problem is None
+
+
+def test_concept_names_are_one_whatever_their_case_or_separators_and_a_prompt_example_is_refused() -> None:
+    from brewkb.llm.content import reflection_problem
+    from brewkb.llm.requests import verb_of
+    from brewkb.stages.reflect import clean_concept
+    from brewkb.trajectories.schema import Outcome, Trajectory
+
+    names = {clean_concept(n) for n in ("change_flight", "Change-Flight", "change flight", "changeFlight")}
+    assert names == {"change flight"} and verb_of("change flight") == verb_of("modify flight")
+    episode = Trajectory(task_id="t", task="Move my flight", outcome=Outcome(True, 1.0), messages=(
+        {"role": "user", "content": "Move my flight"}, {"role": "assistant", "content": "Done."}))
+    example = {"insights": [{"concept": "Cancel-a-pending-order", "insight": "x", "steps": []}]}
+    assert "is an example from the instructions" in (reflection_problem(example, episode) or "")
+    claims = {"insights": [{"concept": "change flight", "insight": "It calls `update_flight` first.", "steps": []}]}
+    assert "made no tool call" in (reflection_problem(claims, episode.with_(
+        messages=(*episode.messages, {"role": "system", "content": "tools: update_flight"}))) or "")

@@ -121,7 +121,9 @@ async def _role(probes: _Probes, role: str, key_present: bool) -> RoleReport:
             if role != "embeddings":
                 checks["model"] = Check(FAIL, "not set", _why(exc, role))
                 return RoleReport(role, endpoint, "", checks, "")
-            checks["model"] = Check(WARN, "not set", f"{_why(exc, role)}; the offline embedder stands in")
+            checks["model"] = Check(OK, "not set")
+            checks["embeddings"] = Check(WARN, "offline", f"{_why(exc, role)}; the offline embedder (hashed "
+                                                          "character n-grams) stands in (docs/llm.md#embeddings)")
             return RoleReport(role, endpoint, "", checks, "")
     mode = ""
     if role == "embeddings":
@@ -261,4 +263,8 @@ async def _embeddings(client: LLMClient, role: str) -> Check:
         vectors = await client.embed(["doctor probe"], role)
     except LLMError as exc:
         return Check(FAIL, "error", _why(exc, role))
+    if client.offline_embeddings:
+        return Check(WARN, "offline", f"{_why(LLMError(client.offline_embeddings), role)}; the offline embedder "
+                                      "(hashed character n-grams) stands in: concepts merge by spelling, not "
+                                      "meaning (docs/llm.md#embeddings)")
     return Check(OK, f"{len(vectors[0])} dims")

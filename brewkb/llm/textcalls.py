@@ -67,7 +67,8 @@ def _candidates(text: str) -> Iterable[tuple[str, str, bool]]:
     for found in _FENCE.finditer(text):
         yield found.group(1).strip(), text[: found.start()] + text[found.end():], False
     stripped = text.strip()
-    for opener, closer in (("{", "}"), ("[", "]")):
+    pairs = sorted((("{", "}"), ("[", "]")), key=lambda p: (stripped.find(p[0]) < 0, stripped.find(p[0])))
+    for opener, closer in pairs:  # the outermost first: a list of calls before the first call in it
         start, end = stripped.find(opener), stripped.rfind(closer)
         if start >= 0 and end > start:
             yield stripped[start:end + 1], stripped[:start] + stripped[end + 1:], False
