@@ -207,9 +207,10 @@ async def _tools(client: LLMClient, role: str) -> Check:
         return Check(FAIL, "no call", f"the model answered without calling the tool: {result.content[:80]!r}")
     if result.from_text:
         return Check(WARN, "from text", "the model writes its tool calls in the reply's text, not as tool_calls; "
-                                        "brewkb reads them from there (ledger mode text_tools), but a server that "
-                                        "parses them is more reliable (llama-server --jinja; vLLM "
-                                        "--enable-auto-tool-choice --tool-call-parser hermes)")
+                                        "brewkb reads them from there (ledger mode text_tools); a server that "
+                                        "parses them is more reliable where the model's template allows "
+                                        "(llama-server --jinja; vLLM --enable-auto-tool-choice --tool-call-parser "
+                                        "hermes)")
     return Check(OK, "yes")
 
 
