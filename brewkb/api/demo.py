@@ -67,6 +67,8 @@ SMALL_LLM = """\
 [llm]
 backend = "openai"         # endpoint and key from OPENAI_BASE_URL / OPENAI_API_KEY; model from OPENAI_MODEL
 concurrency = 2            # or the one model the server serves; embeddings: docs/llm.md#embeddings
+timeout = 600              # a small model on a CPU takes minutes over a long structured reply
+max_retries = 1
 
 [env]
 name = "shop"

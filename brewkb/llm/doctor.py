@@ -72,6 +72,7 @@ class _Probes:
 
     def __init__(self, client: LLMClient, long_prompt: int) -> None:
         self.client, self.long_prompt = client, long_prompt
+        self.user: tuple[str, str] = ("", "")
         self._done: dict[tuple[str, str, str], Any] = {}
 
     async def once(self, role: str, probe: str, run: Callable[[], Awaitable[Any]]) -> Any:
@@ -83,10 +84,13 @@ class _Probes:
 
 
 async def diagnose(client: LLMClient, roles: Sequence[str], *, key_present: bool,
-                   long_prompt: int = 6000) -> list[RoleReport]:
+                   long_prompt: int = 6000, user: tuple[str, str] | None = None) -> list[RoleReport]:
     """A report per role. ``client`` must have no cache (every probe is a real
-    call); ``key_present`` says whether the key variable is set."""
+    call); ``key_present`` says whether the key variable is set; ``user`` is
+    the environment's user prompt for one task and its agent's greeting, which
+    the user role is probed with (a short prompt of its own when ``None``)."""
     probes = _Probes(client, long_prompt)
+    probes.user = user or (_USER_PROMPT, "Hi! How can I help you today?")
     return [await _role(probes, role, key_present) for role in roles]
 
 
@@ -132,7 +136,7 @@ async def _role(probes: _Probes, role: str, key_present: bool) -> RoleReport:
         if role == "agent":
             checks["tools"] = await probes.once(role, "tools", lambda: _tools(client, role))
         else:
-            checks["plays_user"] = await probes.once(role, "user", lambda: _plays_user(client, role))
+            checks["plays_user"] = await probes.once(role, "user", lambda: _plays_user(client, role, *probes.user))
         checks["long_prompt"] = await probes.once(role, "long", lambda: _long(client, role, probes.long_prompt))
     else:
         checks["json_schema"], found = await probes.once(role, "structured", lambda: _structured(client, role))
@@ -219,14 +223,13 @@ _USER_PROMPT = ("You are a customer writing to a support agent, not the agent. Y
                 "your own words, one short message.")
 
 
-async def _plays_user(client: LLMClient, role: str) -> Check:
+async def _plays_user(client: LLMClient, role: str, prompt: str, greeting: str) -> Check:
     """Whether the model, prompted as a user simulator and greeted by an agent,
     states a request instead of greeting back as an assistant would."""
-    messages = [{"role": "system", "content": _USER_PROMPT},
-                {"role": "user", "content": "Hi! How can I help you today?"}]
+    messages = [{"role": "system", "content": prompt}, {"role": "user", "content": greeting}]
     request = client.request(role, messages)
     try:
-        result = await client.chat(replace(request, temperature=0.0, max_tokens=64))
+        result = await client.chat(replace(request, temperature=0.0, max_tokens=128))
     except LLMError as exc:
         return Check(FAIL, "error", _why(exc, role))
     if not result.content.strip() or states_nothing(result.content):
