@@ -70,6 +70,15 @@ concurrency = 2            # or the one model the server serves; embeddings: doc
 timeout = 600              # a small model on a CPU takes minutes over a long structured reply
 max_retries = 1
 
+[llm.roles.reflector]
+max_tokens = 600           # a reflection fits; a small model may ramble to the limit at a few tokens a second
+
+[llm.roles.judge]
+max_tokens = 600
+
+[llm.roles.integrator]
+max_tokens = 1200
+
 [env]
 name = "shop"
 seed = 0
