@@ -87,7 +87,9 @@ class RolesConfig:
     judge: RoleConfig = RoleConfig()
     user: RoleConfig = RoleConfig(temperature=0.0)
     """The user simulator of conversational environments (τ²); 0.0 as in τ²."""
-    embeddings: RoleConfig = RoleConfig(model="text-embedding-3-small")
+    embeddings: RoleConfig = RoleConfig()
+    """Empty model: ``$OPENAI_EMBEDDINGS_MODEL``, else text-embedding-3-small on
+    the OpenAI API, else the one model the server lists (never ``llm.model``)."""
 
 
 @dataclass(frozen=True)
@@ -104,7 +106,9 @@ class LLMConfig:
     base_url: str = ""
     """Empty: ``OPENAI_BASE_URL`` from the environment, else the SDK's default."""
     api_key_env: str = "OPENAI_API_KEY"
-    model: str = "gpt-4o-mini"
+    model: str = ""
+    """Empty: ``$OPENAI_MODEL``, else gpt-4o-mini on the OpenAI API, else the
+    one model a server given by ``base_url`` lists (docs/llm.md)."""
     concurrency: int = field(default=8, metadata=_min(1))
     timeout: float = field(default=120.0, metadata=_min(0.001))
     max_retries: int = field(default=4, metadata=_min(0))
@@ -414,7 +418,7 @@ max_recipe_kb = 256       # larger recipe files are reported by `brewkb lint` an
 backend = "offline"       # "offline" (deterministic rules, no model) or "openai"
 base_url = ""             # empty: $OPENAI_BASE_URL, else the SDK default
 api_key_env = "OPENAI_API_KEY"   # the key itself is never written to a file
-model = "gpt-4o-mini"
+model = ""                # empty: $OPENAI_MODEL, else the one model the server serves (gpt-4o-mini on OpenAI)
 concurrency = 8
 cache = true
 

@@ -241,7 +241,7 @@ def test_tool_agent_against_the_fake_server() -> None:
             {"tool_calls": [{"id": "4", "name": "add", "arguments": {"n": 3}}]},
             {"content": "The counter is at 5."},
         )
-        client = LLMClient(LLMConfig(backend="openai", base_url=fake.base_url), environ={})
+        client = LLMClient(LLMConfig(backend="openai", base_url=fake.base_url, model="gpt-4o-mini"), environ={})
         agent = ToolAgent(client, max_steps=10)
 
         async def go() -> Trajectory:
@@ -264,7 +264,7 @@ def test_tool_agent_against_the_fake_server() -> None:
 
 def test_tool_agent_stops_at_the_step_budget() -> None:
     with FakeOpenAI(default={"tool_calls": [{"id": "1", "name": "add", "arguments": {"n": 1}}]}) as fake:
-        client = LLMClient(LLMConfig(backend="openai", base_url=fake.base_url, cache=False), environ={})
+        client = LLMClient(LLMConfig(backend="openai", base_url=fake.base_url, model="gpt-4o-mini", cache=False), environ={})
         result = asyncio.run(ToolAgent(client, max_steps=3).arun(TASK, "", CounterEnv()))
     assert result.meta["stopped"] == "step budget of 3 reached" and fake.count == 3
 

@@ -27,7 +27,7 @@ def kb(make_repo: MakeRepo, llm: str, train: int = 8) -> Path:
 
 
 def openai_llm(fake: FakeOpenAI, extra: str = "") -> str:
-    return f'[llm]\nbackend = "openai"\nbase_url = "{fake.base_url}"\nconcurrency = 4\n{extra}'
+    return f'[llm]\nbackend = "openai"\nbase_url = "{fake.base_url}"\nmodel = "gpt-4o-mini"\nconcurrency = 4\n{extra}'
 
 
 def brewkb(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:

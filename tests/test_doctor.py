@@ -117,3 +117,27 @@ def test_unreachable_endpoint_and_missing_key_fail_in_one_line(repo: Path) -> No
 def test_offline_backend_has_nothing_to_check(repo: Path) -> None:
     result = doctor(repo, '[llm]\nbackend = "offline"\n')
     assert result.returncode == 0 and "no endpoint to check" in result.stdout
+
+
+def test_llama_server_profile_uses_its_one_model_and_a_separate_embeddings_server(repo: Path) -> None:
+    with servers.llama_server() as chat, servers.llama_server("nomic-embed-text-v1.5.Q8_0.gguf",
+                                                              embeddings=True) as embed:
+        toml = profile("llama-server").replace("http://localhost:8080/v1", chat.base_url) \
+            .replace("http://localhost:8081/v1", embed.base_url) + '\n[agent]\nname = "tool-agent"\n'
+        result = doctor(repo, toml, "--json", "--long-prompt", "500", key=None)
+        assert result.returncode == 0, result.stdout + result.stderr
+        roles = {r["role"]: r for r in json.loads(result.stdout)["roles"]}
+        assert roles["agent"]["model"] == "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
+        assert roles["agent"]["checks"]["model"]["short"] == "served"
+        assert roles["agent"]["checks"]["tools"]["short"] == "yes"
+        assert roles["embeddings"]["model"] == "nomic-embed-text-v1.5.Q8_0.gguf"
+        assert roles["embeddings"]["checks"]["embeddings"]["short"] == "16 dims"
+    # without --jinja the calls come as text: brewkb reads them, the doctor says so
+    with servers.llama_server(jinja=False) as chat:
+        result = doctor(repo, f'[llm]\nbackend = "openai"\nbase_url = "{chat.base_url}"\n[agent]\nname = "tool-agent"\n',
+                        "--long-prompt", "500", key=None)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert " from text " in next(line for line in result.stdout.splitlines() if line.startswith("agent "))
+    assert "llama-server --jinja" in result.stdout
+    assert "offline" in row(result.stdout, "embeddings")  # the chat server serves none: the offline embedder
+    assert "has no embeddings endpoint (HTTP 501" in result.stdout

@@ -146,7 +146,7 @@ def test_a_dead_endpoint_stops_the_command_at_once_with_one_message(tmp_path: Pa
     with FakeOpenAI(default={"drop": True}) as dead:
         root = _logs_kb(tmp_path, dead.base_url)
         out = brewkb(root, "distill", "logs", env={"OPENAI_API_KEY": "sk-test"})
-        asked = dead.count
+        asked = sum(1 for path, _ in dead.requests if not path.endswith("/models"))  # the model list is answered
     assert out.returncode == 1 and not TRACEBACK.search(out.stderr)
     assert asked == 1  # not one call per item: the first that could not connect stops the command
     *progress, error = out.stderr.splitlines()
@@ -169,7 +169,7 @@ def test_an_endpoint_that_dies_midway_stops_after_a_few_failures_and_keeps_what_
     with FakeOpenAI(default=dies_after_five) as flaky:
         root = _logs_kb(tmp_path, flaky.base_url)
         out = brewkb(root, "distill", "logs", "--iterations", "1", env={"OPENAI_API_KEY": "sk-test"})
-        asked = flaky.count
+        asked = sum(1 for path, _ in flaky.requests if not path.endswith("/models"))
     assert out.returncode == 1 and not TRACEBACK.search(out.stderr)
     assert asked == 5 + 3  # three connection failures in a row, then nothing more is tried
     assert "3 calls in a row could not connect" in out.stderr.splitlines()[-1]
@@ -314,7 +314,7 @@ def test_failed_items_stop_the_run_say_how_to_retry_and_are_named_in_the_pr(tmp_
         error = stopped.stderr.splitlines()[-1]
         failed = int(error.split("brewkb: error: ")[1].split(" of ")[0])
         assert failed >= 1 and f" grades failed in stage grades (the first: judge: {fake.base_url} returned " \
-                               "invalid JSON, also after one repair" in error
+                               "an invalid reply, also after one repair" in error
         assert "continue with `brewkb refine --resume r`" in error and "stages.accept_failed = true" in error
         listed = brewkb(root, "runs").stdout
         assert f"{failed} failed items; retry them: brewkb refine --resume r" in listed
@@ -382,7 +382,8 @@ def test_lint_says_what_it_fixed_and_names_recipes_in_sub_folders(tmp_path: Path
 def test_doctor_says_a_finding_shared_by_roles_once(make_repo: MakeRepo) -> None:
     repo = make_repo({"README.md": "kb\n"})
     with FakeOpenAI(default=role_player, embed=embed, models=["another-model"]) as fake:
-        (repo / "brewkb.toml").write_text(f'[llm]\nbackend = "openai"\nbase_url = "{fake.base_url}"\n')
+        (repo / "brewkb.toml").write_text(f'[llm]\nbackend = "openai"\nbase_url = "{fake.base_url}"\n'
+                                          'model = "gpt-4o-mini"\n')
         out = brewkb(repo, "doctor")
     notes = [line for line in out.stdout.splitlines() if "'gpt-4o-mini' is not in the server's list" in line]
     assert len(notes) == 1, out.stdout

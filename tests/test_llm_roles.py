@@ -23,7 +23,7 @@ TRAJ = Trajectory(task_id="t1", task="Cancel order #W1", outcome=Outcome(False, 
 
 
 def backend(fake: FakeOpenAI) -> LLMBackend:
-    return LLMBackend(LLMClient(LLMConfig(backend="openai", base_url=fake.base_url), environ={}))
+    return LLMBackend(LLMClient(LLMConfig(backend="openai", base_url=fake.base_url, model="gpt-4o-mini"), environ={}))
 
 
 def run(coro: Any) -> Any:
@@ -64,7 +64,8 @@ def test_integrate_builds_a_recipe_at_integrator_temperature() -> None:
              "pitfalls": "- Identify the customer first.", "example": "Cancel #W1"}
     with FakeOpenAI() as fake:
         fake.reply({"content": json.dumps(reply)})
-        insight = Insight("cancel an order", "Identify first.", "diagnostic", "s1", "t1", "Cancel #W1")
+        insight = Insight("cancel an order", "Identify first.", "diagnostic", "s1", "t1", "Cancel #W1",
+                          ("find_customer(email)", "cancel_order(order_id, reason)"))
         recipe = run(backend(fake).integrate("cancel an order", ["order cancellation"], [insight], None, 2))
         body = fake.requests[0][1]
     assert recipe.name == "cancel-an-order" and recipe.sources == ("s1",)
@@ -76,7 +77,7 @@ def test_judge_and_relabel_and_a_nonsense_judge() -> None:
     with FakeOpenAI() as fake:
         fake.reply({"content": json.dumps({"scores": [{"id": "no-tool-errors", "score": 0.5, "note": "one error"}]})},
                    {"content": json.dumps({"summary": "Tried to cancel W1.", "task": "Cancel order W1 now."})},
-                   {"content": json.dumps({"scores": [{"id": "other", "score": 1, "note": "?"}]})})
+                   *[{"content": json.dumps({"scores": [{"id": "other", "score": 1, "note": "?"}]})}] * 2)
         b = backend(fake)
         scores = run(b.judge(TRAJ, [Rubric("no-tool-errors", "No tool errors.")]))
         relabelled = run(b.relabel(TRAJ))

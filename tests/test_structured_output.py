@@ -20,7 +20,8 @@ USER = [{"role": "system", "content": "You count."}, {"role": "user", "content":
 
 
 def ask(fake: FakeOpenAI, times: int = 1, **config: Any) -> tuple[list[JSONReply], LLMClient]:
-    client = LLMClient(LLMConfig(backend="openai", base_url=fake.base_url, max_retries=0, **config),
+    client = LLMClient(LLMConfig(backend="openai", base_url=fake.base_url, max_retries=0,
+                                 **{"model": "gpt-4o-mini", **config}),
                        ledger=Ledger(), environ={})
 
     async def go() -> list[JSONReply]:

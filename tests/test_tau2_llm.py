@@ -199,3 +199,23 @@ def test_the_channel_refuses_a_wrong_token_and_records_only_served_calls() -> No
         assert post("wrong")[0] == 401
         assert post(channel.token) == (200, {"content": 'f:{"a": 1}'})
     assert channel.calls == [("f", {"a": 1}, 'f:{"a": 1}')]
+
+
+def test_a_user_simulator_that_greets_like_an_assistant_is_named_counted_and_refused_by_doctor(
+        tmp_path: Path) -> None:
+    from tests.fakes.roles import GREETING, SmallModel
+
+    kb = tau2_kb(tmp_path / "kb", AIRLINE.replace('domain = "airline"\n', 'domain = "airline"\ntasks = 2\n')
+                 .replace('name = "tool-agent"', 'name = "tool-agent"\nmax_steps = 4'))
+    with FakeOpenAI(default=SmallModel(Tau2Player(), user_greets=True), embed=embed) as fake:
+        out = brewkb(kb, fake, "eval", "--split", "test", "--context", "none", "--json")
+        doctor = brewkb(kb, fake, "doctor", "--long-prompt", "200")
+    assert out.returncode == 0, out.stderr[-3000:]
+    [column] = json.loads(out.stdout)
+    assert column["degenerate"] == column["episodes"] > 0
+    assert "conversations are degenerate (a user who never stated a request" in out.stderr
+    ledger = read_ledger(Path(column["ledger"]))
+    users = [e for e in ledger if e.role == "user"]
+    assert users and column["llm_calls"] == sum(1 for e in ledger if e.role in ("agent", "user"))
+    assert doctor.returncode == 1 and "answered as an assistant" in doctor.stdout and repr(GREETING[:20]) [1:-1] \
+        in doctor.stdout

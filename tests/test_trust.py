@@ -366,7 +366,7 @@ def test_every_role_frames_what_it_is_given_as_data() -> None:
         llm = LLMBackend(LLMClient(LLMConfig(backend="openai", base_url=fake.base_url), environ={}))
         for role in roles:
             asyncio.run(getattr(llm, role)(*calls[role]))
-        bodies = [body for _, body in fake.requests]
+        bodies = [body for path, body in fake.requests if path.endswith("/chat/completions")]
     assert len(bodies) == len(roles)
     for body in bodies:
         system, user = (m["content"] for m in body["messages"][:2])

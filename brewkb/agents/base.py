@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from brewkb.envs.base import Environment, Task
 from brewkb.errors import BrewError, BudgetExhausted, EndpointDown
+from brewkb.llm.ledger import ITEM
 from brewkb.trajectories.schema import KBUse, Outcome, Trajectory
 
 if TYPE_CHECKING:
@@ -121,6 +122,7 @@ def run_episode(agent: Agent, task: Task, context: str, env: Environment, kb: KB
 async def arun_episode(agent: AsyncAgent, task: Task, context: str, env: Environment, kb: KBUse,
                        retriever: ContextProvider | None = None) -> Trajectory:
     start = time.monotonic()
+    label = ITEM.set(f"episode:{task.id}")  # labels the invalid replies of the episode's calls
     try:
         trajectory = await (agent.arun(task, context, env, retriever=retriever)  # type: ignore[call-arg]
                             if retriever is not None else agent.arun(task, context, env))
@@ -133,4 +135,6 @@ async def arun_episode(agent: AsyncAgent, task: Task, context: str, env: Environ
     except Exception as exc:
         trajectory = failed(task, f"agent crashed: {type(exc).__name__}: {exc}",
                             meta={"traceback": traceback.format_exc(limit=5)})
+    finally:
+        ITEM.reset(label)
     return finish(task, trajectory, env, seen_kb(kb, trajectory) if retriever else kb, time.monotonic() - start)

@@ -13,6 +13,16 @@ opens with the environment's ``greeting``, the user's turns come from the
 the user instead of ending the episode; the user's stop ends it. An empty
 reply from either model fails the episode.
 
+A model that writes its tool call in the reply's text (a fenced or bare JSON
+object with ``name`` and ``arguments``, Hermes/Qwen ``<tool_call>`` tags)
+gets it executed as a call; ``meta["calls_from_text"]`` counts them and the
+ledger records those replies in mode ``text_tools``. Text shaped like a call
+that is not one (it does not parse, or names a tool the episode does not
+offer) is neither a call nor an answer: the episode fails with that error.
+``meta["tools"]`` lists the tools offered. A conversation whose user never
+states a request, or whose turns repeat, is marked ``meta["degenerate"]``
+(``brewkb.llm.turns``).
+
 With ``retrieval.per_turn`` the episode gets a ``retriever``: after each user
 turn the agent answers, the recipe block of its system prompt is retrieved
 again with the user's turns so far as the query, and ``meta["retrievals"]``
@@ -29,6 +39,8 @@ from brewkb.agents.user_sim import UserSimulator
 from brewkb.envs.base import Environment, Task
 from brewkb.errors import AgentError
 from brewkb.llm.client import LLMClient
+from brewkb.llm.replies import short
+from brewkb.llm.turns import degenerate
 from brewkb.trajectories.schema import Outcome, Trajectory
 
 if TYPE_CHECKING:
@@ -72,7 +84,7 @@ class ToolAgent:
         head = self.system_prompt + (f"\n\n{policy}" if policy else "")
         messages: list[dict[str, Any]] = [_system(head, context)]
         usage = {"calls": 0, "tokens_in": 0, "tokens_out": 0}
-        meta: dict[str, Any] = {}
+        meta: dict[str, Any] = {"tools": [str((t.get("function") or {}).get("name")) for t in tools]}
         retrievals: list[dict[str, Any]] = []
 
         def heard(turn: str) -> None:
@@ -95,12 +107,17 @@ class ToolAgent:
         for _ in range(self.max_steps):
             if meta.get("ended_by"):
                 break
-            result = await self.client.chat(self.client.request("agent", messages, tools=tools))
+            result, problem = await self.client.reply(self.client.request("agent", messages, tools=tools))
             usage["calls"] += 1
             usage["tokens_in"] += result.tokens_in
             usage["tokens_out"] += result.tokens_out
             if not result.tool_calls and not result.content.strip():
                 raise AgentError("the agent's model sent an empty reply")
+            if problem is not None and not result.tool_calls:
+                raise AgentError(f"the agent's reply is neither a tool call nor an answer: {problem}: "
+                                 f"{short(result.content, 160)!r}")
+            if result.from_text:
+                meta["calls_from_text"] = meta.get("calls_from_text", 0) + 1
             messages.append(result.message())
             if not result.tool_calls:
                 if user is None:
@@ -119,6 +136,11 @@ class ToolAgent:
             meta["stopped"] = f"step budget of {self.max_steps} reached"
         if user is not None:
             meta["user"] = {"calls": user.calls, "tokens_in": user.tokens_in, "tokens_out": user.tokens_out}
+            said = lambda role: [str(m["content"]) for m in messages[2:]  # noqa: E731 - after the greeting
+                                 if m["role"] == role and m.get("content") and not m.get("tool_calls")]
+            why = degenerate(said("user"), said("assistant"))
+            if why is not None:
+                meta["degenerate"] = why
         if retriever is not None and user is not None:
             meta["retrievals"] = retrievals
         return Trajectory(task_id=task.id, task=task.text, split=task.split, messages=tuple(messages),

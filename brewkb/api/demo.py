@@ -12,12 +12,14 @@ from pathlib import Path
 from brewkb.api.evaluate import Column
 from brewkb.api.kb import init_kb
 from brewkb.api.loop import run_command
+from brewkb.api.plan import refine_plan
 from brewkb.api.refine import RefineResult, arefine
 from brewkb.config import CONFIG_FILE
 from brewkb.errors import BrewError, GitError
-from brewkb.events import EventSink, null_sink
+from brewkb.events import Event, EventSink, null_sink
 from brewkb.fsutil import write_atomic
 from brewkb.git.store import GitStore
+from brewkb.run.budget import Limits
 from brewkb.run.folder import Run
 from brewkb.run.record import EVAL_FILE
 from brewkb.run.report import write_report
@@ -31,7 +33,11 @@ def demo_config(backend: str, small: bool = False) -> str:
     """The demo's brewkb.toml: the shop world, the offline backend and scripted
     agent (or an LLM and the tool-calling agent), sized to finish in about two
     minutes on two cores; ``small``: a tenth of the tasks and two search
-    iterations, to try an endpoint cheaply."""
+    iterations, and with an LLM a first try sized for a slow endpoint (see
+    ``SMALL_LLM``). The model and the endpoints come from the environment
+    (docs/llm.md): no model name is written."""
+    if backend == "openai" and small:
+        return SMALL_LLM
     llm = ('backend = "openai"         # endpoint and key from OPENAI_BASE_URL / OPENAI_API_KEY'
            if backend == "openai" else 'backend = "offline"        # deterministic rules; no model is called')
     agent = "tool-agent" if backend == "openai" else "shop-scripted"
@@ -53,6 +59,52 @@ strategy = "mcts"
 iterations = {2 if small else 10}
 width = 3
 depth = 3
+"""
+
+
+SMALL_LLM = """\
+# brewkb demo: the shop world (a simulation), see docs/shop.md
+# A first try of an endpoint, sized for a slow one (a small model on a laptop's CPU):
+# a few hundred LLM calls at most; `brewkb refine --plan` says how many and how long.
+[llm]
+backend = "openai"         # endpoint and key from OPENAI_BASE_URL / OPENAI_API_KEY; model from OPENAI_MODEL
+concurrency = 2            # or the one model the server serves; embeddings: docs/llm.md#embeddings
+timeout = 600              # a small model on a CPU takes minutes over a long structured reply
+max_retries = 1
+
+[llm.roles.reflector]
+max_tokens = 600           # a reflection fits; a small model may ramble to the limit at a few tokens a second
+
+[llm.roles.judge]
+max_tokens = 600
+
+[llm.roles.integrator]
+max_tokens = 1200
+
+[env]
+name = "shop"
+seed = 0
+options = { train = 4, eval = 2, test = 2 }
+
+[agent]
+name = "tool-agent"
+max_steps = 5
+
+[stages]
+relabel = false
+concepts_per_trajectory = 1
+integrate_retries = 1
+
+[retrieval]
+k = 1
+
+[search]
+strategy = "greedy"
+iterations = 1
+width = 1
+depth = 1
+samples = 1
+final_candidates = 1
 """
 
 
@@ -79,12 +131,13 @@ def _inside_repo(path: Path) -> Path | None:
 
 
 def demo(*, directory: Path | None = None, backend: str = "offline", confirm: Callable[[str], bool] = lambda _: False,
-         publish: Path | None = None, small: bool = False, events: EventSink = null_sink,
-         command: str = "brewkb") -> DemoResult:
+         publish: Path | None = None, small: bool = False, max_llm_calls: int | None = None,
+         events: EventSink = null_sink, command: str = "brewkb") -> DemoResult:
     """Create a KB in ``directory`` (default ``./brewkb-demo``), refine it on the
     shop world, and compare the learned KB with no KB on the test split
-    (``small``: a tenth of the tasks, see ``demo_config``). ``command`` is how
-    the user runs brewkb, for the commands a message suggests."""
+    (``small``: a tenth of the tasks, see ``demo_config``); ``max_llm_calls``
+    stops the run there (exit 75; ``refine --resume demo`` goes on). ``command``
+    is how the user runs brewkb, for the commands a message suggests."""
     root = (directory or Path.cwd() / "brewkb-demo").resolve()
     if root.exists() and any(root.iterdir()):
         raise BrewError(f"{root} exists and is not empty; " + _made_before(root, command))
@@ -97,7 +150,13 @@ def demo(*, directory: Path | None = None, backend: str = "offline", confirm: Ca
     write_atomic(root / CONFIG_FILE, demo_config(backend, small))
     with GitStore(root, search_parent=False) as store:
         store.commit_all("Start a brewkb knowledge base for the shop demo")
-    result, columns = run_command(_refine_and_evaluate(root, events))
+    if backend != "offline":
+        plan = refine_plan(start=root)
+        events(Event("note", "plan", message=(
+            f"at most {plan.episodes} agent episodes and {plan.llm_calls} LLM calls, {plan.minutes:.0f} min at "
+            f"{plan.seconds_per_call:g} s per call with {plan.in_flight} in flight (`brewkb -C {root} refine "
+            "--plan` has the details; --max-llm-calls bounds a run)")))
+    result, columns = run_command(_refine_and_evaluate(root, events, Limits(llm_calls=max_llm_calls)))
     write_report(RUN, start=root)
     with GitStore(root) as store:
         recipes = len(store.read_folder(store.resolve(f"brew/{RUN}/pr"), "recipes"))
@@ -128,8 +187,8 @@ def _made_before(root: Path, command: str) -> str:
             f"-C {here} report {RUN}`, or delete the folder (or pass another --dir) to start again")
 
 
-async def _refine_and_evaluate(root: Path, events: EventSink) -> tuple[RefineResult, list[Column]]:
-    result = await arefine(run=RUN, start=root, events=events)  # ends with the held-out evaluation
+async def _refine_and_evaluate(root: Path, events: EventSink, limits: Limits) -> tuple[RefineResult, list[Column]]:
+    result = await arefine(run=RUN, start=root, events=events, limits=limits)  # ends with the held-out evaluation
     columns = [Column(**c) for c in json.loads((root / "runs" / RUN / EVAL_FILE).read_text())["columns"]]
     return result, columns
 

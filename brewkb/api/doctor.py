@@ -54,18 +54,30 @@ def doctor(*, long_prompt: int = 6000, start: Path = Path("."),
         config = kb.config
         if config.llm.backend == "offline":
             return DoctorResult("offline", ())
-        conversational = config.agent.name == "tool-agent" and hasattr(
-            load_environment(config.env, kb.root), "user_prompt")
-    env = dict(os.environ if environ is None else environ)
+        env = load_environment(config.env, kb.root) if config.agent.name == "tool-agent" else None
+        conversational = hasattr(env, "user_prompt")
+        user = _user_probe(env) if conversational else None
+    variables = dict(os.environ if environ is None else environ)
     # one retry: the doctor should answer in seconds even when a server is down
     llm = dataclasses.replace(config.llm, max_retries=min(config.llm.max_retries, 1))
-    client = LLMClient(llm, cache=None, environ=env)
+    client = LLMClient(llm, cache=None, environ=variables)
 
     async def run() -> list[Any]:
         try:
-            return await diagnose(client, roles_in_use(config, conversational), key_present=bool(env.get(llm.api_key_env)),
-                                  long_prompt=long_prompt)
+            return await diagnose(client, roles_in_use(config, conversational),
+                                  key_present=bool(variables.get(llm.api_key_env)), long_prompt=long_prompt,
+                                  user=user)
         finally:
             await client.aclose()
 
     return DoctorResult(config.llm.backend, tuple(asyncio.run(run())))
+
+
+def _user_probe(env: Any) -> tuple[str, str] | None:
+    """The environment's user prompt for its first task and its agent's
+    greeting: the user role is probed as a run would use it."""
+    for split in ("train", "test", "eval"):
+        tasks = env.tasks(split)
+        if tasks:
+            return env.user_prompt(tasks[0]), getattr(env, "greeting", "Hi! How can I help you today?")
+    return None

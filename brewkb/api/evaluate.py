@@ -29,7 +29,9 @@ from brewkb.run.record import EVAL_FILE
 from brewkb.stages.rollouts import make_jobs
 from brewkb.trajectories.schema import Trajectory, read_jsonl
 
-__all__ = ["Column", "Effect", "evaluate", "aevaluate"]
+__all__ = ["Column", "Effect", "evaluate", "aevaluate", "LEDGER_FILE"]
+
+LEDGER_FILE = "ledger.jsonl"
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +54,10 @@ class Column:
     failed_to_run: int = 0
     """Episodes the agent or its endpoint could not run (counted as failures)."""
     first_error: str | None = None
+    degenerate: int = 0
+    """Conversations that went nowhere (a user who never stated a request, turns that repeat)."""
+    ledger: str | None = None
+    """The file where the evaluation's LLM calls are recorded (none for the offline backend)."""
     # graders' per-episode scores averaged over the episodes when every episode has
     # them: SpreadsheetBench's ``first_case`` (the paper's metric), ``soft`` and ``hard``
     scores: dict[str, float] = dataclasses.field(default_factory=dict)
@@ -105,10 +111,16 @@ def _column(label: str, runs: Sequence[Trajectory], recipes: int | None) -> Colu
                   success_rate=round(float(per_task.mean()) if len(per_task) else 0.0, 4),
                   ci_low=round(low, 4), ci_high=round(high, 4),
                   mean_steps_success=round(sum(t.steps for t in wins) / len(wins), 2) if wins else None,
-                  llm_calls=sum(int(t.usage.get("calls", 0)) for t in runs),
-                  tokens=sum(int(t.usage.get("tokens_in", 0)) + int(t.usage.get("tokens_out", 0)) for t in runs),
+                  llm_calls=sum(_usage(t, "calls") for t in runs),
+                  tokens=sum(_usage(t, "tokens_in") + _usage(t, "tokens_out") for t in runs),
                   recipes=recipes, failed_to_run=len(errors), first_error=errors[0] if errors else None,
-                  scores=_scores(runs))
+                  degenerate=sum(1 for t in runs if t.meta.get("degenerate")), scores=_scores(runs))
+
+
+def _usage(trajectory: Trajectory, key: str) -> int:
+    """The agent's ``key`` in an episode plus its user simulator's (τ²'s user role)."""
+    user = trajectory.meta.get("user")
+    return int(trajectory.usage.get(key, 0)) + (int(user.get(key, 0)) if isinstance(user, dict) else 0)
 
 
 SCORES = ("first_case", "soft", "hard")
@@ -159,20 +171,24 @@ async def aevaluate(*, revs: Sequence[str] = (), contexts: Sequence[str] = (), s
     if not revs and not contexts:
         contexts, revs = ("none",), (".",)
     with KB.open(start, require_config=True) as kb:
-        target = Run.at(kb.runs_dir, save_to) if save_to else None  # a typo is refused before any episode runs
         config = kb.config
+        run = Run.at(kb.runs_dir, save_to) if save_to else None  # an unknown run is refused before any episode
+        ledger = run.file(LEDGER_FILE) if run is not None else kb.cache_dir / "eval" / LEDGER_FILE
         if env_name or data is not None:
             config = dataclasses.replace(config, env=dataclasses.replace(
                 config.env, name=env_name or config.env.name,
                 data=str(data.resolve()) if data is not None else config.env.data))
         if agent_name:
             config = dataclasses.replace(config, agent=dataclasses.replace(config.agent, name=agent_name))
-        _, client = open_backend(config.llm, cache_dir=kb.cache_dir, seed=config.stages.seed, run=save_to or "")
+        _, client = open_backend(config.llm, cache_dir=kb.cache_dir, seed=config.stages.seed, run=save_to or "",
+                                 ledger_path=ledger)
         from brewkb.agents import load_agent
         from brewkb.envs import load_environment
 
         executor = make_executor(config.executor)
         try:
+            if client is not None:
+                await client.check_models()  # a model that cannot be named is refused before any episode
             columns, _ = await evaluate_arms(kb, load_agent(config, kb.root, client),
                                              load_environment(config.env, kb.root), executor, revs=revs,
                                              contexts=contexts, split=split, repeats=repeats, from_run=from_run,
@@ -181,9 +197,11 @@ async def aevaluate(*, revs: Sequence[str] = (), contexts: Sequence[str] = (), s
             await executor.aclose()
             if client is not None:
                 await client.aclose()
-        if target is not None:
-            _replacing(target)
-            write_atomic(target.file(EVAL_FILE), json.dumps({"split": split, "repeats": repeats, "columns": [
+        if client is not None:
+            columns = [dataclasses.replace(c, ledger=str(ledger)) for c in columns]
+        if run is not None:
+            _replacing(run)
+            write_atomic(run.file(EVAL_FILE), json.dumps({"split": split, "repeats": repeats, "columns": [
                 c.to_json() for c in columns]}, indent=2) + "\n")
         return columns
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 
 from brewkb.agents import check_agent_name
@@ -22,9 +23,12 @@ from brewkb.stages import relabel as relabel_stage
 from brewkb.stages.concepts import concept_bound
 from brewkb.trajectories.split import split_tasks
 
-__all__ = ["refine_plan", "distill_plan", "open_budget", "limits_of", "LEDGER"]
+__all__ = ["refine_plan", "distill_plan", "open_budget", "limits_of", "LEDGER", "SECONDS_PER_CALL"]
 
 LEDGER = "ledger.jsonl"
+SECONDS_PER_CALL = 10.0
+"""The seconds per LLM call a plan assumes before a run has measured its own:
+a small model on a laptop's CPU (llama.cpp, 1–2 B parameters) takes 8–30 s."""
 
 
 def limits_of(folder: Run, given: Limits) -> Limits:
@@ -50,9 +54,11 @@ def open_budget(config: Config, folder: Run, limits: Limits) -> Budget:
 def refine_plan(*, run: str | None = None, resume: str | None = None, strategy: str | None = None,
                 iterations: int | None = None, width: int | None = None, depth: int | None = None,
                 relabel: bool | None = None, no_eval: bool = False, base: str | None = None,
-                start: Path = Path(".")) -> RunPlan:
+                seconds_per_call: float = SECONDS_PER_CALL, start: Path = Path(".")) -> RunPlan:
     """The most a ``refine`` with these settings (or the rest of run ``resume``)
-    can spend: agent episodes, LLM calls per role, and a cost estimate
+    can spend: agent episodes, LLM calls per role, a cost estimate and how
+    long the calls take at most at ``seconds_per_call`` (the run's own average
+    latency once it has a ledger) and ``llm.concurrency`` in flight
     (``no_eval``: without the held-out evaluation). Calls nothing and writes
     nothing."""
     from brewkb.search.store import SearchStore
@@ -91,9 +97,20 @@ def refine_plan(*, run: str | None = None, resume: str | None = None, strategy: 
         if config.llm.backend == "offline":
             result = dataclasses.replace(result, calls={r: 0 for r in result.calls})
         roles = config.llm.roles
-        models = {r: getattr(roles, r).model or config.llm.model for r in result.calls}
+        models = {r: getattr(roles, r).model or config.llm.model or os.environ.get("OPENAI_MODEL", "")
+                  for r in result.calls}
         max_tokens = {r: getattr(roles, r).max_tokens for r in result.calls}
+        measured = _latency(folder)
+        result = dataclasses.replace(result, seconds_per_call=measured or seconds_per_call,
+                                     in_flight=config.llm.concurrency, measured=measured is not None)
         return with_cost(result, models, max_tokens, config.llm.prices, _prompt_tokens(folder))
+
+
+def _latency(folder: Run | None) -> float | None:
+    """Seconds per LLM call the run has seen so far (``None`` before its first paid call)."""
+    seen = [e.latency for e in read_ledger(folder.file(LEDGER)) if e.kind == "chat" and not e.cached
+            and not e.error and e.latency] if folder else []
+    return round(sum(seen) / len(seen), 2) if seen else None
 
 
 def _fallback_allowance(config: Config) -> int:
@@ -166,7 +183,8 @@ def distill_plan(run: str, *, strategy: str | None = None, iterations: int | Non
         if config.llm.backend == "offline":
             result = dataclasses.replace(result, calls={r: 0 for r in result.calls})
         roles = config.llm.roles
-        models = {r: getattr(roles, r).model or config.llm.model for r in result.calls}
+        models = {r: getattr(roles, r).model or config.llm.model or os.environ.get("OPENAI_MODEL", "")
+                  for r in result.calls}
         max_tokens = {r: getattr(roles, r).max_tokens for r in result.calls}
         plan = with_cost(result, models, max_tokens, config.llm.prices, _prompt_tokens(folder))
         return plan, {"trajectories": len(logged), "unlabelled": unlabelled}

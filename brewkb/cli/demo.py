@@ -21,13 +21,17 @@ from brewkb.cli.progress import close, renderer
 @click.option("--backend", type=click.Choice(["offline", "openai"]), default="offline", show_default=True,
               help="offline: rules and the scripted agent; openai: LLM roles and the tool-calling agent.")
 @click.option("--small", is_flag=True,
-              help="A tenth of the tasks and 2 search iterations: a quick, cheap try of an endpoint.")
+              help="A tenth of the tasks and 2 search iterations; with --backend openai, a first try sized for a "
+                   "slow endpoint (a few hundred LLM calls at most; the plan is printed first).")
 @click.option("--yes", is_flag=True, help="Create the demo even inside an existing git repository.")
 @click.option("--publish", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Also copy the learned recipes and the run's report into this folder's recipes/ and runs/demo/.")
+@click.option("--max-llm-calls", type=click.IntRange(min=0), default=None, metavar="N",
+              help="Stop before the demo's run has sent more than N LLM calls (exit 75; "
+                   "`brewkb -C DIR refine --resume demo --max-llm-calls M` goes on).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object (progress stays on stderr).")
 def demo_cmd(directory: Path | None, backend: str, small: bool, yes: bool, publish: Path | None,
-             as_json: bool) -> None:
+             max_llm_calls: int | None, as_json: bool) -> None:
     """Run the whole BREW loop on the shop world (offline unless --backend openai) and compare no KB with
     the learned one."""
     from brewkb.api.demo import RUN, demo
@@ -39,7 +43,7 @@ def demo_cmd(directory: Path | None, backend: str, small: bool, yes: bool, publi
     sink = renderer(False)
     try:
         result = demo(directory=directory, backend=backend, confirm=confirm, publish=publish, small=small,
-                      events=sink, command=me)
+                      max_llm_calls=max_llm_calls, events=sink, command=me)
     finally:
         close(sink)
     commands = [f"brewkb tree {RUN}", f"git log --notes=brew --first-parent brew/{RUN}/kb",

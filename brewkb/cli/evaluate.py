@@ -103,10 +103,15 @@ def eval_cmd(revs: tuple[str, ...], contexts: tuple[str, ...], logs: str | None,
         note(f"saved into run {save_to}'s eval.json: `brewkb report {save_to}` and `brewkb pr {save_to}` show it")
     if as_json:
         echo_json([c.to_json() for c in columns])
-        return
-    for line in table(columns):
-        echo(line)
-    for c in columns:
+    else:
+        for line in table(columns):
+            echo(line)
+    for c in columns:  # on stderr, with --json too
         if c.failed_to_run:
             click.echo(f"{c.label}: {c.failed_to_run} of {c.episodes} episodes failed to run (agent or endpoint "
                        f"errors), counted as failures; the first: {c.first_error}", err=True)
+        if c.degenerate:
+            click.echo(f"{c.label}: {c.degenerate} of {c.episodes} conversations are degenerate (a user who never "
+                       "stated a request, or turns that repeat); `brewkb doctor` checks the user role", err=True)
+    if columns and columns[0].ledger:
+        click.echo(f"LLM calls of every role are recorded in {columns[0].ledger}", err=True)

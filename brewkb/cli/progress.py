@@ -74,7 +74,7 @@ class RichRenderer:
                     self.tasks[event.stage]].total)
             else:
                 self.progress.console.print(f"{event.stage}: {event.message or event.kind}")
-        elif event.kind == "item_failed":
+        elif event.kind in ("item_failed", "note"):
             self.progress.console.print(f"[yellow]{event.stage}: {event.message}[/]")
 
     def close(self) -> None:

@@ -27,6 +27,9 @@ from brewkb.cli.progress import close, renderer
 @click.option("--no-eval", is_flag=True, help="Skip the held-out evaluation on the test split that ends the run.")
 @click.option("--plan", "show_plan", is_flag=True,
               help="Print the most this run can spend (episodes, LLM calls per role, cost) and call nothing.")
+@click.option("--seconds-per-call", type=click.FloatRange(min=0), default=None, metavar="S",
+              help="With --plan: how long one LLM call takes on your endpoint, for the time estimate "
+                   "(default: the run's own average, else 10).")
 @click.option("--max-episodes", type=click.IntRange(min=0), default=None, metavar="N",
               help="Stop before the run has run more than N agent episodes in all.")
 @click.option("--max-llm-calls", type=click.IntRange(min=0), default=None, metavar="N",
@@ -36,8 +39,8 @@ from brewkb.cli.progress import close, renderer
 @click.option("--json", "as_json", is_flag=True, help="Events and the result as JSON lines.")
 def refine_cmd(strategy: str | None, iterations: int | None, width: int | None, depth: int | None,
                relabel: bool | None, run: str | None, resume: str | None, base: str | None, no_cache: bool,
-               no_eval: bool, show_plan: bool, max_episodes: int | None, max_llm_calls: int | None,
-               max_cost: float | None, as_json: bool) -> None:
+               no_eval: bool, show_plan: bool, seconds_per_call: float | None, max_episodes: int | None,
+               max_llm_calls: int | None, max_cost: float | None, as_json: bool) -> None:
     """Learn and refine the KB: the BREW stages, then the search; ends with a PR branch.
 
     A run stopped by --max-episodes, --max-llm-calls or --max-cost exits 75
@@ -48,7 +51,8 @@ def refine_cmd(strategy: str | None, iterations: int | None, width: int | None, 
     if run and resume:
         raise click.UsageError("give --run for a new run or --resume for an existing one, not both")
     if show_plan:
-        _print_plan(run, resume, base, strategy, iterations, width, depth, relabel, no_eval, as_json)
+        _print_plan(run, resume, base, strategy, iterations, width, depth, relabel, no_eval, as_json,
+                    seconds_per_call)
         return
     limits = Limits(episodes=max_episodes, llm_calls=max_llm_calls, cost=max_cost)
     sink = renderer(as_json)
@@ -77,11 +81,12 @@ def refine_cmd(strategy: str | None, iterations: int | None, width: int | None, 
 
 def _print_plan(run: str | None, resume: str | None, base: str | None, strategy: str | None,
                 iterations: int | None, width: int | None, depth: int | None, relabel: bool | None, no_eval: bool,
-                as_json: bool) -> None:
-    from brewkb.api.plan import refine_plan
+                as_json: bool, seconds_per_call: float | None = None) -> None:
+    from brewkb.api.plan import SECONDS_PER_CALL, refine_plan
 
     p = refine_plan(run=run, resume=resume, strategy=strategy, iterations=iterations, width=width, depth=depth,
-                    relabel=relabel, no_eval=no_eval, base=base)
+                    relabel=relabel, no_eval=no_eval, base=base,
+                    seconds_per_call=SECONDS_PER_CALL if seconds_per_call is None else seconds_per_call)
     if as_json:
         echo_json(p.to_json())
         return
@@ -96,9 +101,17 @@ def _print_plan(run: str | None, resume: str | None, base: str | None, strategy:
     else:
         basis = ", ".join(f"{r} {t}" for r, t in p.cost_basis.items())
         echo(f"  cost ≈ ${p.cost:.4f} (outputs at max_tokens; prompt tokens per call assumed: {basis})")
+    if p.llm_calls:
+        echo(f"  time: at most {_duration(p.minutes)} for the LLM calls at {p.seconds_per_call:g} s per call "
+             f"({'the run so far' if p.measured else 'stated; --seconds-per-call S for your endpoint'}), "
+             f"{p.in_flight} in flight (llm.concurrency)")
     echo("Nothing was called. Cache hits and reused episodes make the real numbers smaller; "
          + ("the concepts are known, so the expected figure is the bound." if p.concepts_known else
             "once reflection has found the concepts, `brewkb refine --resume RUN --plan` bounds the rest closely."))
+
+
+def _duration(minutes: float) -> str:
+    return f"{minutes:.0f} min" if minutes < 120 else f"{minutes / 60:.1f} h"
 
 
 @click.command("tree")

@@ -48,6 +48,7 @@ def rollout_cmd(run: str | None, splits: tuple[str, ...], context: str, rev: str
         return
     for stage, info in summary.items():
         broken = f" ({info['failed_to_run']} failed to run)" if info.get("failed_to_run") else ""
+        broken += f" ({info['degenerate']} degenerate)" if info.get("degenerate") else ""
         echo(f"{stage}: {info['episodes']} episodes{broken}, success rate {info['success_rate']:.1%}")
     echo(f"Run {run_id}. Next: brewkb reflect {run_id}")
 

@@ -19,8 +19,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, NoReturn
 
@@ -28,8 +27,9 @@ from brewkb.config import LLMConfig, RoleConfig
 from brewkb.errors import LLMError
 from brewkb.llm.breaker import Breaker
 from brewkb.llm.cache import ResponseCache
+from brewkb.llm.embedding_calls import EmbeddingCalls, NoModel, connection_failed, root_cause
 from brewkb.llm.ledger import Ledger, LedgerEntry
-from brewkb.llm.replies import fault, json_of, mode_of, parse_completion, short
+from brewkb.llm.replies import Check, json_of, mode_of, parse_completion, settle, short, shown
 from brewkb.llm.structured import (
     is_format_rejection,
     next_mode,
@@ -38,9 +38,12 @@ from brewkb.llm.structured import (
 )
 from brewkb.llm.types import CallBudget, ChatRequest, ChatResult, canonical_json
 
-__all__ = ["LLMClient", "JSONReply", "FormatRejected", "OPENAI_API"]
+__all__ = ["LLMClient", "JSONReply", "FormatRejected", "NoModel", "OPENAI_API", "OPENAI_MODEL", "OPENAI_EMBEDDINGS_MODEL"]
 
 OPENAI_API = "https://api.openai.com/v1"
+OPENAI_MODEL = "gpt-4o-mini"
+"""The chat model on the OpenAI API when none is configured (never assumed for another server)."""
+OPENAI_EMBEDDINGS_MODEL = "text-embedding-3-small"
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +68,7 @@ class JSONReply:
         return self.error is None
 
 
-class LLMClient:
+class LLMClient(EmbeddingCalls):
     """Calls one or more OpenAI-compatible endpoints on behalf of brewkb's roles.
 
     Args:
@@ -92,13 +95,112 @@ class LLMClient:
         self._modes: dict[tuple[str, str], str] = {}
         self.budget: CallBudget | None = None
         self.breaker = Breaker()  # an endpoint that keeps refusing connections stops the command
+        self._served: dict[str, list[str]] = {}  # endpoint → the models its GET /models lists
+        self.offline_embeddings = ""
+        """Why the offline embedder stands in for the embeddings role ("" while it does not)."""
 
     # ------------------------------------------------------------- endpoints
     def role(self, name: str) -> RoleConfig:
         try:
-            return getattr(self.config.roles, name)  # type: ignore[no-any-return]
+            cfg: RoleConfig = getattr(self.config.roles, name)
         except AttributeError:
             raise LLMError(f"unknown LLM role {name!r}") from None
+        if name == "embeddings" and not cfg.base_url and self._environ.get("OPENAI_EMBEDDINGS_BASE_URL"):
+            cfg = replace(cfg, base_url=self._environ["OPENAI_EMBEDDINGS_BASE_URL"])
+        return cfg
+
+    # ---------------------------------------------------------------- models
+    def given_model(self, role: str) -> str:
+        """The model configured for ``role``: its own, else ``llm.model`` (not
+        for embeddings), else ``$OPENAI_MODEL`` (``$OPENAI_EMBEDDINGS_MODEL``),
+        else on the OpenAI API its small default; "" when only the server can
+        tell (a base URL is set and no model is named)."""
+        cfg = self.role(role)
+        if cfg.model:
+            return cfg.model
+        if role == "embeddings":
+            named = self._environ.get("OPENAI_EMBEDDINGS_MODEL", "")
+            default = OPENAI_EMBEDDINGS_MODEL
+        else:
+            named = self.config.model or self._environ.get("OPENAI_MODEL", "")
+            default = OPENAI_MODEL
+        return named or ("" if self._base_url(cfg) else default)
+
+    async def model_of(self, role: str) -> str:
+        """The model ``role`` calls: the configured one, else the one model its
+        server lists under ``GET /models``; ``NoModel`` when it lists another
+        number of them."""
+        given = self.given_model(role)
+        if given:
+            return given
+        endpoint = self.endpoint(role)
+        if endpoint not in self._served:
+            try:
+                self._served[endpoint] = await self.models(role)
+            except LLMError as exc:
+                self._served[endpoint] = self._listed_before(endpoint, exc)
+            self._remember(endpoint)
+        return self._one_served(role, self._served[endpoint])
+
+    def _model_blocking(self, role: str) -> str:
+        """``model_of`` for synchronous callers (a blocking ``GET /models``)."""
+        given = self.given_model(role)
+        if given:
+            return given
+        endpoint = self.endpoint(role)
+        if endpoint not in self._served:
+            import openai
+
+            try:
+                page = self._sync_client(self.role(role)).get("/models", cast_to=object)
+                data = page.get("data") if isinstance(page, dict) else None
+                self._served[endpoint] = [str(m.get("id")) for m in data or () if isinstance(m, dict)]
+            except openai.APIStatusError as exc:
+                self._served[endpoint] = self._listed_before(endpoint, LLMError(f"answered HTTP {exc.status_code}"))
+            except (openai.OpenAIError, ValueError) as exc:
+                self._served[endpoint] = self._listed_before(endpoint, LLMError(
+                    f"{role}: cannot list the models of {endpoint} ({short(str(exc))})"))
+            self._remember(endpoint)
+        return self._one_served(role, self._served[endpoint])
+
+    def _listed_before(self, endpoint: str, exc: LLMError) -> list[str]:
+        """After ``GET /models`` failed: none for a server that does not serve
+        the list; for one that cannot be reached, the list the cache kept
+        (so a warm cache replays with the server down), else ``exc``."""
+        if "answered HTTP" in str(exc):
+            return []
+        kept = self.cache.get(_models_key(endpoint)) if self.cache is not None else None
+        if kept is None:
+            raise exc
+        return list(json.loads(kept))
+
+    def _remember(self, endpoint: str) -> None:
+        if self.cache is not None and self._served[endpoint]:
+            self.cache.put(_models_key(endpoint), "models", json.dumps(self._served[endpoint]))
+
+    def _one_served(self, role: str, served: list[str]) -> str:
+        if len(served) == 1:
+            return served[0]
+        listed = f"serves {len(served)} models ({', '.join(served[:5])})" if served else "lists no model"
+        setting = ("llm.roles.embeddings.model (or OPENAI_EMBEDDINGS_MODEL)" if role == "embeddings"
+                   else "llm.model (or OPENAI_MODEL)")
+        raise NoModel(f"{role}: no model is configured and {self.endpoint(role)} {listed}; set {setting}")
+
+    async def check_models(self) -> None:
+        """Refuse now, before any call, a chat role whose model cannot be
+        named (``NoModel``); a server that cannot be reached is left to the
+        first call, which says so."""
+        for role in ("agent", "user", "reflector", "integrator", "relabeller", "judge"):
+            if not self.given_model(role):
+                try:
+                    await self.model_of(role)
+                except NoModel:
+                    raise
+                except LLMError:
+                    return
+
+    async def _with_model(self, request: ChatRequest) -> ChatRequest:
+        return request if request.model else replace(request, model=await self.model_of(request.role))
 
     def _base_url(self, role: RoleConfig) -> str | None:
         return role.base_url or self.config.base_url or self._environ.get("OPENAI_BASE_URL") or None
@@ -193,7 +295,7 @@ class LLMClient:
                 sample: int = 0) -> ChatRequest:
         """A request with the role's model, temperature and token limit."""
         cfg = self.role(role)
-        return ChatRequest(role=role, messages=list(messages), model=cfg.model or self.config.model,
+        return ChatRequest(role=role, messages=list(messages), model=self.given_model(role),
                            temperature=cfg.temperature, max_tokens=cfg.max_tokens, tools=list(tools),
                            schema=schema, schema_name=schema_name, seed=self.config.seed + sample,
                            sample=sample)
@@ -202,20 +304,25 @@ class LLMClient:
         """One completion, from the cache when an identical request got a good
         reply before. A reply that is empty, or does not parse or match the
         request's schema, is returned but neither cached nor counted as good:
-        the ledger records it as an error."""
-        result, _ = await self._reply(request)
+        the ledger records it as an error. Tool calls written in the reply's
+        text are recovered as calls (``ChatResult.from_text``)."""
+        result, _ = await self.reply(request)
         return result
 
-    async def _reply(self, request: ChatRequest) -> tuple[ChatResult, str | None]:
-        """The reply and what is wrong with it (``None``: a good reply)."""
+    async def reply(self, request: ChatRequest, check: Check | None = None) -> tuple[ChatResult, str | None]:
+        """The reply and what is wrong with it (``None``: a good reply);
+        ``check`` adds content rules to a structured reply's schema. Only good
+        replies are cached; a bad one is kept in the invalid-replies file
+        beside the ledger, with its role, item and why."""
+        request = await self._with_model(request)
         key = request.cache_key(self.endpoint(request.role)) if self.cache is not None else ""
         if self.cache is not None:
             hit = self.cache.get(key)
             if hit is not None:
-                result = ChatResult.from_json(json.loads(hit), cached=True)
-                if fault(result, request) is None:  # an earlier brewkb may have cached a bad one
+                result, problem = settle(ChatResult.from_json(json.loads(hit), cached=True), request, check)
+                if problem is None:  # an earlier brewkb, or a rule since added, may find a cached one bad
                     self.ledger.record(LedgerEntry(request.role, request.model, result.tokens_in,
-                                                   result.tokens_out, cached=True, mode=mode_of(request)))
+                                                   result.tokens_out, cached=True, mode=mode_of(request, result)))
                     return result, None
         self.breaker.check(self.endpoint(request.role))
         start = time.perf_counter()
@@ -223,19 +330,21 @@ class LLMClient:
             async with self._limit():
                 if self.budget is not None:
                     self.budget.take_call()
-                result = await self._call(request)
+                raw = await self._call(request)
         except LLMError as exc:
             self.ledger.record(LedgerEntry(request.role, request.model, latency=time.perf_counter() - start,
                                            error=str(exc), mode=mode_of(request)))
             raise
-        problem = fault(result, request)
+        result, problem = settle(raw, request, check)
         self.ledger.record(LedgerEntry(request.role, request.model, result.tokens_in, result.tokens_out,
-                                       latency=time.perf_counter() - start, mode=mode_of(request),
+                                       latency=time.perf_counter() - start, mode=mode_of(request, result),
                                        error=None if problem is None else f"invalid reply: {problem}"))
         if self.budget is not None:
             self.budget.add_cost(request.model, result.tokens_in, result.tokens_out)
         if problem is None and self.cache is not None:
-            self.cache.put(key, "chat", canonical_json(result.to_json()), request.role)
+            self.cache.put(key, "chat", canonical_json(raw.to_json()), request.role)
+        if problem is not None:
+            self.ledger.reject(request.role, request.model, problem, shown(raw), mode_of(request))
         return result, problem
 
     async def _call(self, request: ChatRequest) -> ChatResult:
@@ -260,8 +369,8 @@ class LLMClient:
             # about a third of the client's CPU time per call.
             response = await self._client(role).post("/chat/completions", cast_to=object, body=kwargs)
         except openai.APITimeoutError as exc:
-            if _connection_failed(openai, exc, time.monotonic() - start, self.config.timeout):
-                self._unreachable(request.role, where, _root_cause(exc))
+            if connection_failed(openai, exc, time.monotonic() - start, self.config.timeout):
+                self._unreachable(request.role, where, root_cause(exc))
             raise LLMError(f"{request.role}: {where} timed out after {self.config.timeout:g} s "
                            f"({self.config.max_retries} retries); raise llm.timeout or check the server") from None
         except openai.APIStatusError as exc:
@@ -274,7 +383,7 @@ class LLMClient:
             raise LLMError(f"{request.role}: {where} answered HTTP {exc.status_code}: "
                            f"{short(str(detail or exc.message))}") from None
         except openai.APIConnectionError as exc:
-            self._unreachable(request.role, where, _root_cause(exc))
+            self._unreachable(request.role, where, root_cause(exc))
         except openai.OpenAIError as exc:
             raise LLMError(f"{request.role}: {short(str(exc))}") from None
         except ValueError as exc:  # a body that is not JSON, cut or garbled
@@ -286,15 +395,17 @@ class LLMClient:
         self.breaker.failed(self.endpoint(role), role, short(detail, 80))
         raise _cannot_reach(role, where, detail)
 
-    async def complete_json(self, request: ChatRequest) -> JSONReply:
-        """A reply that parses as JSON and matches ``request.schema``. On a bad
-        reply one repair call shows the model its error; a second bad reply is
-        a failed item (``JSONReply.error``), not an exception. Endpoint errors
-        after retries are failed items too. An endpoint that rejects the
+    async def complete_json(self, request: ChatRequest, check: Check | None = None) -> JSONReply:
+        """A reply that parses as JSON, matches ``request.schema`` and passes
+        ``check`` (the role's content rules). On a bad reply one repair call
+        shows the model its error; a second bad reply is a failed item
+        (``JSONReply.error``), not an exception, and neither is cached. Endpoint
+        errors after retries are failed items too. An endpoint that rejects the
         structured-output mode is asked again in the next one."""
         schema = request.schema
         if schema is None:
             raise LLMError("complete_json needs a request with a schema")
+        request = await self._with_model(request)
         messages = list(request.messages)
         calls, repaired = 0, False
         while True:
@@ -302,7 +413,7 @@ class LLMClient:
             asked = replace(request, messages=with_schema_prompt(messages, mode, schema), structured=mode)
             calls += 1
             try:
-                result, problem = await self._reply(asked)
+                result, problem = await self.reply(asked, check)
             except FormatRejected as exc:
                 if self._downgrade(asked, str(exc)):
                     continue
@@ -313,8 +424,10 @@ class LLMClient:
             if problem is None:
                 return JSONReply(json.loads(json_of(result, mode)), None, calls, mode)
             if repaired:
-                return JSONReply(None, f"{request.role}: {self.endpoint(request.role)} returned invalid JSON, "
-                                       f"also after one repair ({problem})", calls, mode)
+                kept = self.ledger.rejects
+                where = f"; its replies are kept in {kept}" if kept is not None else ""
+                return JSONReply(None, f"{request.role}: {self.endpoint(request.role)} returned an invalid reply, "
+                                       f"also after one repair ({problem}){where}", calls, mode)
             repaired = True
             messages = messages + [
                 {"role": "assistant", "content": result.content},
@@ -341,28 +454,6 @@ class LLMClient:
         data = page.get("data") if isinstance(page, dict) else None
         return [str(m.get("id")) for m in data or () if isinstance(m, dict)]
 
-    # ------------------------------------------------------------ embeddings
-    async def embed(self, texts: Sequence[str], role: str = "embeddings") -> list[list[float]]:
-        """Embedding vectors, each text cached on its own."""
-        model, keys, vectors, missing = self._cached_vectors(texts, role)
-        if missing:
-            async with self._limit():
-                with self._embedding_call(role, model, keys, vectors, missing) as reply:
-                    reply.append(await self._client(self.role(role)).embeddings.create(
-                        model=model, input=[texts[i] for i in missing]))
-        return [v for v in vectors if v is not None]
-
-    def embed_blocking(self, texts: Sequence[str], role: str = "embeddings") -> list[list[float]]:
-        """``embed`` for synchronous callers (retrieval inside an episode):
-        a blocking request through the SDK's synchronous client, so it needs
-        no event loop and never nests one; same cache, ledger and budget."""
-        model, keys, vectors, missing = self._cached_vectors(texts, role)
-        if missing:
-            with self._embedding_call(role, model, keys, vectors, missing) as reply:
-                reply.append(self._sync_client(self.role(role)).embeddings.create(
-                    model=model, input=[texts[i] for i in missing]))
-        return [v for v in vectors if v is not None]
-
     def _sync_client(self, role: RoleConfig) -> Any:
         import openai
 
@@ -372,65 +463,6 @@ class LLMClient:
             self._sync_clients[key] = openai.OpenAI(base_url=base_url, api_key=self._api_key(base_url),
                                                     timeout=self.config.timeout, max_retries=self.config.max_retries)
         return self._sync_clients[key]
-
-    def _cached_vectors(self, texts: Sequence[str],
-                        role: str) -> tuple[str, list[str], list[list[float] | None], list[int]]:
-        """The role's model, each text's cache key, the cached vectors (``None``
-        where there is none) and the indices of the texts still to embed."""
-        cfg = self.role(role)
-        model = cfg.model or self.config.model
-        keys = [canonical_json({"endpoint": self.endpoint(role), "embedding_model": model, "input": t})
-                for t in texts]
-        vectors: list[list[float] | None] = [None] * len(texts)
-        if self.cache is not None:
-            for i, key in enumerate(keys):
-                hit = self.cache.get(key)
-                if hit is not None:
-                    vectors[i] = json.loads(hit)
-            if any(v is not None for v in vectors):
-                self.ledger.record(LedgerEntry(role, model, cached=True, kind="embedding"))
-        return model, keys, vectors, [i for i, v in enumerate(vectors) if v is None]
-
-    @contextmanager
-    def _embedding_call(self, role: str, model: str, keys: list[str], vectors: list[list[float] | None],
-                        missing: list[int]) -> Iterator[list[Any]]:
-        """Around one embeddings request for the ``missing`` texts: charge the
-        budget, turn SDK errors and short replies into ``LLMError``, record the
-        call in the ledger, and fill ``vectors`` (and the cache) from the reply
-        the caller appends to the yielded list."""
-        import openai
-
-        self.breaker.check(self.endpoint(role))
-        start = time.perf_counter()
-        reply: list[Any] = []
-        try:
-            if self.budget is not None:
-                self.budget.take_call()
-            try:
-                yield reply
-            except openai.OpenAIError as exc:
-                if _connection_failed(openai, exc, time.perf_counter() - start, self.config.timeout):
-                    self.breaker.failed(self.endpoint(role), role, short(_root_cause(exc), 80))
-                raise LLMError(f"{role}: embeddings failed at {self.endpoint(role)}: {short(str(exc))}") from None
-            self.breaker.answered(self.endpoint(role))
-            data = reply[0].data
-            if len(data) != len(missing) or any(not d.embedding for d in data):
-                raise LLMError(f"{role}: asked {self.endpoint(role)} for {len(missing)} embeddings, got "
-                               f"{sum(bool(d.embedding) for d in data)}")
-        except LLMError as exc:
-            self.ledger.record(LedgerEntry(role, model, latency=time.perf_counter() - start, error=str(exc),
-                                           kind="embedding"))
-            raise
-        response = reply[0]
-        tokens = response.usage.prompt_tokens if response.usage else 0
-        self.ledger.record(LedgerEntry(role, model, tokens_in=tokens, latency=time.perf_counter() - start,
-                                       kind="embedding"))
-        if self.budget is not None:
-            self.budget.add_cost(model, tokens, 0)
-        for i, item in zip(missing, sorted(response.data, key=lambda d: d.index), strict=True):
-            vectors[i] = list(item.embedding)
-            if self.cache is not None:
-                self.cache.put(keys[i], "embedding", json.dumps(vectors[i]), role)
 
 
 def _http_client(openai: Any) -> Any:
@@ -443,21 +475,9 @@ def _http_client(openai: Any) -> Any:
         return None
 
 
-def _connection_failed(openai: Any, exc: Exception, elapsed: float, timeout: float) -> bool:
-    """Whether an SDK error means the endpoint could not be reached. The
-    aiohttp transport reports a connection the server closed unanswered as a
-    timeout; one that came sooner than the timeout is not one."""
-    return isinstance(exc, openai.APIConnectionError) and \
-        (not isinstance(exc, openai.APITimeoutError) or elapsed < timeout)
+def _models_key(endpoint: str) -> str:
+    return canonical_json({"endpoint": endpoint, "models": True})
 
 
 def _cannot_reach(role: str, where: str, detail: str) -> LLMError:
     return LLMError(f"{role}: cannot reach {where} ({short(detail)}); check llm.base_url / OPENAI_BASE_URL")
-
-
-def _root_cause(exc: BaseException) -> str:
-    """What the transport said below the SDK's "Connection error." (or its
-    mislabelled "Request timed out.")."""
-    while exc.__cause__ is not None or exc.__context__ is not None:
-        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
-    return str(exc) or type(exc).__name__

@@ -17,15 +17,16 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from brewkb.errors import LLMError
-from brewkb.llm.client import OPENAI_API, FormatRejected, LLMClient
+from brewkb.errors import BrewError, LLMError
+from brewkb.llm.client import OPENAI_API, FormatRejected, LLMClient, NoModel
 from brewkb.llm.schema import validate
 from brewkb.llm.structured import MODES, extract_json, with_schema_prompt
+from brewkb.llm.turns import states_nothing
 
 __all__ = ["Check", "RoleReport", "diagnose", "CHECKS", "OK", "WARN", "FAIL", "SKIP"]
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "FAIL", "–"
-CHECKS = ("reachable", "model", "key", "json_schema", "tools", "long_prompt", "embeddings")
+CHECKS = ("reachable", "model", "key", "json_schema", "tools", "plays_user", "long_prompt", "embeddings")
 
 _SCHEMA = {"type": "object", "required": ["answer"], "additionalProperties": False,
            "properties": {"answer": {"type": "integer"}}}
@@ -71,28 +72,31 @@ class _Probes:
 
     def __init__(self, client: LLMClient, long_prompt: int) -> None:
         self.client, self.long_prompt = client, long_prompt
+        self.user: tuple[str, str] = ("", "")
         self._done: dict[tuple[str, str, str], Any] = {}
 
     async def once(self, role: str, probe: str, run: Callable[[], Awaitable[Any]]) -> Any:
-        cfg = self.client.role(role)
-        key = (self.client.endpoint(role), cfg.model or self.client.config.model, probe)
+        key = (self.client.endpoint(role), self.client.given_model(role), probe)
         if key not in self._done:
             self._done[key] = await run()
         return self._done[key]
 
 
 async def diagnose(client: LLMClient, roles: Sequence[str], *, key_present: bool,
-                   long_prompt: int = 6000) -> list[RoleReport]:
+                   long_prompt: int = 6000, user: tuple[str, str] | None = None) -> list[RoleReport]:
     """A report per role. ``client`` must have no cache (every probe is a real
-    call); ``key_present`` says whether the key variable is set."""
+    call); ``key_present`` says whether the key variable is set; ``user`` is
+    the environment's user prompt for one task and its agent's greeting, which
+    the user role is probed with (a short prompt of its own when ``None``)."""
     probes = _Probes(client, long_prompt)
+    probes.user = user or (_USER_PROMPT, "Hi! How can I help you today?")
     return [await _role(probes, role, key_present) for role in roles]
 
 
 async def _role(probes: _Probes, role: str, key_present: bool) -> RoleReport:
     client = probes.client
     cfg = client.role(role)
-    model = cfg.model or client.config.model
+    model = client.given_model(role)
     endpoint = client.endpoint(role)
     checks = {name: Check(SKIP, SKIP) for name in CHECKS}
     env = client.config.api_key_env
@@ -109,15 +113,29 @@ async def _role(probes: _Probes, role: str, key_present: bool) -> RoleReport:
         if listed.status == FAIL:
             return RoleReport(role, endpoint, model, checks, "")
         checks["model"] = Check(WARN, "unknown", "the server does not list its models")
+        listed = []
     else:
         checks["reachable"] = Check(OK, "yes")
-        checks["model"] = _listed(model, listed)
+        checks["model"] = _listed(model, listed) if model else Check(OK, "served")
+    if not model:
+        try:
+            model = await client.model_of(role)
+        except NoModel as exc:
+            if role != "embeddings":
+                checks["model"] = Check(FAIL, "not set", _why(exc, role))
+                return RoleReport(role, endpoint, "", checks, "")
+            checks["model"] = Check(OK, "not set")
+            checks["embeddings"] = Check(WARN, "offline", f"{_why(exc, role)}; the offline embedder (hashed "
+                                                          "character n-grams) stands in (docs/llm.md#embeddings)")
+            return RoleReport(role, endpoint, "", checks, "")
     mode = ""
     if role == "embeddings":
         checks["embeddings"] = await probes.once(role, "embed", lambda: _embeddings(client, role))
     elif role in ("agent", "user"):  # plain chat; the agent's replies also call tools
         if role == "agent":
             checks["tools"] = await probes.once(role, "tools", lambda: _tools(client, role))
+        else:
+            checks["plays_user"] = await probes.once(role, "user", lambda: _plays_user(client, role, *probes.user))
         checks["long_prompt"] = await probes.once(role, "long", lambda: _long(client, role, probes.long_prompt))
     else:
         checks["json_schema"], found = await probes.once(role, "structured", lambda: _structured(client, role))
@@ -139,7 +157,7 @@ async def _models(client: LLMClient, role: str) -> list[str] | Check:
         return Check(FAIL, "no", text)
 
 
-def _why(exc: LLMError, role: str) -> str:
+def _why(exc: BrewError, role: str) -> str:
     """An error without the role it was raised for: roles sharing an endpoint share the probe."""
     return str(exc).removeprefix(f"{role}: ")
 
@@ -190,6 +208,33 @@ async def _tools(client: LLMClient, role: str) -> Check:
                                        "(vLLM: --enable-auto-tool-choice --tool-call-parser …)")
     if not result.tool_calls:
         return Check(FAIL, "no call", f"the model answered without calling the tool: {result.content[:80]!r}")
+    if result.from_text:
+        return Check(WARN, "from text", "the model writes its tool calls in the reply's text, not as tool_calls; "
+                                        "brewkb reads them from there (ledger mode text_tools); a server that "
+                                        "parses them is more reliable where the model's template allows "
+                                        "(llama-server --jinja; vLLM --enable-auto-tool-choice --tool-call-parser "
+                                        "hermes)")
+    return Check(OK, "yes")
+
+
+_USER_PROMPT = ("You are a customer writing to a support agent, not the agent. Your request: you want to move "
+                "your appointment from Monday to Friday afternoon. Write your next message to the agent, in "
+                "your own words, one short message.")
+
+
+async def _plays_user(client: LLMClient, role: str, prompt: str, greeting: str) -> Check:
+    """Whether the model, prompted as a user simulator and greeted by an agent,
+    states a request instead of greeting back as an assistant would."""
+    messages = [{"role": "system", "content": prompt}, {"role": "user", "content": greeting}]
+    request = client.request(role, messages)
+    try:
+        result = await client.chat(replace(request, temperature=0.0, max_tokens=128))
+    except LLMError as exc:
+        return Check(FAIL, "error", _why(exc, role))
+    if not result.content.strip() or states_nothing(result.content):
+        return Check(FAIL, "no", f"asked to play a user with a request, the model answered as an assistant "
+                                 f"({result.content[:60]!r}): conversations with it go nowhere; give the user "
+                                 "role a larger model (llm.roles.user.model)")
     return Check(OK, "yes")
 
 
@@ -221,4 +266,8 @@ async def _embeddings(client: LLMClient, role: str) -> Check:
         vectors = await client.embed(["doctor probe"], role)
     except LLMError as exc:
         return Check(FAIL, "error", _why(exc, role))
+    if client.offline_embeddings:
+        return Check(WARN, "offline", f"{_why(LLMError(client.offline_embeddings), role)}; the offline embedder "
+                                      "(hashed character n-grams) stands in: concepts merge by spelling, not "
+                                      "meaning (docs/llm.md#embeddings)")
     return Check(OK, f"{len(vectors[0])} dims")

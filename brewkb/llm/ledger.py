@@ -11,13 +11,22 @@ import json
 import threading
 import time
 from collections.abc import Iterable, Mapping
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from brewkb.config import Price
 from brewkb.fsutil import append_line
 
-__all__ = ["Ledger", "LedgerEntry", "RoleTotals", "summarise", "read_ledger", "call_cost"]
+__all__ = ["Ledger", "LedgerEntry", "RoleTotals", "summarise", "read_ledger", "call_cost", "ITEM", "REJECTS_FILE"]
+
+ITEM: ContextVar[str] = ContextVar("brewkb_item", default="")
+"""The item the calls of the current task are made for (``stage:key``, or a
+task id in an episode); the stages and the executors set it, and each invalid
+reply kept is labelled with it."""
+
+REJECTS_FILE = "invalid-replies.jsonl"
+"""Beside a ledger: every reply that failed validation, for a person to read."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +80,20 @@ class Ledger:
             self.entries.append(entry)
             if self.path is not None:
                 append_line(self.path, json.dumps(asdict(entry), sort_keys=True))
+
+    @property
+    def rejects(self) -> Path | None:
+        """Where invalid replies are kept (beside the ledger file; none without one)."""
+        return None if self.path is None else self.path.with_name(REJECTS_FILE)
+
+    def reject(self, role: str, model: str, why: str, text: str, mode: str = "") -> None:
+        """Keep a reply that failed validation: role, item, why, and its text."""
+        if self.path is None:
+            return
+        record = {"time": round(time.time(), 3), "role": role, "item": ITEM.get(), "model": model, "mode": mode,
+                  "why": why, "text": text}
+        with self._lock:
+            append_line(self.path.with_name(REJECTS_FILE), json.dumps(record, ensure_ascii=False, sort_keys=True))
 
 
 def read_ledger(path: Path) -> list[LedgerEntry]:

@@ -14,7 +14,6 @@ The stages scrub secrets and personal data before a role sees a trajectory.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from functools import cache
@@ -25,6 +24,8 @@ import numpy as np
 
 from brewkb.errors import LLMError
 from brewkb.llm.client import LLMClient
+from brewkb.llm.content import judge_problem, recipe_problem, reflection_problem
+from brewkb.llm.replies import Check
 from brewkb.llm.roles import (
     Insight,
     RelabelledTask,
@@ -102,10 +103,11 @@ class LLMBackend:
     def __init__(self, client: LLMClient) -> None:
         self.client = client
 
-    async def _json(self, role: str, system: str, user: str, schema: str, sample: int = 0) -> Any:
+    async def _json(self, role: str, system: str, user: str, schema: str, sample: int = 0,
+                    check: Check | None = None) -> Any:
         request = self.client.request(role, [{"role": "system", "content": system}, {"role": "user", "content": user}],
                                       schema=SCHEMAS[schema], schema_name=schema, sample=sample)
-        reply = await self.client.complete_json(request)
+        reply = await self.client.complete_json(request, check)
         if not reply.ok:
             raise LLMError(reply.error or "failed")
         return reply.value
@@ -113,7 +115,7 @@ class LLMBackend:
     async def reflect(self, trajectory: Trajectory, max_concepts: int = 2) -> list[Insight]:
         value = await self._json("reflector", prompt("reflector"),
                                  untrusted("transcript", render_compact(trajectory) + _rubric_block(trajectory)),
-                                 "reflection")
+                                 "reflection", check=lambda v: reflection_problem(v, trajectory))
         polarity = polarity_of(trajectory.success)
         return [
             Insight(concept=item["concept"].strip(), insight=item["insight"].strip(), polarity=polarity,
@@ -135,7 +137,10 @@ class LLMBackend:
             steps = f" Steps: {'; '.join(i.steps)}" if i.steps else ""
             notes.append(f"- [{i.polarity}] {i.insight}{steps} (task: {i.task[:200]})")
         lines.append("New insights:\n" + untrusted("insights", "\n".join(notes)))
-        value = await self._json("integrator", prompt("integrator"), "\n".join(lines), "recipe", sample)
+        sources = [concept, *aliases, *(f"{i.insight} {' '.join(i.steps)} {i.task}" for i in insights),
+                   render_recipe(current) if current else ""]
+        value = await self._json("integrator", prompt("integrator"), "\n".join(lines), "recipe", sample,
+                                 check=lambda v: recipe_problem(v, sources))
         body = build_body([("When to use", value["when_to_use"]), ("How to perform", value["how_to_perform"]),
                            ("Pitfalls", value["pitfalls"]), ("Example", value["example"])])
         sources = list(dict.fromkeys([*(current.sources if current else ()), *(i.source for i in insights)]))
@@ -154,11 +159,10 @@ class LLMBackend:
             return RubricScores()
         listing = "\n".join(f"- {r.id}: {r.text}" for r in rubrics)
         user = f"Rubrics:\n{listing}\n\nEpisode:\n{untrusted('transcript', render_compact(trajectory))}"
-        value = await self._json("judge", prompt("judge"), user, "judge")
         wanted = {r.id for r in rubrics}
+        value = await self._json("judge", prompt("judge"), user, "judge",
+                                 check=lambda v: judge_problem(v, sorted(wanted)))
         got = {e["id"]: e for e in value["scores"] if e["id"] in wanted}
-        if not got:
-            raise LLMError(f"judge: the reply scored none of the rubrics {sorted(wanted)}: {json.dumps(value)[:200]}")
         return RubricScores({i: (float(got[i]["score"]) if i in got else None) for i in sorted(wanted)},
                             {i: got[i]["note"] for i in got})
 

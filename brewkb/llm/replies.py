@@ -4,16 +4,21 @@ schema, tool-call arguments that are not a JSON object, nothing at all)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from brewkb.errors import LLMError
 from brewkb.llm.schema import validate
 from brewkb.llm.structured import extract_json
+from brewkb.llm.textcalls import FROM_TEXT, read_calls
 from brewkb.llm.types import ChatRequest, ChatResult
 
-__all__ = ["parse_completion", "mode_of", "fault", "json_of", "short"]
+__all__ = ["parse_completion", "mode_of", "fault", "json_of", "short", "settle", "Check", "shown"]
+
+Check = Callable[[Any], "str | None"]
+"""A content check of a structured reply's value: what is wrong with it, or ``None``."""
 
 
 def parse_completion(response: Any, request: ChatRequest, where: str) -> ChatResult:
@@ -36,9 +41,38 @@ def parse_completion(response: Any, request: ChatRequest, where: str) -> ChatRes
                       model=response.get("model") or request.model, finish_reason=choice.get("finish_reason") or "")
 
 
-def mode_of(request: ChatRequest) -> str:
-    """The structured-output mode the request was sent in ("" for a plain one)."""
+def mode_of(request: ChatRequest, result: ChatResult | None = None) -> str:
+    """The structured-output mode the request was sent in ("" for a plain one;
+    ``text_tools`` for a reply whose tool calls were recovered from its text)."""
+    if result is not None and result.from_text:
+        return FROM_TEXT
     return request.structured if request.schema is not None else ""
+
+
+def settle(result: ChatResult, request: ChatRequest, check: Check | None = None) -> tuple[ChatResult, str | None]:
+    """The reply as brewkb uses it, and what is wrong with it (``None``: good).
+
+    A reply to a request that offers tools, with no ``tool_calls`` but calls
+    written in its text, gets them as calls (``from_text``); text shaped like
+    a call that is not one is a fault. A structured reply must match its
+    schema and then pass ``check``, the caller's content rules."""
+    if request.tools and not result.tool_calls and result.content.strip():
+        offered = [str((t.get("function") or {}).get("name")) for t in request.tools]
+        found = read_calls(result.content, offered)
+        if found.problem is not None:
+            return result, found.problem
+        if found.calls:
+            result = dataclasses.replace(result, tool_calls=found.calls, content=found.rest, from_text=True)
+    problem = fault(result, request)
+    if problem is None and check is not None and request.schema is not None:
+        problem = check(json.loads(json_of(result, request.structured)))
+    return result, problem
+
+
+def shown(result: ChatResult) -> str:
+    """A reply's text and tool calls, as a person reads them."""
+    calls = [f"{c['function']['name']}({c['function'].get('arguments') or ''})" for c in result.tool_calls]
+    return "\n".join([result.content, *calls]).strip()
 
 
 def fault(result: ChatResult, request: ChatRequest) -> str | None:

@@ -62,6 +62,9 @@ class ChatResult:
     model: str = ""
     finish_reason: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)
+    from_text: bool = False
+    """The tool calls were written in the reply's text and recovered from it
+    (``brewkb.llm.textcalls``); the cache keeps the reply as it came."""
 
     def message(self) -> dict[str, Any]:
         """The reply as an OpenAI chat message, ready to append to a conversation."""

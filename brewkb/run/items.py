@@ -17,6 +17,7 @@ from brewkb.config import Config
 from brewkb.errors import AllFailedError, LLMError, PartlyFailedError
 from brewkb.events import Event, EventSink
 from brewkb.fsutil import append_line, write_atomic
+from brewkb.llm.ledger import ITEM
 from brewkb.run.folder import FILES, Run
 
 __all__ = ["StageItems", "RETRY", "NOUNS"]
@@ -103,6 +104,7 @@ class StageItems:
 
         async def one(key: str) -> None:
             async with limit:
+                ITEM.set(f"{stage}:{key}")  # labels the invalid replies this item's calls get
                 try:
                     value = await work(key)
                 except LLMError as exc:

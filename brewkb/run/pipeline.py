@@ -83,6 +83,12 @@ class Pipeline(StageItems):
         return cls(kb, run, config, backend, client, Events(run.file("events.jsonl"), events))
 
     async def __aenter__(self) -> Pipeline:
+        if self.client is not None:
+            try:
+                await self.client.check_models()  # a model that cannot be named is refused before any work
+            except BrewError:
+                await self.aclose()
+                raise
         return self
 
     async def __aexit__(self, kind: object, exc: object, tb: object) -> None:
@@ -187,6 +193,8 @@ class Pipeline(StageItems):
         await self.executor.run(self.agent, self.env, [j for _, j in todo], on_result)
         self._episodes_failed(stage, errors, len(todo))
         result = [Trajectory.from_json(done[k]) for k in keys]
+        if (note := rollouts.degenerate_note(result)) is not None:
+            self.events(Event("note", stage, message=note))
         self._finish(stage, (t.to_line() for t in result), started, context=context, rev=rev,
                      **rollouts.summarise(result))
         return result

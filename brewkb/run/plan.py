@@ -102,10 +102,22 @@ class RunPlan:
     """Episodes by part of the run, each with the settings that drive it."""
     concepts_rule: str = ""
     """What bounds ``concepts`` before they are found, in words (empty: the reflections' count)."""
+    seconds_per_call: float = 0.0
+    """What one LLM call is taken to last for the time estimate (the run's
+    average so far, else what the caller states)."""
+    in_flight: int = 1
+    """LLM calls sent at once (``llm.concurrency``)."""
+    measured: bool = False
+    """``seconds_per_call`` is the run's own average, not a stated figure."""
 
     @property
     def llm_calls(self) -> int:
         return sum(self.calls.values())
+
+    @property
+    def minutes(self) -> float:
+        """The longest the LLM calls take at ``seconds_per_call``, ``in_flight`` at a time."""
+        return self.llm_calls * self.seconds_per_call / max(1, self.in_flight) / 60
 
     def to_json(self) -> dict[str, Any]:
         return {"episodes": self.episodes, "expected_episodes": self.expected_episodes,
@@ -113,7 +125,8 @@ class RunPlan:
                 "llm_calls": self.llm_calls, "calls": dict(self.calls),
                 "concepts": self.concepts, "concepts_known": self.concepts_known,
                 "concepts_rule": self.concepts_rule, "rounds": self.rounds,
-                "cost": self.cost, "cost_basis": dict(self.cost_basis)}
+                "cost": self.cost, "cost_basis": dict(self.cost_basis), "seconds_per_call": self.seconds_per_call,
+                "in_flight": self.in_flight, "minutes_at_most": round(self.minutes, 1)}
 
 
 def _relabelled(p: PlanInputs) -> int:

@@ -27,6 +27,7 @@ from brewkb.aio import gather_all
 from brewkb.envs.base import Environment, Task
 from brewkb.fsutil import append_line
 from brewkb.llm.embed import cosine_matrix
+from brewkb.llm.ledger import ITEM
 from brewkb.llm.roles import Backend, Insight, Rubric
 from brewkb.recipes import Recipe
 from brewkb.retrieval.context import RecipeContext
@@ -147,6 +148,7 @@ class Expander:
 
     async def _reflect(self, trajectory: Trajectory) -> tuple[list[Insight], list[str]]:
         """Insights of one expansion episode, judged by the rubrics first, as the stages do."""
+        ITEM.set(f"expand:{trajectory.task_id}")  # labels the invalid replies of its calls (a task of its own)
         judged = await grading.judged(self.backend, trajectory, self.rubrics, self.scrubber)
         return await reflect(self.backend, judged, self.max_concepts, self.scrubber)
 
@@ -167,6 +169,7 @@ class Expander:
             self._record(round_, concept, [i for i in mine if i not in known])
             title, aliases = self.titles[concept]
             made = {}
+            ITEM.set(f"expand:{concept}")
             for sample in samples:
                 for recipe in await integrate(self.backend, concept, title, aliases, every, doc, 1, self.retries,
                                               sample):

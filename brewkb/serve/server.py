@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
+from brewkb.api.loop import run_command
 from brewkb.api.serve import Serving
 from brewkb.errors import ServeError
 from brewkb.serve.proxy import Proxy
@@ -39,7 +40,7 @@ def serve(start: Path = Path("."), *, rev: str | None = None, run: str | None = 
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ServeError(f"the upstream must be an http:// or https:// URL such as https://api.openai.com/v1, "
                              f"got {upstream!r}; check --upstream or serve.upstream")
-        asyncio.run(_serve(serving, upstream, host, port, ready, notify))
+        run_command(_serve(serving, upstream, host, port, ready, notify))
     finally:
         serving.close()
     return serving.status()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
+from brewkb.llm.content import normal_name
 from brewkb.llm.roles import Backend, Insight
 from brewkb.trajectories.schema import Trajectory
 from brewkb.trajectories.scrub import Scrubber
@@ -19,10 +20,12 @@ MAX_CONCEPT = 120
 
 
 def clean_concept(name: str) -> str | None:
-    """A concept name with its whitespace normalised, or ``None`` when it is
-    empty or longer than ``MAX_CONCEPT`` characters (a reply gone wrong)."""
-    text = re.sub(r"\s+", " ", name).strip().strip(".:;")
-    return text.lower() if 0 < len(text) <= MAX_CONCEPT else None
+    """A concept name in one form whatever its case or separators
+    (``change_flight``, ``Change-Flight`` and ``change flight`` are
+    ``change flight``, so the merge rules read its verb), or ``None`` when it
+    is empty or longer than ``MAX_CONCEPT`` characters (a reply gone wrong)."""
+    text = normal_name(re.sub(r"\s+", " ", name).strip().strip(".:;"))
+    return text if 0 < len(text) <= MAX_CONCEPT else None
 
 
 _DEFAULT = Scrubber.build()

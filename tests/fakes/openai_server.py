@@ -24,7 +24,9 @@ A callable in the script gets the request body and returns one of these.
 When the script is empty, ``default`` answers (``{"content": "ok"}``).
 ``embed`` (texts → vectors) answers ``/v1/embeddings`` instead of hashed
 bytes; ``tests/fakes/roles.py`` plays every brewkb role.
-``GET /v1/models`` lists ``models`` (404 when it is ``None``).
+``GET /v1/models`` lists ``models`` (404 when it is ``None``). With
+``embeddings=False`` the server has no embeddings endpoint and answers it with
+HTTP 501, as llama.cpp's ``llama-server`` started without ``--embeddings``.
 """
 
 from __future__ import annotations
@@ -54,8 +56,9 @@ def _words(value: Any) -> int:
 class FakeOpenAI:
     def __init__(self, latency: float = 0.0, default: Reply | None = None,
                  embed: Callable[[list[str]], list[list[float]]] | None = None,
-                 models: Sequence[str] | None = ("fake",)) -> None:
+                 models: Sequence[str] | None = ("fake",), embeddings: bool = True) -> None:
         self.latency = latency
+        self.embeddings = embeddings
         self.models = None if models is None else list(models)
         self.default: Reply = default or {"content": "ok"}
         self.embed = embed
@@ -122,6 +125,11 @@ class FakeOpenAI:
                 if fake.latency:
                     time.sleep(fake.latency)
                 if path.endswith("/embeddings"):
+                    if not fake.embeddings:
+                        self._send(501, {"error": {"code": 501, "type": "not_supported_error", "message":
+                                                   "This server does not support embeddings. Start it with "
+                                                   "`--embeddings`"}})
+                        return
                     self._send(200, _embeddings(body, fake.embed))
                     return
                 if not path.endswith("/chat/completions"):

@@ -31,7 +31,8 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["role_player", "RolePlayer", "embed", "agent_reply", "InvalidFirst", "Outage", "Policy"]
+__all__ = ["role_player", "RolePlayer", "embed", "agent_reply", "InvalidFirst", "Outage", "Policy", "SmallModel",
+           "written", "GREETING"]
 
 Body = dict[str, Any]
 Policy = Callable[[Body], "dict[str, Any] | None"]
@@ -85,8 +86,11 @@ def _reflection(body: Body) -> dict[str, Any]:
 def _recipe(body: Body) -> dict[str, Any]:
     prompt = _first_user(body)
     concept = (re.search(r"^Concept: (.+)$", prompt, re.M) or [None, "the task"])[1]
-    steps = list(dict.fromkeys(re.findall(r"`([A-Za-z_][\w-]*)`", prompt)))[:5] or ["reply"]
-    how = "\n".join(f"{n}. Call `{s}` with the values the customer gave." for n, s in enumerate(steps, 1))
+    given = [name for line in prompt.splitlines() if " Steps: " in line
+             for name in re.findall(r"([A-Za-z_][\w-]*)(?:\(|;|\s\(|$)", line.split(" Steps: ", 1)[1].split(" (task:")[0])]
+    steps = list(dict.fromkeys(re.findall(r"`([A-Za-z_][\w-]*)`", prompt) + given))[:5]
+    how = "\n".join(f"{n}. Call `{s}` with the values the customer gave." for n, s in enumerate(steps, 1)) or \
+        "1. Answer the customer with what the tools returned."
     pitfalls = [line[2:].split(" Steps:")[0] for line in prompt.splitlines() if line.startswith("- [diagnostic]")]
     return {"description": f"How to {concept} with the tools at hand.",
             "when_to_use": f"When the user asks to {concept}.",
@@ -257,3 +261,54 @@ class Outage:
         if down:
             return {"status": self.status, "message": "the model is overloaded"}
         return self.player(body)
+
+
+# ------------------------------------------------------- a small local model
+GREETING = "Hello! How can I assist you today?"
+
+
+class SmallModel:
+    """``player`` answering the way a small local model does, one habit at a time:
+
+    calls_as          "fenced": the agent's tool calls written in the content as a fenced JSON object;
+                      "tags": inside Hermes/Qwen ``<tool_call>`` tags; "broken": call-shaped text that
+                      is not JSON (no ``tool_calls`` in any of them)
+    user_greets       the user simulator (a request with neither tools nor a schema) greets like an
+                      assistant instead of stating its request
+    judge_scores_none the judge answers ``{"scores": []}``: it fits the schema, scores no rubric
+    reflector         "invents": an insight claiming a call of a tool the episode does not have, with
+                      placeholder steps; "example": the reflector prompt's own example as the concept
+    """
+
+    def __init__(self, player: Callable[[Body], dict[str, Any]] = role_player, *, calls_as: str | None = None,
+                 user_greets: bool = False, judge_scores_none: bool = False, reflector: str | None = None) -> None:
+        self.player, self.calls_as, self.user_greets = player, calls_as, user_greets
+        self.judge_scores_none, self.reflector = judge_scores_none, reflector
+
+    def __call__(self, body: Body) -> dict[str, Any]:
+        name = _schema_name(body)
+        if name == "judge" and self.judge_scores_none:
+            return {"content": json.dumps({"scores": []})}
+        if name == "reflection" and self.reflector == "invents":
+            return {"content": json.dumps({"insights": [{
+                "concept": "cancel order", "insight": "The agent correctly calls the `cancel_order_now` tool.",
+                "steps": ["tool_name(order_id, reason)"]}]})}
+        if name == "reflection" and self.reflector == "example":
+            return {"content": json.dumps({"insights": [{
+                "concept": "Exchange delivered items", "insight": "Follow the usual procedure.", "steps": []}]})}
+        if name is None and not body.get("tools") and self.user_greets:
+            return {"content": GREETING}
+        reply = self.player(body)
+        if self.calls_as and reply.get("tool_calls"):
+            return {"content": written(reply["tool_calls"], self.calls_as)}
+        return reply
+
+
+def written(calls: Sequence[dict[str, Any]], style: str) -> str:
+    """Tool calls as a small model writes them in its text."""
+    objects = [json.dumps({"name": c["name"], "arguments": c["arguments"]}) for c in calls]
+    if style == "tags":
+        return "\n".join(f"<tool_call>\n{o}\n</tool_call>" for o in objects)
+    if style == "broken":
+        return '```json\n{"name": "' + calls[0]["name"] + '", "arguments": {order_id: W1}\n```'
+    return "I will look that up.\n```json\n" + "\n".join(objects) + "\n```"

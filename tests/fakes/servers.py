@@ -12,6 +12,9 @@ and repeats a code word it can see. The differences are the ones that matter:
                     tokens of a prompt and reports that many, silently
   llamacpp_python() rejects ``json_schema`` with HTTP 422 (pydantic's error),
                     takes ``json_object`` with a ``schema``
+  llama_server()    llama.cpp's own server: one model, ``json_schema``, tool calls
+                    parsed with ``--jinja`` (without it, written in the text),
+                    and no embeddings endpoint (HTTP 501) unless ``embeddings``
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import Any
 
 from tests.fakes.openai_server import FakeOpenAI
 
-__all__ = ["vllm", "ollama", "llamacpp_python", "responder", "value_for"]
+__all__ = ["vllm", "ollama", "llamacpp_python", "llama_server", "responder", "value_for"]
 
 CONCEPT = "check the order before changing it"
 
@@ -49,7 +52,7 @@ def value_for(schema: dict[str, Any], text: str = "", key: str = "") -> Any:
     words = {"concept": CONCEPT, "insight": "Look the order up and confirm its status before changing it.",
              "task": "Cancel the pending order of the customer after checking it.",
              "description": "Use when a customer asks to change or cancel an order.",
-             "how_to_perform": "1. `find_order(order_id)`\n2. Confirm the status.\n3. Make the change."}
+             "how_to_perform": "1. Look the order up.\n2. Confirm the status.\n3. Make the change."}
     return words.get(key, f"{key or 'text'} written by the fake server")
 
 
@@ -113,3 +116,11 @@ def ollama(model: str = "llama3.1", context: int = 2048) -> FakeOpenAI:
 
 def llamacpp_python(model: str = "/models/qwen2.5-7b-instruct-q4_k_m.gguf") -> FakeOpenAI:
     return FakeOpenAI(default=responder(reject_json_schema=True), models=[model])
+
+
+def llama_server(model: str = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", *, jinja: bool = True,
+                 embeddings: bool = False) -> FakeOpenAI:
+    from tests.fakes.roles import SmallModel
+
+    answer = responder() if jinja else SmallModel(responder(), calls_as="tags")
+    return FakeOpenAI(default=answer, models=[model], embeddings=embeddings)
