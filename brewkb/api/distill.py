@@ -17,7 +17,8 @@ from brewkb.events import EventSink, null_sink
 from brewkb.fsutil import write_atomic
 from brewkb.kb import KB
 from brewkb.recipes import parse_recipe
-from brewkb.retrieval.logeval import Case, LogEvaluation, cases_of, compare_arms
+from brewkb.retrieval.compare import LogEvaluation, too_few
+from brewkb.retrieval.logeval import Case, cases_of, compare_arms
 from brewkb.retrieval.ranking import Retriever, retriever_of
 from brewkb.run.folder import FILES, Run
 from brewkb.run.pipeline import Pipeline
@@ -114,13 +115,12 @@ def pr_message(run: str, source: str, spec: SearchSpec, result: SearchResult, ch
 
 
 def comparison_section(comparison: LogEvaluation | None) -> str:
-    """The new KB beside the base KB and the baselines on the test split, and
-    a plain sentence on whether it beats them."""
+    """The new KB beside the base KB and the baselines on the test split:
+    the verdict, then the tables (``logs_table``)."""
     if comparison is None:
         return ("## Compared with the baselines\n\nNot measured: the logs have fewer than "
                 f"{HOLD_OUT_EVERY} tasks, so none was held out for a test.\n\n")
-    return ("## Compared with the baselines (test split)\n\n" + comparison.verdict(NEW) + "\n\n"
-            + "\n".join(logs_table(comparison.to_json())) + "\n\n")
+    return "## Compared with the baselines (test split)\n\n" + "\n".join(logs_table(comparison.to_json())) + "\n\n"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,11 +163,14 @@ async def adistill(run: str, *, strategy: str | None = None, iterations: int | N
         with folder.lock("distill"):
             result = await _distill(kb, folder, strategy, iterations, width, depth, no_cache, events)
     if require_better and (result.comparison is None or result.shortfalls):
-        raise NotBetterError(
-            f"the distilled KB of run {run} " + (f"does not beat {'; '.join(result.shortfalls)} on the test split"
-                                                 if result.comparison else
-                                                 f"was not compared: its logs have fewer than {HOLD_OUT_EVERY} tasks")
-            + f"; brew/{run}/pr is written, review it with `brewkb pr {run} --body-only`")
+        if result.comparison is None:
+            why = f"was not compared: its logs have fewer than {HOLD_OUT_EVERY} tasks"
+        elif result.shortfalls == [too_few(result.comparison["cases"])]:
+            why = f"cannot be shown at least as good as the baselines: {result.shortfalls[0]} on the test split"
+        else:
+            why = f"is behind {'; '.join(result.shortfalls)} on the test split"
+        raise NotBetterError(f"the distilled KB of run {run} {why}; brew/{run}/pr is written, review it with "
+                             f"`brewkb pr {run} --body-only`")
     return result
 
 
@@ -262,15 +265,18 @@ async def _distill(kb: KB, folder: Run, strategy: str | None, iterations: int | 
 def _compare(kb: KB, store: SearchStore, logged: list[Trajectory], split: tuple[set[str], set[str]],
              retriever: Retriever, scrub: Scrubber) -> LogEvaluation:
     """The final KB, the base KB and every baseline on the test split; the
-    baselines remember every conversation that is not a test one."""
+    baselines remember what the KB learned from (``all-trajectories`` every
+    conversation that is not a test one)."""
     held, test = split
     final = store.final_commit()
     kbs = {BASE: [parse_recipe(t.decode()) for t in store.git.read_folder(store.base, store.recipes_dir).values()],
            NEW: [parse_recipe(t.decode()) for t in store.git.read_folder(final or store.base, store.recipes_dir).values()]}
     tested = [t for t in logged if t.task_id in test]
-    cases = cases_of(tested, scrub.trajectory)
-    arms = compare_arms(kbs, [t for t in logged if t.task_id not in test], cases, retriever, scrub.trajectory)
-    return LogEvaluation(store.run, store.run, len(tested), len(cases), arms)
+    learned = [t for t in logged if t.task_id not in held | test]
+    cases = cases_of(tested, scrub.trajectory, learned)
+    arms = compare_arms(kbs, learned, cases, retriever, scrub.trajectory,
+                        everything=[t for t in logged if t.task_id not in test])
+    return LogEvaluation(store.run, store.run, len(tested), cases, arms)
 
 
 def _mapping(folder: Run) -> dict[str, str]:

@@ -7,9 +7,12 @@ so different samples differ in quality, as LLM samples do.
 
 - **When to use** quotes a few requests as users made them (scrubbed): those
   that asked for the concept's action, from passing runs first; the
-  description is the concept's title and two of them; the section
-  "Requests it was learned from" quotes the others (at most ``MAX_LEARNED`` in
-  all), so the recipe is found by the words its users used.
+  description is the concept's title and two of them. The section
+  "Requests it was learned from" holds the recipe's *anchors* (at most
+  ``MAX_LEARNED``): each conversation's request in its user's words (kind
+  ``request`` insights), those of passing runs first, each followed by that
+  run's calls (its exemplar), so the recipe is found by the requests it
+  served. Without such insights it quotes the other requests.
 - **How to perform** merges the procedures of the picked passing runs: every
   step of every run, each placed after the step that preceded it where it was
   first seen, so steps keep their order of use; two calls of tools led by
@@ -40,10 +43,22 @@ from collections.abc import Sequence
 from itertools import combinations
 
 from brewkb.llm.requests import asks_for, first_line, names_object
-from brewkb.llm.roles import Insight
-from brewkb.recipes import LEARNED_FROM, Recipe, build_body, slugify
+from brewkb.llm.roles import REQUEST, Insight
+from brewkb.recipes import (
+    LEARNED_FROM,
+    Anchor,
+    Recipe,
+    anchor_line,
+    build_body,
+    slugify,
+)
 from brewkb.trajectories.schema import content_id
-from brewkb.trajectories.tools import ALSO_ASKED, concept_of_tool, is_handoff, name_words
+from brewkb.trajectories.tools import (
+    ALSO_ASKED,
+    concept_of_tool,
+    is_handoff,
+    name_words,
+)
 
 __all__ = ["integrate", "merge_steps", "step_lines", "common", "SAMPLE", "MAX_REQUESTS"]
 
@@ -151,6 +166,21 @@ def _requests(insights: Sequence[Insight], concept: str) -> list[str]:
     return sorted(naming, key=lambda t: (t not in worked, not names_object(t, concept)))
 
 
+def _anchors(insights: Sequence[Insight], concept: str) -> list[Anchor]:
+    """The distinct requests of the concept's conversations (``REQUEST``
+    insights), each with the calls of a passing run that made it and did the
+    concept's action (its exemplar; a run that rightly did nothing shows no
+    way to do it): those with calls first, at most ``MAX_LEARNED``."""
+    steps: dict[str, tuple[str, ...]] = {}
+    for i in insights:
+        if i.kind == REQUEST and i.task.strip():
+            text = " ".join(i.task.split())
+            if not steps.get(text):
+                steps[text] = tuple(i.steps) if any(_own(s, concept) for s in i.steps) else ()
+    ordered = sorted(steps, key=lambda text: not steps[text])
+    return [Anchor(text, steps[text]) for text in ordered[:MAX_LEARNED]]
+
+
 def _how(concept: str, picked: Sequence[Insight], insights: Sequence[Insight], current: Recipe | None) -> str:
     sequences, own = _procedures(picked, concept)
     every, mine = _procedures(insights, concept)  # which steps most runs take: every run tells, not the sample
@@ -210,6 +240,8 @@ def _conditions(picked: Sequence[Insight]) -> list[str]:
 
 async def integrate(concept: str, aliases: Sequence[str], insights: Sequence[Insight], current: Recipe | None,
                     sample: int, seed: int = 0) -> Recipe:
+    anchors = _anchors(insights, concept)
+    insights = [i for i in insights if i.kind != REQUEST]
     rng = random.Random(content_id([seed, concept, sample, [i.to_json() for i in insights]]))
     picked = [i for i in insights if rng.random() < SAMPLE]
     # never a sample without a procedure: the concept's own when it has one
@@ -234,7 +266,8 @@ async def integrate(concept: str, aliases: Sequence[str], insights: Sequence[Ins
         when += " For example (personal data replaced):\n\n" + "\n".join(f'- "{r}"' for r in shown)
     body = build_body([("When to use", when), ("How to perform", _how(concept, picked, insights, current)),
                        ("Conditions", "\n".join(_conditions(picked))), ("Pitfalls", "\n".join(pitfalls)),
-                       (LEARNED_FROM, "\n".join(f'- "{r}"' for r in learned))])
+                       (LEARNED_FROM, "\n".join(anchor_line(a) for a in anchors)
+                        if anchors else "\n".join(f'- "{r}"' for r in learned))])
     sources = list(dict.fromkeys([*(current.sources if current else ()), *(i.source for i in picked)]))
     name = current.name if current else slugify(concept)
     base = current or Recipe(name=name, description="")

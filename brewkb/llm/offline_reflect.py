@@ -37,9 +37,14 @@ insights ``observed`` rather than prescriptive).
 - A failing run's write that succeeded gives the run's procedure for it, as
   for a passing run, of kind ``tried``: the integrator writes it only for a
   concept no passing run did, and says so.
-Each insight quotes the request as the user put it: the user turn that asks
-for its concept's action (synonyms folded; one that also names the object
-first), else the first turn.
+- Every concept of a run gets the run's request (kind ``request``): the user
+  turns that ask for something (``brewkb.llm.requests.request_turns``), and,
+  when the run passed, its calls in order (talk and failed calls left out):
+  the recipe's anchors and their exemplars.
+Each insight quotes the request as the user put it: the turn that asks for its
+concept's action (synonyms folded; one that also names the object first),
+else the first turn that asks for something; a turn that only assents,
+thanks, or consents to what the agent proposed is never quoted.
 """
 
 from __future__ import annotations
@@ -47,8 +52,17 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator, Sequence
 
-from brewkb.llm.requests import action_verb, first_line, lookup_concept, request_clause, request_concept, request_for
-from brewkb.llm.roles import DIAGNOSTIC, Insight, polarity_of
+from brewkb.llm.requests import (
+    action_verb,
+    first_line,
+    lookup_concept,
+    request_clause,
+    request_concept,
+    request_for,
+    request_text,
+    request_turns,
+)
+from brewkb.llm.roles import DIAGNOSTIC, REQUEST, Insight, polarity_of
 from brewkb.trajectories.schema import ToolCall, Trajectory, tool_calls
 from brewkb.trajectories.tools import (
     concept_of_tool,
@@ -63,6 +77,7 @@ from brewkb.trajectories.tools import (
 __all__ = ["reflect", "concepts_of", "MAX_STEPS"]
 
 MAX_STEPS = 10
+MAX_EXEMPLAR = 20
 MIN_VALUE = 3
 A_RUN = {True: "A passing run", None: "A run whose outcome is unknown"}
 Add = Callable[..., None]
@@ -148,8 +163,8 @@ def _told_after(calls: Sequence[ToolCall], index: int) -> list[ToolCall]:
     return []
 
 
-def _steps(calls: Sequence[ToolCall]) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(step_text(c) for c in calls))[-MAX_STEPS:]
+def _steps(calls: Sequence[ToolCall], limit: int = MAX_STEPS) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(step_text(c) for c in calls))[-limit:]
 
 
 def _check(calls: Sequence[ToolCall], index: int) -> ToolCall | None:
@@ -162,7 +177,8 @@ def _check(calls: Sequence[ToolCall], index: int) -> ToolCall | None:
 async def reflect(trajectory: Trajectory) -> list[Insight]:
     calls = tool_calls(trajectory.messages)
     concepts = concepts_of(trajectory)
-    turns = user_turns(trajectory) or [trajectory.task]
+    # the turns that ask: assent, thanks and consent to what the agent proposed quote no request
+    turns = request_turns(trajectory.messages) or ([] if user_turns(trajectory) else [trajectory.task])
     insights: list[Insight] = []
 
     def add(concept: str, text: str, polarity: str, kind: str, steps: tuple[str, ...] = ()) -> None:
@@ -186,7 +202,20 @@ async def reflect(trajectory: Trajectory) -> list[Insight]:
     _together(trajectory, calls, concepts, add)
     _handoff_after_writes(trajectory, calls, concepts, add)
     _errors(trajectory, calls, concepts, add)
+    insights += _requests(trajectory, calls, [c for c, _ in concepts])
     return insights
+
+
+def _requests(trajectory: Trajectory, calls: Sequence[ToolCall], concepts: Sequence[str]) -> list[Insight]:
+    """The conversation's request as an anchor of each of its concepts, with
+    its calls (the exemplar) when it passed."""
+    request = request_text(trajectory.messages)
+    if not request:
+        return []
+    steps = _steps([c for c in calls if not c.error and not is_talk(c.name)], MAX_EXEMPLAR) \
+        if trajectory.success is True else ()
+    return [Insight(concept, "The request, in the user's words", polarity_of(trajectory.success), trajectory.id,
+                    trajectory.task_id, request, steps, REQUEST) for concept in concepts]
 
 
 def _request_insight(trajectory: Trajectory, calls: Sequence[ToolCall], concept: str, add: Add) -> None:

@@ -150,12 +150,26 @@ class Postings:
         entries.sort(key=lambda p: (-p[0], p[1]))
         return Plan(entries, postings)
 
-    def top(self, plan: Plan, k: int,
-            members: np.ndarray | None = None) -> list[tuple[float, int]]:
-        """The ``k`` best ``(score, document)`` among ``members`` (all when None), best first."""
-        if not plan.keys or k <= 0:
+    def df(self, key: str) -> int:
+        """How many documents hold ``key``."""
+        found = self._ids.get(key)
+        return 0 if found is None else self._bounds[found + 1] - self._bounds[found]
+
+    def sums(self, plan: Plan) -> np.ndarray:
+        """Every document's score for the plan (dense, no pruning)."""
+        acc = np.zeros(self.n, np.float32)
+        for _, key, weight in plan.keys:
+            self._add(acc, key, weight)
+        return acc
+
+    def top(self, plan: Plan, k: int, members: np.ndarray | None = None,
+            extra: np.ndarray | None = None) -> list[tuple[float, int]]:
+        """The ``k`` best ``(score, document)`` among ``members`` (all when
+        None), best first; ``extra`` (one non-negative score per document) is
+        added to the plan's."""
+        if (not plan.keys and extra is None) or k <= 0:
             return []
-        acc, cand = self._scan(plan, 0.0, k, members)
+        acc, cand = self._scan(plan, 0.0, k, members, extra)
         scores = acc[cand]  # every candidate matched a key: impacts and weights are positive
         if len(cand) > k:
             keep = scores >= _kth_largest(scores.copy(), k)
@@ -163,12 +177,14 @@ class Postings:
         order = np.lexsort((cand, -scores))[:k]
         return [(float(scores[i]), int(cand[i])) for i in order]
 
-    def rank(self, plan: Plan, doc: int, members: np.ndarray | None = None) -> int:
-        """1-based place of ``doc`` in the ranking of ``members``; 0 when it matches no key."""
-        target = self._score_of(plan, doc)
+    def rank(self, plan: Plan, doc: int, members: np.ndarray | None = None,
+             extra: np.ndarray | None = None) -> int:
+        """1-based place of ``doc`` in the ranking of ``members`` (``extra`` as
+        in ``top``); 0 when it matches no key."""
+        target = self._score_of(plan, doc) + (float(extra[doc]) if extra is not None else 0.0)
         if target <= 0:
             return 0
-        acc, cand = self._scan(plan, target * (1 - 1e-5), 0, members)
+        acc, cand = self._scan(plan, target * (1 - 1e-5), 0, members, extra)
         mine = acc[doc]
         scores = acc[cand]
         return 1 + int(np.count_nonzero((scores > mine) | ((scores == mine) & (cand < doc))))
@@ -210,11 +226,13 @@ class Postings:
         else:
             self._add(acc, key, weight)
 
-    def _scan(self, plan: Plan, floor: float, k: int,
-              members: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    def _scan(self, plan: Plan, floor: float, k: int, members: np.ndarray | None,
+              extra: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Scores, and the member documents whose score can reach the final
-        threshold: ``floor``, raised to the k-th best score when ``k`` > 0."""
-        acc = np.zeros(self.n, np.float32)
+        threshold: ``floor``, raised to the k-th best score when ``k`` > 0.
+        ``extra`` is added first: it is in every partial score, so the bounds
+        of the keys still to come hold as they are."""
+        acc = np.zeros(self.n, np.float32) if extra is None else extra.astype(np.float32, copy=True)
         keys = plan.keys
         m = len(keys)
         prune = plan.postings > PLAIN_POSTINGS

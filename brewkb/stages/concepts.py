@@ -41,7 +41,7 @@ import numpy as np
 from brewkb.git.refs import RESERVED_CONCEPTS
 from brewkb.llm.embed import cosine_matrix
 from brewkb.llm.requests import verb_of
-from brewkb.llm.roles import Insight
+from brewkb.llm.roles import REQUEST, Insight
 from brewkb.recipes import slugify
 
 __all__ = ["Concept", "agglomerate", "build_concepts", "concept_slugs"]
@@ -180,6 +180,8 @@ def build_concepts(train: Sequence[Insight], evaluation: Sequence[Insight], name
     ``names``/``vectors`` cover every concept name of both insight lists;
     an eval name joins the train cluster it is most similar to if that
     similarity reaches the threshold."""
+    train = [i for i in train if i.kind != REQUEST]  # a request quoted as an anchor is no lesson
+    evaluation = [i for i in evaluation if i.kind != REQUEST]
     counts = Counter(i.concept for i in train)
     train_names = sorted(counts)
     index = {n: k for k, n in enumerate(names)}
