@@ -103,7 +103,9 @@ WEIGHTS = [1 / (i + 1) for i in range(len(VOCAB))]  # Zipf-like
 def generate(n: int, seed: int = 0, named: bool = False, anchors: int = 0) -> list[Recipe]:
     """``n`` recipes of Zipf-drawn words, named ``r<i>`` (``named``: after
     their concept's words, ``<concept>-<i>``, as real recipes are), each
-    quoting ``anchors`` requests of 12 words as its anchors."""
+    quoting ``anchors`` requests as its anchors (12 words: 8 of its own
+    description and body, as a request it served shares words with it, and 4
+    drawn from the vocabulary)."""
     rng = random.Random(seed)
 
     def words(k: int) -> str:
@@ -112,11 +114,15 @@ def generate(n: int, seed: int = 0, named: bool = False, anchors: int = 0) -> li
     recipes = []
     for i in range(n):
         concept = words(3)
-        body = build_body([("When to use", words(20)), ("How to perform", words(80)), ("Pitfalls", words(30)),
-                           (LEARNED_FROM, "\n".join(f'- "{words(12)}"' for _ in range(anchors)))])
+        when, how, pitfalls = words(20), words(80), words(30)
+        description = f"{concept} {words(15)}"
+        tags = tuple(rng.sample(VOCAB[:50], 2))
+        own = description.split() + how.split()  # drawn last: without anchors the corpus is as it was
+        requests = [" ".join(rng.sample(own, 8) + words(4).split()) for _ in range(anchors)]
+        body = build_body([("When to use", when), ("How to perform", how), ("Pitfalls", pitfalls),
+                           (LEARNED_FROM, "\n".join(f'- "{r}"' for r in requests))])
         name = slugify(f"{concept} {i}") if named else f"r{i}"
-        recipes.append(Recipe(name=name, description=f"{concept} {words(15)}", concept=concept,
-                              tags=tuple(rng.sample(VOCAB[:50], 2)), body=body))
+        recipes.append(Recipe(name=name, description=description, concept=concept, tags=tags, body=body))
     return recipes
 
 

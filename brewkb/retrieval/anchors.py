@@ -2,6 +2,11 @@
 is a BM25 document of its own, and a recipe's anchor score for a query is the
 score of its best-matching anchor, so a recipe is found by the one request it
 served that is nearest to the query rather than by all of them run together.
+The index re-ranks with it: the ``RERANK`` recipes its text scores best get
+their best anchor's score added (``best``), read from the anchors' own terms
+(a forward index), not from a pass over every anchor of the KB; a KB of at
+most ``RERANK`` recipes is ranked exactly. Every word of an anchor is in the
+recipe's text too, so a recipe its anchors match is among those its text finds.
 
 An anchor whose line gives the calls of a conversation that passed (its
 *exemplar*) is offered with a hit when the query closely matches it: the
@@ -23,9 +28,10 @@ import numpy as np
 from brewkb.recipes import Anchor, Recipe, anchors
 from brewkb.retrieval.postings import Plan, Postings
 
-__all__ = ["AnchorIndex", "FIELD"]
+__all__ = ["AnchorIndex", "FIELD", "RERANK"]
 
 FIELD = "anchor"
+RERANK = 10
 FILE, OWNER = "anchors.npz", "anchor-owner.npy"
 
 
@@ -36,7 +42,11 @@ class AnchorIndex:
 
     def __init__(self, postings: Postings, owner: np.ndarray, n: int) -> None:
         self.postings, self.owner, self.n = postings, owner, n
+        # each document's anchors are contiguous: [first, first + count)
+        self._first = np.searchsorted(owner, np.arange(n)).astype(np.int64)
+        self._count = np.searchsorted(owner, np.arange(n), side="right") - self._first
         self._terms: dict[int, list[tuple[Anchor, Counter[str]]]] = {}
+        self._forward: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     @classmethod
     def build(cls, recipes: Sequence[Recipe], analyze: Callable[[str], list[str]]) -> AnchorIndex | None:
@@ -72,20 +82,31 @@ class AnchorIndex:
     def plan(self, counts: Mapping[str, int]) -> Plan:
         return self.postings.plan({f"{FIELD}:{term}": count for term, count in counts.items()})
 
-    def best(self, plan: Plan, weight: float) -> np.ndarray | None:
-        """Each document's best anchor score for the query, times ``weight``
-        (``None`` when no anchor matches)."""
-        if not plan.keys:
-            return None
-        acc = self.postings.sums(plan)
-        hit = np.flatnonzero(acc)
-        if not len(hit):
-            return None
-        owners = self.owner[hit]
-        starts = np.flatnonzero(np.r_[True, owners[1:] != owners[:-1]])
-        best = np.zeros(self.n, np.float32)
-        best[owners[starts]] = np.maximum.reduceat(acc[hit], starts) * np.float32(weight)
-        return best
+    def best(self, plan: Plan, docs: np.ndarray) -> np.ndarray:
+        """The best anchor score of each of ``docs`` for the query (0 for a
+        document without anchors or none that matches)."""
+        out = np.zeros(len(docs), np.float32)
+        counts = self._count[docs]
+        mine = np.flatnonzero(counts)
+        if not plan.keys or not len(mine):
+            return out
+        if self._forward is None:
+            self._forward = self.postings.by_document()
+        indptr, keys, impacts = self._forward
+        weights = np.zeros(self.postings.keys, np.float32)
+        for _, key, weight in plan.keys:
+            weights[key] = weight
+        counts = counts[mine]
+        ends = np.cumsum(counts)
+        # the documents' anchors (one run each), then those anchors' terms (one run per anchor)
+        anchors = np.repeat(self._first[docs[mine]] - (ends - counts), counts) + np.arange(ends[-1])
+        sizes = indptr[anchors + 1] - indptr[anchors]
+        tail = np.cumsum(sizes)
+        terms = np.repeat(indptr[anchors] - (tail - sizes), sizes) + np.arange(tail[-1] if len(tail) else 0)
+        sums = np.bincount(np.repeat(np.arange(len(anchors)), sizes), weights=weights[keys[terms]] * impacts[terms],
+                           minlength=len(anchors))
+        out[mine] = np.maximum.reduceat(sums, ends - counts)
+        return out
 
     def exemplar(self, doc: int, recipe: Recipe, counts: Counter[str], analyze: Callable[[str], list[str]],
                  similarity: float) -> Anchor | None:

@@ -123,13 +123,16 @@ class LogEvaluation:
             found = [MEASURES[m] for m in JUDGED if all(
                 (d := self.differences(label, rival.label, part, q)) is not None and d[m].low > 0 for q in QUERIES)]
             if found:
-                out.append(f"{rival.label} on {' and '.join(found)}")
+                out.append(f"{rival.label} on " + (found[0] if len(found) == 1 else
+                                                   f"{', '.join(found[:-1])} and {found[-1]}"))
         return out
 
     def verdict(self, label: str) -> str:
         """Whether the arm ``label`` (the new KB) is at least as good as each
         baseline and every other KB, part by part, plainly."""
         rivals = self.rivals(label)
+        if not rivals:
+            return "No baseline or other KB was measured beside it: nothing is compared."
         others = "the base KB and every baseline" if any(a.kind == "kb" for a in rivals) else "every baseline"
         sentences = []
         for part in PARTS:

@@ -17,9 +17,10 @@ User text is reduced to its index terms: no input (``AND``, ``(x``,
 ``foo:bar``, ``""``) can raise or be read as query syntax.
 
 Each request a recipe quotes (its *anchors*, ``brewkb.retrieval.anchors``) is
-also a document of its own: a recipe's score adds its best anchor's BM25 score
-times the ``anchors`` boost, and a hit carries the anchor's exemplar when the
-query closely matches one (``similarity``; ``None`` offers none).
+also a document of its own: the best ``RERANK`` recipes by the fields above
+are re-ranked with their best anchor's BM25 score times the ``anchors`` boost
+added, and a hit carries the anchor's exemplar when the query closely matches
+one (``similarity``; ``None`` offers none).
 
 ``RecipeIndex`` holds one KB. ``MultiIndex`` holds a base KB plus many
 candidate documents and answers for any *hybrid* KB (the base with one
@@ -48,7 +49,7 @@ import tantivy
 from brewkb.config import Boosts
 from brewkb.errors import IndexError_
 from brewkb.recipes import Anchor, Recipe
-from brewkb.retrieval.anchors import AnchorIndex
+from brewkb.retrieval.anchors import RERANK, AnchorIndex
 from brewkb.retrieval.postings import Plan, Postings
 
 __all__ = ["Hit", "Searchable", "RecipeIndex", "MultiIndex", "HybridView", "analyze", "SCHEMA_VERSION"]
@@ -162,13 +163,13 @@ class Searchable(Protocol):
 class _Searchable:
     _postings: Postings
     _boosts: dict[str, float]
-    _plans: dict[str, tuple[Plan, np.ndarray | None, Counter[str]]]
+    _plans: dict[str, tuple[Plan, Plan | None, Counter[str]]]
     _anchors: AnchorIndex | None
     _anchor_weight: float
     similarity: float | None
 
-    def _plan(self, text: str) -> tuple[Plan, np.ndarray | None, Counter[str]]:
-        """The query's plan, its best-anchor scores per document, its terms."""
+    def _plan(self, text: str) -> tuple[Plan, Plan | None, Counter[str]]:
+        """The query's plan, its plan over the anchors, its terms."""
         # The search asks the same task texts of many hybrid KBs: plan each query once.
         plans = self._plans
         if text not in plans:
@@ -177,9 +178,32 @@ class _Searchable:
             counts = Counter(analyze(text))
             query = {f"{field}:{term}": boost * count for field, boost in self._boosts.items()
                      for term, count in counts.items()}
-            extra = self._anchors.best(self._anchors.plan(counts), self._anchor_weight) if self._anchors else None
-            plans[text] = (self._postings.plan(query), extra, counts)
+            anchors = self._anchors.plan(counts) if self._anchors is not None else None
+            plans[text] = (self._postings.plan(query), anchors, counts)
         return plans[text]
+
+    def _ranked(self, text: str, k: int, members: np.ndarray | None = None) -> list[tuple[float, int]]:
+        """The ``k`` best ``(score, document)``: the text's ranking, its best
+        ``RERANK`` re-ranked with each one's best anchor added."""
+        plan, anchors, _ = self._plan(text)
+        if anchors is None or not anchors.keys or self._anchors is None:
+            return self._postings.top(plan, k, members)
+        found = self._postings.top(plan, max(k, RERANK), members)
+        if not found:
+            return []
+        docs = np.fromiter((d for _, d in found), np.int64, len(found))
+        bonus = self._anchors.best(anchors, docs) * np.float32(self._anchor_weight)
+        scores = np.fromiter((s for s, _ in found), np.float32, len(found)) + bonus
+        order = np.lexsort((docs, -scores))[:k]
+        return [(float(scores[i]), int(docs[i])) for i in order]
+
+    def _place(self, doc: int, text: str, members: np.ndarray | None = None) -> int:
+        """1-based place of ``doc`` in ``_ranked``'s order; 0 when it does not match."""
+        plan, anchors, _ = self._plan(text)
+        if anchors is None or not anchors.keys or self._anchors is None:
+            return self._postings.rank(plan, doc, members)
+        place = next((n for n, (_, d) in enumerate(self._ranked(text, RERANK, members), 1) if d == doc), 0)
+        return place or self._postings.rank(plan, doc, members)
 
     def _hit(self, doc: int, score: float, recipe: Recipe, counts: Counter[str]) -> Hit:
         exemplar = None
@@ -243,17 +267,13 @@ class RecipeIndex(_Searchable):
     def search(self, text: str, k: int = 3) -> list[Hit]:
         """The ``k`` best recipes for ``text`` (fewer when fewer match)."""
         recipes, names = self.recipes, self._names
-        plan, extra, counts = self._plan(text)
-        found = self._postings.top(plan, k, extra=extra)
-        return [self._hit(doc, score, recipes[names[doc]], counts) for score, doc in found]
+        counts = self._plan(text)[2]
+        return [self._hit(doc, score, recipes[names[doc]], counts) for score, doc in self._ranked(text, k)]
 
     def rank(self, name: str, text: str) -> int:
         """1-based place of recipe ``name`` in the ranking for ``text``; 0 when it does not match."""
         doc = self._doc_of.get(name)
-        if doc is None:
-            return 0
-        plan, extra, _ = self._plan(text)
-        return self._postings.rank(plan, doc, extra=extra)
+        return 0 if doc is None else self._place(doc, text)
 
 
 class MultiIndex(_Searchable):
@@ -313,9 +333,9 @@ class MultiIndex(_Searchable):
 
     def search(self, text: str, k: int = 3, candidate: str | None = None) -> list[Hit]:
         self._check(candidate)
-        plan, extra, counts = self._plan(text)
-        found = self._postings.top(plan, k, self._members(candidate), extra)
-        return [self._hit(doc, score, self._docs[doc], counts) for score, doc in found]
+        counts = self._plan(text)[2]
+        return [self._hit(doc, score, self._docs[doc], counts)
+                for score, doc in self._ranked(text, k, self._members(candidate))]
 
     def rank(self, name: str, text: str, candidate: str | None = None) -> int:
         """1-based place of the recipe called ``name`` in the hybrid KB of
@@ -328,8 +348,7 @@ class MultiIndex(_Searchable):
             doc = self._base_doc[self._slot_named[name]]
         else:
             return 0
-        plan, extra, _ = self._plan(text)
-        return self._postings.rank(plan, doc, self._members(candidate), extra)
+        return self._place(doc, text, self._members(candidate))
 
 
 @dataclass(frozen=True)

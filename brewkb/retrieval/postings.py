@@ -150,26 +150,31 @@ class Postings:
         entries.sort(key=lambda p: (-p[0], p[1]))
         return Plan(entries, postings)
 
+    @property
+    def keys(self) -> int:
+        """How many keys it holds (key ids run from 0)."""
+        return len(self._bounds) - 1
+
     def df(self, key: str) -> int:
         """How many documents hold ``key``."""
         found = self._ids.get(key)
         return 0 if found is None else self._bounds[found + 1] - self._bounds[found]
 
-    def sums(self, plan: Plan) -> np.ndarray:
-        """Every document's score for the plan (dense, no pruning)."""
-        acc = np.zeros(self.n, np.float32)
-        for _, key, weight in plan.keys:
-            self._add(acc, key, weight)
-        return acc
+    def by_document(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The impacts grouped by document instead of by key: ``indptr``
+        (document d's are ``[indptr[d], indptr[d + 1])``), their key ids and
+        their impacts."""
+        order = np.argsort(self._docs, kind="stable")
+        keys = np.repeat(np.arange(len(self._indptr) - 1, dtype=np.int32), np.diff(self._indptr))[order]
+        indptr = np.concatenate(([0], np.cumsum(np.bincount(self._docs, minlength=self.n)))).astype(np.int64)
+        return indptr, keys, self._scores[order]
 
-    def top(self, plan: Plan, k: int, members: np.ndarray | None = None,
-            extra: np.ndarray | None = None) -> list[tuple[float, int]]:
-        """The ``k`` best ``(score, document)`` among ``members`` (all when
-        None), best first; ``extra`` (one non-negative score per document) is
-        added to the plan's."""
-        if (not plan.keys and extra is None) or k <= 0:
+    def top(self, plan: Plan, k: int,
+            members: np.ndarray | None = None) -> list[tuple[float, int]]:
+        """The ``k`` best ``(score, document)`` among ``members`` (all when None), best first."""
+        if not plan.keys or k <= 0:
             return []
-        acc, cand = self._scan(plan, 0.0, k, members, extra)
+        acc, cand = self._scan(plan, 0.0, k, members)
         scores = acc[cand]  # every candidate matched a key: impacts and weights are positive
         if len(cand) > k:
             keep = scores >= _kth_largest(scores.copy(), k)
@@ -177,14 +182,12 @@ class Postings:
         order = np.lexsort((cand, -scores))[:k]
         return [(float(scores[i]), int(cand[i])) for i in order]
 
-    def rank(self, plan: Plan, doc: int, members: np.ndarray | None = None,
-             extra: np.ndarray | None = None) -> int:
-        """1-based place of ``doc`` in the ranking of ``members`` (``extra`` as
-        in ``top``); 0 when it matches no key."""
-        target = self._score_of(plan, doc) + (float(extra[doc]) if extra is not None else 0.0)
+    def rank(self, plan: Plan, doc: int, members: np.ndarray | None = None) -> int:
+        """1-based place of ``doc`` in the ranking of ``members``; 0 when it matches no key."""
+        target = self._score_of(plan, doc)
         if target <= 0:
             return 0
-        acc, cand = self._scan(plan, target * (1 - 1e-5), 0, members, extra)
+        acc, cand = self._scan(plan, target * (1 - 1e-5), 0, members)
         mine = acc[doc]
         scores = acc[cand]
         return 1 + int(np.count_nonzero((scores > mine) | ((scores == mine) & (cand < doc))))
@@ -226,13 +229,11 @@ class Postings:
         else:
             self._add(acc, key, weight)
 
-    def _scan(self, plan: Plan, floor: float, k: int, members: np.ndarray | None,
-              extra: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def _scan(self, plan: Plan, floor: float, k: int,
+              members: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """Scores, and the member documents whose score can reach the final
-        threshold: ``floor``, raised to the k-th best score when ``k`` > 0.
-        ``extra`` is added first: it is in every partial score, so the bounds
-        of the keys still to come hold as they are."""
-        acc = np.zeros(self.n, np.float32) if extra is None else extra.astype(np.float32, copy=True)
+        threshold: ``floor``, raised to the k-th best score when ``k`` > 0."""
+        acc = np.zeros(self.n, np.float32)
         keys = plan.keys
         m = len(keys)
         prune = plan.postings > PLAIN_POSTINGS
