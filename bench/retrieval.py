@@ -12,7 +12,9 @@ same corpus and answer the same queries, for five query shapes:
 
 No query is a recipe's own text verbatim, so every MRR can fall short of 1.
 The recipes are named ``r<i>``, words no query holds, so the comparison measures
-the engine; ``--named`` names each after its concept's words, as real recipes
+the engine; ``--anchors N`` gives each recipe N quoted requests, which brewkb
+scores as units of their own (its best one added to the recipe's score) and
+bm25s reads as part of the text; ``--named`` names each after its concept's words, as real recipes
 are, and shows what brewkb's default ``name`` boost costs queries made of body
 words. For each shape it prints the median and p99 latency of a top-3 query from the raw
 text (each system analyses the text: brewkb with its query cache cleared,
@@ -45,7 +47,7 @@ embedder (hashed character n-grams) by reciprocal rank fusion
 MRR against BM25 alone on the generated corpus.
 
     python bench/retrieval.py [--sizes 1000,30000] [--queries 300] [--repeats 3] [--boosts FIELD=B,...] [--named]
-                              [--json] [--check]
+                              [--anchors N] [--json] [--check]
     python bench/retrieval.py --airline [--json]
     python bench/retrieval.py --hybrid [--sizes 1000,30000]
 """
@@ -75,7 +77,7 @@ from benchkit import add_check, checked_repeats, finish, target  # noqa: E402
 from brewkb.config import Boosts, parse_config  # noqa: E402
 from brewkb.errors import ConfigError  # noqa: E402
 from brewkb.kb import KB  # noqa: E402
-from brewkb.recipes import Recipe, build_body, slugify  # noqa: E402
+from brewkb.recipes import LEARNED_FROM, Recipe, build_body, slugify  # noqa: E402
 from brewkb.retrieval.fusion import Vectors, offline_embed  # noqa: E402
 from brewkb.retrieval.index import MultiIndex, RecipeIndex, analyze  # noqa: E402
 from brewkb.retrieval.ranking import Retriever  # noqa: E402
@@ -98,9 +100,12 @@ VOCAB = vocabulary(random.Random(0), 20_000)
 WEIGHTS = [1 / (i + 1) for i in range(len(VOCAB))]  # Zipf-like
 
 
-def generate(n: int, seed: int = 0, named: bool = False) -> list[Recipe]:
+def generate(n: int, seed: int = 0, named: bool = False, anchors: int = 0) -> list[Recipe]:
     """``n`` recipes of Zipf-drawn words, named ``r<i>`` (``named``: after
-    their concept's words, ``<concept>-<i>``, as real recipes are)."""
+    their concept's words, ``<concept>-<i>``, as real recipes are), each
+    quoting ``anchors`` requests as its anchors (12 words: 8 of its own
+    description and body, as a request it served shares words with it, and 4
+    drawn from the vocabulary)."""
     rng = random.Random(seed)
 
     def words(k: int) -> str:
@@ -109,10 +114,15 @@ def generate(n: int, seed: int = 0, named: bool = False) -> list[Recipe]:
     recipes = []
     for i in range(n):
         concept = words(3)
-        body = build_body([("When to use", words(20)), ("How to perform", words(80)), ("Pitfalls", words(30))])
+        when, how, pitfalls = words(20), words(80), words(30)
+        description = f"{concept} {words(15)}"
+        tags = tuple(rng.sample(VOCAB[:50], 2))
+        own = description.split() + how.split()  # drawn last: without anchors the corpus is as it was
+        requests = [" ".join(rng.sample(own, 8) + words(4).split()) for _ in range(anchors)]
+        body = build_body([("When to use", when), ("How to perform", how), ("Pitfalls", pitfalls),
+                           (LEARNED_FROM, "\n".join(f'- "{r}"' for r in requests))])
         name = slugify(f"{concept} {i}") if named else f"r{i}"
-        recipes.append(Recipe(name=name, description=f"{concept} {words(15)}", concept=concept,
-                              tags=tuple(rng.sample(VOCAB[:50], 2)), body=body))
+        recipes.append(Recipe(name=name, description=description, concept=concept, tags=tags, body=body))
     return recipes
 
 
@@ -209,9 +219,9 @@ def measure(systems: Systems, queries: list[tuple[str, str]], names: tuple[str, 
 
 
 def bench_size(n: int, n_queries: int, reps: int, slow_queries: int, log: Callable[[str], None],
-               boosts: Boosts = Boosts(), named: bool = False) -> dict:
+               boosts: Boosts = Boosts(), named: bool = False, anchors: int = 0) -> dict:
     rng = random.Random(n)
-    systems = Systems(generate(n, named=named), boosts)
+    systems = Systems(generate(n, named=named, anchors=anchors), boosts)
     log(f"\n{n} recipes; build s (analysis included): "
         + ", ".join(f"{s} {t:.2f}" for s, t in systems.build_s.items()))
     picks = rng.sample(range(n), min(n_queries, n))
@@ -358,6 +368,8 @@ def main() -> None:
                         help="brewkb's retrieval.boosts on the generated corpus (e.g. summary=0.2)")
     parser.add_argument("--named", action="store_true",
                         help="name the generated recipes after their concept's words, so the name boost counts")
+    parser.add_argument("--anchors", type=int, default=0, metavar="N",
+                        help="give each generated recipe N quoted requests (anchors, each a retrieval unit)")
     add_check(parser)
     args = parser.parse_args()
     repeats = checked_repeats(args)
@@ -380,7 +392,7 @@ def main() -> None:
         boosts = parse_config("[retrieval.boosts]\n" + args.boosts.replace(",", "\n")).retrieval.boosts
     except ConfigError as exc:
         sys.exit(f"bench/retrieval.py: --boosts: {exc}")
-    sizes = {str(n): bench_size(n, args.queries, repeats, args.rank_bm25_queries, log, boosts, args.named)
+    sizes = {str(n): bench_size(n, args.queries, repeats, args.rank_bm25_queries, log, boosts, args.named, args.anchors)
              for n in (int(s) for s in args.sizes.split(","))}
     if not args.json:
         bench_hybrids()

@@ -170,6 +170,8 @@ class Boosts:
     description: float = field(default=0.0, metadata=_min(0.0))
     tags: float = field(default=0.0, metadata=_min(0.0))
     body: float = field(default=0.0, metadata=_min(0.0))
+    anchors: float = field(default=1.0, metadata=_min(0.0))
+    """The best-matching anchor (a request the recipe quotes), scored on its own."""
 
 
 @dataclass(frozen=True)
@@ -183,6 +185,12 @@ class RetrievalConfig:
     turn, with the user's turns so far as the query."""
     mode: str = field(default="bm25", metadata=_choices("bm25", "hybrid"))
     """``hybrid`` fuses the BM25 ranking with dense vectors of the ``embeddings`` role."""
+    exemplars: bool = True
+    """Show a recipe's exemplar (the calls of a past conversation that passed)
+    when the request closely matches that conversation's request."""
+    exemplar_similarity: float = field(default=0.5, metadata=_min(0.0))
+    """How close is close: the cosine of the request's and the anchor's
+    idf-weighted terms."""
 
 
 @dataclass(frozen=True)
@@ -359,7 +367,8 @@ def parse_config(text: str, source: str = CONFIG_FILE) -> Config:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{source}: not valid TOML ({exc}); fix the syntax") from None
     config = _build(Config, data, "")
-    if not any(dataclasses.astuple(config.retrieval.boosts)):
+    # anchors alone would never find a recipe that quotes no request
+    if not any(v for k, v in dataclasses.asdict(config.retrieval.boosts).items() if k != "anchors"):
         raise ConfigError("retrieval.boosts: every boost is 0, so no recipe could ever be found; "
                           "set retrieval.boosts.text = 1")
     if config.retrieval.per_turn and config.executor.name == "ray":

@@ -22,7 +22,7 @@ import yaml
 from brewkb.errors import RecipeError
 
 __all__ = [
-    "LEARNED_FROM", "guidance",
+    "LEARNED_FROM", "guidance", "Anchor", "ANCHOR_SECTIONS", "anchors", "anchor_line",
     "KNOWN_KEYS",
     "SECTIONS",
     "Recipe",
@@ -306,6 +306,44 @@ def render_for_file(recipe: Recipe) -> str:
 
 LEARNED_FROM = "Requests it was learned from"
 """The section that quotes a recipe's requests: retrieval reads it, an agent's context leaves it out."""
+
+
+ANCHOR_SECTIONS = ("When to use", LEARNED_FROM)
+"""The sections whose quoted lines are a recipe's anchors."""
+_ANCHOR = re.compile(r'^[ \t]*[-*][ \t]+"(?P<request>.+)"(?:[ \t]+→[ \t]+(?P<steps>`.+))?[ \t]*$')
+_CALL = re.compile(r"`([A-Za-z_][\w.-]*\([^)`]*\))`")
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """A request a recipe served, in its users' words (a quoted line of ``When
+    to use`` or ``Requests it was learned from``: ``- "..."``), and its
+    *exemplar*: the calls a conversation that passed made for it, in order,
+    when the line gives them after an arrow (``- "..." → `a(x)`, `b(y)```)."""
+
+    request: str
+    steps: tuple[str, ...] = ()
+
+
+def anchors(recipe: Recipe) -> list[Anchor]:
+    """The anchors of a recipe, in file order (hand-written recipes have them
+    when they quote requests as such lines)."""
+    found = []
+    for title, text in split_sections(recipe.body):
+        if title.lower() not in (t.lower() for t in ANCHOR_SECTIONS):
+            continue
+        for line in text.splitlines():
+            match = _ANCHOR.match(line)
+            if match and match.group("request").strip():
+                steps = tuple(_CALL.findall(match.group("steps") or ""))
+                found.append(Anchor(match.group("request").strip(), steps))
+    return found
+
+
+def anchor_line(anchor: Anchor) -> str:
+    """An anchor as a line of a recipe (``anchors`` reads it back)."""
+    request = " ".join(anchor.request.split())
+    return f'- "{request}"' + (" → " + ", ".join(f"`{s}`" for s in anchor.steps) if anchor.steps else "")
 
 
 def split_sections(body: str) -> list[tuple[str, str]]:

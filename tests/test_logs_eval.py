@@ -5,20 +5,22 @@ that write recipes from logs, and the gate's test of a leave-one-out effect."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import re
 from pathlib import Path
 
 import pytest
 
-from brewkb.api.distill import comparison_section
 from brewkb.config import Boosts
 from brewkb.envs.shop.agent import parse_recipes
 from brewkb.llm.offline import OfflineBackend
 from brewkb.llm.offline_integrate import common, step_lines
+from brewkb.llm.roles import REQUEST
 from brewkb.recipes import Recipe
+from brewkb.retrieval.compare import LogEvaluation, paired_bootstrap
 from brewkb.retrieval.index import RecipeIndex
-from brewkb.retrieval.logeval import Arm, LogEvaluation, Scores, cases_of, procedures_of, score
+from brewkb.retrieval.logeval import QUERIES, Arm, Case, cases_of, mean_scores, score
 from brewkb.retrieval.ranking import Retriever
 from brewkb.search.distill import RetrievalEvaluator
 from brewkb.search.episodes import EpisodeCache
@@ -64,13 +66,13 @@ def test_the_measures_count_writes_of_passing_conversations_and_alternatives_as_
                                                    "2. `cancel_order(order_id)`\n3. `reply(message)`"),
             doc("refund", "refund an order", "1. `refund_order(order_id)`")]
     index = RecipeIndex.build(docs, Boosts())
-    got = score(index, procedures_of(docs), cases, "conversation")
+    got = mean_scores(score(index, cases, "conversation"))
     # rank 1 names the write; steps: 2 of 3 used (alternatives are one step), every tool used is offered
     assert (got.cases, got.mrr, got.top1, got.cover3, got.step_f1) == (1, 1.0, 1.0, 1.0, 0.8)
-    assert score(None, {}, cases, "conversation").mrr == 0.0
+    assert mean_scores(score(None, cases, "conversation")).mrr == 0.0
 
 
-def test_a_step_taken_only_when_asked_counts_where_the_conversation_took_it() -> None:
+def test_a_step_taken_only_when_asked_is_a_step_whatever_the_conversation_did() -> None:
     find = _call(1, "find_user", {"email": "a@b.c"}, '{"user": "u1"}')
     cancel = _call(2, "cancel_order", {"order_id": 7}, "cancelled")
     refund = _call(3, "refund_order", {"order_id": 7}, "refunded")
@@ -78,11 +80,12 @@ def test_a_step_taken_only_when_asked_counts_where_the_conversation_took_it() ->
     docs = [doc("cancel-order", "cancel an order", "1. `find_user(email)`\n2. `cancel_order(order_id)`\n"
                                                    f"- `refund_order(order_id)` {ALSO_ASKED} refund order")]
     index = RecipeIndex.build(docs, Boosts())
-    alone, both = (score(index, procedures_of(docs), [case], "conversation") for case in cases)
-    # asked for the cancellation alone: the agent takes two steps, both right; strictly, one of three is wrong
-    assert (alone.mrr, alone.step_f1, alone.strict_f1) == (1.0, 1.0, 0.8)
-    # asked for the refund too: the step names that write and is taken
-    assert (both.mrr, both.top1, both.step_f1, both.strict_f1) == (1.0, 1.0, 1.0, 1.0)
+    alone, both = (mean_scores(score(index, [case], "conversation")) for case in cases)
+    # the held-out conversation never decides which steps count: asked for the cancellation alone, one of the
+    # three steps the recipe names is not a tool it used
+    assert (alone.mrr, alone.step_f1) == (1.0, 0.8)
+    # asked for the refund too: the step names that write, and every step was used
+    assert (both.mrr, both.top1, both.step_f1) == (1.0, 1.0, 1.0)
 
 
 def test_offline_rules_learn_every_write_its_request_and_the_condition_an_error_ended() -> None:
@@ -90,9 +93,10 @@ def test_offline_rules_learn_every_write_its_request_and_the_condition_an_error_
     exchange = _call(2, "exchange_items", {"order_id": "7"}, "Error: non-delivered order cannot be exchanged")
     address = _call(3, "modify_address", {"order_id": "7", "address": "x"}, "ok")
     cancel = _call(4, "cancel_order", {"order_id": "9"}, "ok")
-    run = conversation(True, find, exchange, address, cancel,
-                       turns=("Hi! I want to exchange a lamp and change the address of order 7.",
-                              "Also please cancel order 9."))
+    first = conversation(True, find, exchange, address,
+                         turns=("Hi! I want to exchange a lamp and change the address of order 7.",
+                                "Also please cancel order 9."))
+    run = dataclasses.replace(first, messages=(*first.messages, *cancel))  # the second request, then its write
     insights = asyncio.run(OfflineBackend().reflect(Scrubber.build().trajectory(run)))
     by = {(i.concept, i.kind): i for i in insights}
     # every write is a concept, each quoting the turn that asked for it
@@ -252,11 +256,14 @@ def test_an_aside_is_no_action_and_a_request_left_undone_is_marked_so() -> None:
     aside = conversation(True, _call(1, "get_account", {"id": "1"}, "{}"),
                          turns=("I just created a new account, what is my balance?",))
     insights = asyncio.run(OfflineBackend().reflect(aside))
-    assert [(i.concept, i.kind) for i in insights] == [("get account", "steps")]  # what it read, not "create"
+    # what it read, not "create"; and the request it was, quoted in the user's words with the calls that served it
+    assert [(i.concept, i.kind) for i in insights] == [("get account", "steps"), ("get account", REQUEST)]
+    assert (insights[1].task, insights[1].steps) == ("I just created a new account, what is my balance?",
+                                                     ("get_account(id)",))
     refused = conversation(True, _call(1, "get_account", {"id": "1"}, "{}"),
                            turns=("Please close my account today.",))
     insights = asyncio.run(OfflineBackend().reflect(refused))
-    assert [(i.concept, i.kind) for i in insights] == [("close account", "undone")]
+    assert [(i.concept, i.kind) for i in insights] == [("close account", "undone"), ("close account", REQUEST)]
 
 
 def test_a_leave_one_out_effect_is_negative_beyond_noise_by_a_paired_t_test() -> None:
@@ -291,8 +298,8 @@ def distilled(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert brewkb(root, "import", str(_both_writes(chat)), "--format", "openai", "--run", "air").returncode == 0
     done = brewkb(root, "distill", "air", "--iterations", "2")
     assert done.returncode == 0, done.stderr
-    # each cancellation also changed the address: a past conversation's steps are exactly the tools it used
-    assert "The new KB does not beat trajectories (step F1 " in done.stdout
+    # three scored test conversations: too few for any claim
+    assert "New requests (3): not enough held-out conversations to compare (3); no claim is made." in done.stdout
     return root
 
 
@@ -300,16 +307,21 @@ def test_eval_on_logs_puts_the_kb_beside_every_baseline(distilled: Path) -> None
     out = brewkb(distilled, "eval", "--logs", "air")
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert lines[0].startswith("Held-out conversations of air: 4; scored: 1 (passed, with a write)")
+    assert lines[0].startswith("Held-out conversations of air: 4; scored: 3 (passed, with a write)")
+    # its own test split holds tasks no stage read: every request is new, and three are too few for a claim
+    assert lines[2].startswith("Recurring requests (0): not enough held-out conversations to compare (0)")
+    assert lines[4:7] == ["Recurring requests (the task is in what the KB learned from): none", "", "New requests: 3"]
     base = git(distilled, "rev-parse", "HEAD")[:12]
-    rows = [re.split(r"\s{2,}", line)[0] for line in lines[4:9]]  # under "Query: the user's side of the conversation"
-    assert rows == ["none", "trajectories", "notes", f"base KB ({base})", "new KB (brew/air/pr)"]
-    assert lines[3].split() == ["MRR", "top-1", "top-3", "cover", "step", "F1", "strict", "F1", "documents"]
+    assert lines[7] == "  Query: the user's side of the conversation"
+    assert lines[8].split() == ["MRR", "top-1", "top-3", "cover", "step", "F1", "documents"]
+    rows = [re.split(r"\s{2,}", line)[0] for line in lines[9:15]]
+    assert rows == ["none", "trajectories", "notes", "all-trajectories", f"base KB ({base})", "new KB (brew/air/pr)"]
+    assert "  Not enough held-out conversations to compare (3)." in lines
     data = json.loads(brewkb(distilled, "eval", "--logs", "air", "--json").stdout)
-    assert [a["label"] for a in data["arms"]] == ["none", "trajectories", "notes", f"base KB ({base})",
-                                                  "new KB (brew/air/pr)"]
+    assert [a["label"] for a in data["arms"]] == ["none", "trajectories", "notes", "all-trajectories",
+                                                  f"base KB ({base})", "new KB (brew/air/pr)"]
     assert set(data["arms"][0]["scores"]) == {"conversation", "first turn"}
-    assert data["arms"][0]["scores"]["conversation"]["mrr"] == 0.0
+    assert data["arms"][0]["scores"]["conversation"]["mrr"] == 0.0 and data["parts"] == {"recurring": 0, "new": 3}
     # learned from the same logs: the test split names the task ids no stage read
     manifest = json.loads((distilled / "runs" / "air" / "manifest.json").read_text())
     assert manifest["stages"]["rollouts-eval"]["test"] == ["t1", "t5"]
@@ -331,9 +343,14 @@ def test_eval_on_another_runs_logs_holds_them_out_whole(distilled: Path, tmp_pat
                  "--context", "trajectories", "--context", "notes")
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert lines[0] == ("Held-out conversations of other: 18; scored: 10 (passed, with a write); the baselines "
-                        "remember run air except its test split")
-    assert [line.split()[0] for line in lines[4:7]] == ["trajectories", "notes", "brew/air/pr"]
+    assert lines[0] == ("Held-out conversations of other: 18; scored: 9 (passed, with a write); the baselines "
+                        "remember what the KB learned from (run air's learning split)")
+    # the same task ids: the six of air's learning split recur, the three of its eval and test splits are new
+    assert lines[2].startswith("Recurring requests (6): the new KB is at least as good as every baseline")
+    assert lines[4] == "Recurring requests (the task is in what the KB learned from): 6"
+    assert [line.split()[0] for line in lines[7:10]] == ["trajectories", "notes", "brew/air/pr"]
+    assert "  brew/air/pr − trajectories         conversation MRR +0.000 (+0.000 to +0.000)" in out.stdout
+    assert "New requests: 3" in lines and "  Not enough held-out conversations to compare (3)." in lines
 
 
 def test_eval_on_logs_before_distill_says_how_to_learn_a_kb(tmp_path: Path) -> None:
@@ -368,39 +385,77 @@ def test_a_mistyped_pr_branch_is_answered_with_the_runs_pr_branches(distilled: P
                                     "of this KB (the runs' PR branches: brew/air/pr)")
 
 
-def test_the_pr_verdict_names_the_baselines_the_kb_beats_and_those_it_does_not() -> None:
-    def arm(label: str, kind: str, value: float) -> Arm:
-        scores = Scores(3, value, value, value, value, value)
-        return Arm(label, kind, 5, {"conversation": scores, "first turn": scores})
-
-    comparison = LogEvaluation("air", "air", 4, 3, [arm("trajectories", "trajectories", 0.9),
-                                                    arm("notes", "notes", 0.5), arm("new KB", "kb", 0.7)])
-    verdict = comparison_section(comparison).split("\n\n")[1]
-    assert verdict == ("The new KB does not beat trajectories (MRR 0.700 < 0.900, top-1 0.700 < 0.900, step F1 "
-                       "0.700 < 0.900). It is at least as good as notes on MRR, top-1 and step F1.")
-    # a new KB ahead of every baseline but behind the KB it would replace is a regression, said as one
-    worse = LogEvaluation("air", "air", 4, 3, [arm("trajectories", "trajectories", 0.5), arm("base KB", "kb", 0.9),
-                                               arm("new KB", "kb", 0.7)])
-    assert worse.shortfalls("new KB") == ["base KB (MRR 0.700 < 0.900, top-1 0.700 < 0.900, step F1 0.700 < 0.900)"]
-    assert worse.verdict("new KB").endswith("It is at least as good as trajectories on MRR, top-1 and step F1.")
-    level = LogEvaluation("air", "air", 4, 3, [arm("trajectories", "trajectories", 0.5), arm("base KB", "kb", 0.7),
-                                               arm("new KB", "kb", 0.7)])
-    assert level.verdict("new KB") == ("The new KB is at least as good as the base KB and every baseline on MRR, "
-                                       "top-1 and step F1.")
+def _evaluation(kb: list[tuple[float, ...]], past: list[tuple[float, ...]], recurring: int = 0,
+                base: list[tuple[float, ...]] | None = None) -> LogEvaluation:
+    """Cases whose first ``recurring`` are recurring, each arm's measures the same for both queries."""
+    cases = [Case(f"c{n}", f"t{n}", {}, ("w",), frozenset({"w"}), n < recurring) for n in range(len(kb))]
+    arms = [Arm("trajectories", "trajectories", 5, {q: past for q in QUERIES})]
+    arms += [Arm("base KB", "kb", 5, {q: base for q in QUERIES})] if base is not None else []
+    return LogEvaluation("air", "air", len(cases), cases, [*arms, Arm("new KB", "kb", 5, {q: kb for q in QUERIES})])
 
 
-def test_require_better_fails_a_kb_that_does_not_beat_a_baseline(distilled: Path) -> None:
+def test_the_pr_verdict_compares_recurring_and_new_requests_apart_with_intervals() -> None:
+    hit, miss = (1.0, 1.0, 1.0, 0.8), (0.0, 0.0, 0.0, 0.8)
+    ahead = _evaluation([hit] * 6, [miss] * 6)
+    assert ahead.shortfalls("new KB") == []
+    assert ahead.verdict("new KB") == (
+        "Recurring requests (0): not enough held-out conversations to compare (0); no claim is made. New requests "
+        "(6): the new KB is at least as good as every baseline on MRR, top-1 and step F1 with both queries (each "
+        "95 % CI of the difference reaches 0 or above). It is better than trajectories on MRR and top-1 (CI above 0).")
+    behind = _evaluation([miss] * 5 + [hit] * 5, [hit] * 10, recurring=5, base=[miss] * 10)
+    # the recurring part is behind the past conversations; the new part is level with them
+    assert behind.shortfalls("new KB") == [(
+        "trajectories on recurring requests (MRR (conversation) -1.000 (-1.000 to -1.000); top-1 (conversation) "
+        "-1.000 (-1.000 to -1.000); MRR (first turn) -1.000 (-1.000 to -1.000); top-1 (first turn) -1.000 (-1.000 to "
+        "-1.000))")]
+    assert behind.verdict("new KB").startswith("Recurring requests (5): the new KB is behind trajectories (MRR ")
+    assert "New requests (5): the new KB is at least as good as the base KB and every baseline" in \
+        behind.verdict("new KB")
+    data = behind.to_json()
+    assert data["parts"] == {"recurring": 5, "new": 5}
+    assert data["comparisons"][0] == {"kb": "new KB", "rival": "trajectories", "part": "recurring",
+                                      "query": "conversation", "cases": 5, "differences": {
+                                          m: {"mean": -1.0, "low": -1.0, "high": -1.0} for m in ("mrr", "top1", "cover3")}
+                                      | {"step_f1": {"mean": 0.0, "low": 0.0, "high": 0.0}}}
+
+
+def test_fewer_than_five_cases_make_no_claim_and_intervals_do_not_change_between_runs() -> None:
+    few = _evaluation([(1.0, 1.0, 1.0, 1.0)] * 4, [(0.0,) * 4] * 4)
+    assert few.shortfalls("new KB") == ["not enough held-out conversations to compare (4)"]
+    assert few.verdict("new KB").endswith("New requests (4): not enough held-out conversations to compare (4); no "
+                                         "claim is made. The new KB cannot be shown at least as good as the baselines.")
+    assert [c["differences"] for c in few.to_json()["comparisons"]] == [None] * 4
+    values = [0.1, -0.3, 0.5, 0.0, 0.2, 0.9, -0.1]
+    once, again = paired_bootstrap(values), paired_bootstrap(values)
+    assert once == again and once.low < once.mean == round(sum(values) / 7, 4) < once.high
+
+
+def test_require_better_fails_a_kb_that_cannot_be_shown_at_least_as_good(distilled: Path) -> None:
     pr = git(distilled, "rev-parse", "brew/air/pr")
     again = brewkb(distilled, "distill", "air", "--require-better")  # a finished run: its recorded result
     assert again.returncode == 1
-    error = again.stderr.strip().splitlines()[-1]
-    assert error.startswith("brewkb: error: the distilled KB of run air does not beat trajectories (step F1 ")
-    assert error.endswith("on the test split; brew/air/pr is written, review it with "
-                                         "`brewkb pr air --body-only`")
+    assert again.stderr.strip().splitlines()[-1] == (
+        "brewkb: error: the distilled KB of run air cannot be shown at least as good as the baselines: not enough "
+        "held-out conversations to compare (3) on the test split; brew/air/pr is written, review it with "
+        "`brewkb pr air --body-only`")
     shown = ("show", "-s", "--format=%T%n%B")
     assert git(distilled, *shown, "brew/air/pr") == git(distilled, *shown, pr.strip())
     body = git(distilled, "log", "-1", "--format=%B", "brew/air/pr")
-    assert "The new KB does not beat trajectories" in body
+    assert "New requests (3): not enough held-out conversations to compare (3); no claim is made." in body
+    assert "at least as good as the base KB" not in body
+
+
+def test_require_better_fails_when_no_held_out_conversation_passed(tmp_path: Path) -> None:
+    root = tmp_path / "kb"
+    root.mkdir()
+    assert brewkb(root, "init").returncode == 0
+    _, chat = write_logs(tmp_path)
+    failed = [{**json.loads(line), "success": False} for line in chat.read_text().splitlines()]
+    chat.write_text("".join(json.dumps(r) + "\n" for r in failed))
+    assert brewkb(root, "import", str(chat), "--format", "openai", "--run", "lost").returncode == 0
+    done = brewkb(root, "distill", "lost", "--iterations", "1", "--require-better")
+    assert done.returncode == 1
+    assert "not enough held-out conversations to compare (0)" in done.stderr.strip().splitlines()[-1]
 
 
 def test_require_better_fails_a_distill_that_could_not_be_compared(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from brewkb.lint import lint_text
 from brewkb.llm.embed import cosine_matrix, hashed_ngram_embeddings
 from brewkb.llm.offline import OfflineBackend
 from brewkb.llm.requests import verbs_in
-from brewkb.llm.roles import Rubric
+from brewkb.llm.roles import REQUEST, Rubric
 from brewkb.recipes import render_recipe
 from brewkb.trajectories.schema import Outcome, Trajectory
 from brewkb.trajectories.scrub import Scrubber
@@ -68,6 +68,8 @@ def test_each_concept_keeps_only_its_own_steps_and_pitfalls(insights: list[Any])
     for insight in insights:
         if insight.kind == "together":  # another write of the same request, said as such
             assert not insight.steps[0].startswith(insight.concept.replace(" ", "_") + "(")
+            continue
+        if insight.kind == REQUEST:  # the conversation's calls, all of them: its exemplar
             continue
         tool = insight.concept.replace(" ", "_")
         others = [s for s in insight.steps if not s.startswith(tool + "(") and not is_lookup(s.split("(")[0])

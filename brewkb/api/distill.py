@@ -19,7 +19,8 @@ from brewkb.events import EventSink, null_sink
 from brewkb.fsutil import write_atomic
 from brewkb.kb import KB
 from brewkb.recipes import Recipe, parse_recipe
-from brewkb.retrieval.logeval import Case, LogEvaluation, cases_of, compare_arms
+from brewkb.retrieval.compare import LogEvaluation, too_few
+from brewkb.retrieval.logeval import Case, cases_of, compare_arms
 from brewkb.retrieval.ranking import Retriever, retriever_of
 from brewkb.run.folder import FILES, Run
 from brewkb.run.pipeline import Pipeline
@@ -116,11 +117,14 @@ async def adistill(run: str, *, strategy: str | None = None, iterations: int | N
     if require_better and result.nothing:
         raise NotBetterError(f"run {run} learned nothing, so nothing shows a better KB: {result.nothing}")
     if require_better and (result.comparison is None or result.shortfalls):
-        raise NotBetterError(
-            f"the distilled KB of run {run} " + (f"does not beat {'; '.join(result.shortfalls)} on the test split"
-                                                 if result.comparison else
-                                                 f"was not compared: its logs have fewer than {HOLD_OUT_EVERY} tasks")
-            + f"; brew/{run}/pr is written, review it with `brewkb pr {run} --body-only`")
+        if result.comparison is None:
+            why = f"was not compared: its logs have fewer than {HOLD_OUT_EVERY} tasks"
+        elif result.shortfalls == [too_few(result.comparison["cases"])]:
+            why = f"cannot be shown at least as good as the baselines: {result.shortfalls[0]} on the test split"
+        else:
+            why = f"is behind {'; '.join(result.shortfalls)} on the test split"
+        raise NotBetterError(f"the distilled KB of run {run} {why}; brew/{run}/pr is written, review it with "
+                             f"`brewkb pr {run} --body-only`")
     return result
 
 
@@ -237,14 +241,17 @@ def _nothing(run: str, learned: list[Trajectory], waiting: dict[str, str], min_t
 def _compare(kb: KB, store: SearchStore, logged: list[Trajectory], split: tuple[set[str], set[str]],
              retriever: Retriever, scrub: Scrubber) -> LogEvaluation:
     """The final KB, the base KB and every baseline on the test split; the
-    baselines remember every conversation that is not a test one."""
+    baselines remember what the KB learned from (``all-trajectories`` every
+    conversation that is not a test one)."""
     held, test = split
     final = store.final_commit()
     kbs = {BASE: _readable(store, store.base), NEW: _readable(store, final or store.base)}
     tested = [t for t in logged if t.task_id in test]
-    cases = cases_of(tested, scrub.trajectory)
-    arms = compare_arms(kbs, [t for t in logged if t.task_id not in test], cases, retriever, scrub.trajectory)
-    return LogEvaluation(store.run, store.run, len(tested), len(cases), arms)
+    learned = [t for t in logged if t.task_id not in held | test]
+    cases = cases_of(tested, scrub.trajectory, learned)
+    arms = compare_arms(kbs, learned, cases, retriever, scrub.trajectory,
+                        everything=[t for t in logged if t.task_id not in test])
+    return LogEvaluation(store.run, store.run, len(tested), cases, arms)
 
 
 def _readable(store: SearchStore, commit: str) -> list[Recipe]:

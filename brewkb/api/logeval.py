@@ -5,9 +5,10 @@ the right procedure on held-out logged conversations (see
 The learning run is the run whose conversations the KB was distilled from (by
 default the logs' own run). Its held-out tasks (the same stable choice
 ``distill`` makes) are the cases when the logs are its own; logs of another run
-are held out whole. The baselines remember the learning run's other
-conversations, the ones ``distill`` learned from, so every arm saw the same
-logs.
+are held out whole. The baselines remember what ``distill`` learned from: the
+passing conversations of the learning run's learning split (``all-trajectories``
+every conversation that is not a test one, the eval split's and failed ones
+too). A case is recurring when the learning split holds its task.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from brewkb.errors import BrewError, RunError
 from brewkb.fsutil import write_atomic
 from brewkb.git.refs import BrewRef
 from brewkb.kb import KB
-from brewkb.retrieval.logeval import BASELINES, LogEvaluation, cases_of, compare_arms
+from brewkb.retrieval.compare import LogEvaluation
+from brewkb.retrieval.logeval import BASELINES, cases_of, compare_arms
 from brewkb.retrieval.ranking import retriever_of
 from brewkb.run.folder import FILES, LOG_EVAL_FILE, Run
 from brewkb.trajectories.schema import Trajectory
@@ -60,11 +62,11 @@ def evaluate_logs(logs: str, *, revs: Sequence[str] = (), contexts: Sequence[str
             revs, hint = _default_revs(kb, learn_run.id)
             names = dict(zip(revs, ["base KB", "new KB"], strict=False))  # as distill and the PR call them
         scrub = scrubber_of(kb.config.scrub)
-        cases = cases_of(held, scrub.trajectory)
+        cases = cases_of(held, scrub.trajectory, learn)
         kbs = {(f"{names[rev]} ({_label(kb, rev)})" if rev in names else _label(kb, rev)):
                kb.recipes(None if rev in (".", "working-tree") else rev) for rev in revs}
-        arms = compare_arms(kbs, learn + evaluation, cases, retriever_of(kb), scrub.trajectory, contexts)
-        result = LogEvaluation(logs, learn_run.id, len(held), len(cases), arms, hint)
+        arms = compare_arms(kbs, learn, cases, retriever_of(kb), scrub.trajectory, contexts, learn + evaluation)
+        result = LogEvaluation(logs, learn_run.id, len(held), cases, arms, hint)
         if target is not None:
             if target.file(LOG_EVAL_FILE).exists():
                 log.warning("replaced the comparison runs/%s/%s held; the run's report shows this one now", target.id,

@@ -12,7 +12,7 @@ from brewkb.cli.output import echo, echo_json, note
 
 if TYPE_CHECKING:  # the API module imports numpy; `brewkb --help` must not
     from brewkb.api.evaluate import Column
-    from brewkb.api.logeval import LogEvaluation
+    from brewkb.retrieval.compare import LogEvaluation
 
 
 def table(columns: Sequence[Column]) -> list[str]:
@@ -30,28 +30,47 @@ def table(columns: Sequence[Column]) -> list[str]:
 
 
 def logs_table(evaluation: LogEvaluation) -> list[str]:
-    """The comparison on logs as aligned text lines, one block per query."""
-    from brewkb.retrieval.logeval import QUERIES
+    """The comparison on logs as aligned text lines: recurring and new
+    requests apart, one block per query, then KB − each memory with its 95 % CI."""
+    from brewkb.retrieval.logeval import MEASURES, PARTS, QUERIES
 
-    width = max([16, *(len(a.label) + 1 for a in evaluation.arms)])
-    rows = [f"Held-out conversations of {evaluation.logs}: {evaluation.conversations}; scored: {evaluation.cases} "
-            f"(passed, with a write); the baselines remember run {evaluation.learned_from} except its test split"]
-    for query, words in QUERIES.items():
-        rows += ["", f"Query: {words}",
-                 f"{'':{width}}{'MRR':>7}{'top-1':>8}{'top-3 cover':>13}{'step F1':>9}{'strict F1':>11}"
-                 f"{'documents':>11}"]
-        for arm in evaluation.arms:
-            s = arm.scores[query]
-            rows.append(f"{arm.label:{width}}{s.mrr:>7.3f}{s.top1:>8.3f}{s.cover3:>13.3f}{s.step_f1:>9.3f}"
-                        f"{s.strict_f1:>11.3f}{arm.documents:>11}")
+    data = evaluation.to_json()
+    width = max([18, *(len(a.label) + 1 for a in evaluation.arms)])
+    rows = [f"Held-out conversations of {evaluation.logs}: {evaluation.conversations}; scored: {len(evaluation.cases)} "
+            f"(passed, with a write); the baselines remember what the KB learned from (run "
+            f"{evaluation.learned_from}'s learning split)"]
+    if data.get("verdict"):
+        rows += ["", data["verdict"]]
+    for part, words in PARTS.items():
+        rows += ["", f"{words[0].upper()}{words[1:]}: {data['parts'][part] or 'none'}"]
+        if not data["parts"][part]:
+            continue
+        for query, said in QUERIES.items():
+            rows += [f"  Query: {said}", f"  {'':{width}}" + "".join(f"{w:>13}" for w in MEASURES.values())
+                     + f"{'documents':>11}"]
+            for arm in evaluation.arms:
+                s = arm.scores(query, evaluation.cases, part).to_json()
+                rows.append(f"  {arm.label:{width}}" + "".join(f"{s[m]:>13.3f}" for m in MEASURES)
+                            + f"{arm.documents:>11}")
+        found = [c for c in data["comparisons"] if c["part"] == part]
+        if found and found[0]["differences"] is None:
+            rows.append(f"  Not enough held-out conversations to compare ({data['parts'][part]}).")
+        elif found:
+            rows.append("  KB − memory, mean (95 % CI):")
+            for c in found:
+                d = c["differences"]
+                rows.append(f"  {c['kb'] + ' − ' + c['rival']:{width + 16}} {c['query']:<13}" + "  ".join(
+                    f"{MEASURES[m]} {d[m]['mean']:+.3f} ({d[m]['low']:+.3f} to {d[m]['high']:+.3f})"
+                    for m in ("mrr", "top1", "step_f1")))
     return rows + (["", evaluation.hint] if evaluation.hint else [])
 
 
 @click.command("eval")
 @click.option("--rev", "revs", multiple=True, help="A KB revision to evaluate (repeatable; '.' is the working tree).")
-@click.option("--context", "contexts", multiple=True, type=click.Choice(["none", "trajectories", "notes"]),
-              help="A baseline: no context, similar past trajectories, or one note per past trajectory "
-                   "(repeatable).")
+@click.option("--context", "contexts", multiple=True,
+              type=click.Choice(["none", "trajectories", "notes", "all-trajectories"]),
+              help="A baseline: no context, similar past trajectories that passed, one note per past trajectory, "
+                   "or every past trajectory (repeatable).")
 @click.option("--logs", default=None, metavar="RUN",
               help="Measure retrieval on RUN's held-out logged conversations instead of running the agent.")
 @click.option("--split", default="test", show_default=True, type=click.Choice(["train", "eval", "test"]),

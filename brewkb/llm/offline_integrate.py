@@ -11,9 +11,12 @@ back when it reads as instructions to an agent.
 
 - **When to use** quotes a few requests as users made them (scrubbed): those
   that asked for the concept's action, from passing runs first; the
-  description is the concept's title and two of them; the section
-  "Requests it was learned from" quotes the others (at most ``MAX_LEARNED`` in
-  all), so the recipe is found by the words its users used.
+  description is the concept's title and two of them. The section
+  "Requests it was learned from" holds the recipe's *anchors* (at most
+  ``MAX_LEARNED``): each conversation's request in its user's words (kind
+  ``request`` insights), those of passing runs first, each followed by that
+  run's calls (its exemplar), so the recipe is found by the requests it
+  served. Without such insights it quotes the other requests.
 - **How to perform** merges the procedures of the concept's passing runs
   (all of them, not the sample: the sample never decides a step): every step
   of every run, each placed after the step that preceded it where it was
@@ -56,11 +59,23 @@ from collections.abc import Sequence
 from itertools import combinations
 
 from brewkb.llm.requests import asks_for, first_line, names_object
-from brewkb.llm.roles import Insight
-from brewkb.recipes import LEARNED_FROM, Recipe, build_body, slugify
+from brewkb.llm.roles import REQUEST, Insight
+from brewkb.recipes import (
+    LEARNED_FROM,
+    Anchor,
+    Recipe,
+    anchor_line,
+    build_body,
+    slugify,
+)
 from brewkb.trajectories.quote import quote
 from brewkb.trajectories.schema import content_id
-from brewkb.trajectories.tools import ALSO_ASKED, concept_of_tool, is_handoff, name_words
+from brewkb.trajectories.tools import (
+    ALSO_ASKED,
+    concept_of_tool,
+    is_handoff,
+    name_words,
+)
 
 __all__ = ["integrate", "merge_steps", "step_lines", "common", "SAMPLE", "MAX_REQUESTS", "SUPPORT", "SHARE"]
 
@@ -70,6 +85,8 @@ MAX_REQUESTS = 3
 MAX_LEARNED = 50
 """Requests a recipe quotes in all, as many as the trajectory ids ``sources`` keeps."""
 MAX_LINES = 6
+MAX_ANCHOR = 400
+"""Characters of a request an anchor keeps."""
 NO_PROCEDURE = "No procedure is known yet; record what works."
 SUPPORT = 2
 """Conversations that must have taken a line before a recipe names it: one adds nothing."""
@@ -181,6 +198,32 @@ def _requests(insights: Sequence[Insight], concept: str) -> list[str]:
     return sorted(naming, key=lambda t: (t not in worked, not names_object(t, concept)))
 
 
+def _anchors(insights: Sequence[Insight], concept: str) -> list[Anchor]:
+    """The distinct requests of the concept's conversations (``REQUEST``
+    insights), quoted as a recipe may quote them (one that reads as
+    instructions is held back), each with the calls of a passing run that
+    made it and did the concept's action (its exemplar; a run that rightly
+    did nothing shows no way to do it): those with calls first, at most
+    ``MAX_LEARNED``. An exemplar shows only calls of tools that the concept's
+    passing runs of ``SUPPORT`` tasks or more made (as every step needs
+    support): one conversation cannot show an agent a call no other made."""
+    requests = [i for i in insights if i.kind == REQUEST and i.task.strip()]
+    tasks: dict[str, set[str]] = defaultdict(set)
+    for i in requests:
+        if any(_own(s, concept) for s in i.steps):
+            for step in i.steps:
+                tasks[_tool(step)].add(i.task_id)
+    support = min(SUPPORT, len({i.task_id for i in requests if i.steps}))
+    steps: dict[str, tuple[str, ...]] = {}
+    for i in requests:
+        text = quote(i.task, MAX_ANCHOR).text
+        if text and not steps.get(text):
+            did = any(_own(s, concept) for s in i.steps)
+            steps[text] = tuple(s for s in i.steps if len(tasks[_tool(s)]) >= support) if did else ()
+    ordered = sorted(steps, key=lambda text: not steps[text])
+    return [Anchor(text, steps[text]) for text in ordered[:MAX_LEARNED]]
+
+
 def _how(concept: str, insights: Sequence[Insight], current: Recipe | None) -> str:
     every, mine = _procedures(insights, concept)  # every passing run tells, not the sample
     failed = [] if mine else _procedures(insights, concept, "tried")[1]
@@ -248,6 +291,8 @@ def _conditions(picked: Sequence[Insight]) -> list[str]:
 
 async def integrate(concept: str, aliases: Sequence[str], insights: Sequence[Insight], current: Recipe | None,
                     sample: int, seed: int = 0) -> Recipe:
+    anchors = _anchors(insights, concept)
+    insights = [i for i in insights if i.kind != REQUEST]
     rng = random.Random(content_id([seed, concept, sample, [i.to_json() for i in insights]]))
     picked = [i for i in insights if rng.random() < SAMPLE]
     # never a sample without a procedure: the concept's own when it has one
@@ -272,7 +317,8 @@ async def integrate(concept: str, aliases: Sequence[str], insights: Sequence[Ins
         when += " For example (personal data replaced):\n\n" + "\n".join(f'- "{r}"' for r in shown)
     body = build_body([("When to use", when), ("How to perform", _how(concept, insights, current)),
                        ("Conditions", "\n".join(_conditions(picked))), ("Pitfalls", "\n".join(pitfalls)),
-                       (LEARNED_FROM, "\n".join(f'- "{r}"' for r in learned))])
+                       (LEARNED_FROM, "\n".join(anchor_line(a) for a in anchors)
+                        if anchors else "\n".join(f'- "{r}"' for r in learned))])
     sources = list(dict.fromkeys([*(current.sources if current else ()), *(i.source for i in picked)]))
     name = current.name if current else slugify(concept)
     base = current or Recipe(name=name, description="")

@@ -39,11 +39,16 @@ insights ``observed`` rather than prescriptive).
 - A failing run's write that succeeded gives the run's procedure for it, as
   for a passing run, of kind ``tried``: the integrator writes it only for a
   concept no passing run did, and says so.
-Each insight quotes the request as the user put it: the user turn that asks
-for its concept's action (synonyms folded; one that also names the object
-first), else the first turn. Error texts are quoted through
-``brewkb.trajectories.quote``: one safe line, or held back when they read as
-instructions (the integrator quotes requests the same way).
+- Every concept of a run gets the run's request (kind ``request``): the user
+  turns that ask for something (``brewkb.llm.requests.request_turns``), and,
+  when the run passed, its calls in order (talk and failed calls left out):
+  the recipe's anchors and their exemplars.
+Each insight quotes the request as the user put it: the turn that asks for its
+concept's action (synonyms folded; one that also names the object first),
+else the first turn that asks for something; a turn that only assents,
+thanks, or consents to what the agent proposed is never quoted. Error texts are
+quoted through ``brewkb.trajectories.quote``: one safe line, or held back when
+they read as instructions (the integrator quotes requests the same way).
 """
 
 from __future__ import annotations
@@ -51,8 +56,17 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator, Sequence
 
-from brewkb.llm.requests import action_verb, first_line, lookup_concept, request_clause, request_concept, request_for
-from brewkb.llm.roles import DIAGNOSTIC, Insight, polarity_of
+from brewkb.llm.requests import (
+    action_verb,
+    first_line,
+    lookup_concept,
+    request_clause,
+    request_concept,
+    request_for,
+    request_text,
+    request_turns,
+)
+from brewkb.llm.roles import DIAGNOSTIC, REQUEST, Insight, polarity_of
 from brewkb.trajectories.quote import quote
 from brewkb.trajectories.schema import ToolCall, Trajectory, tool_calls
 from brewkb.trajectories.tools import (
@@ -70,6 +84,7 @@ __all__ = ["reflect", "concepts_of", "MAX_STEPS", "MAX_CONCEPTS"]
 MAX_STEPS = 10
 MAX_CONCEPTS = 10
 """Distinct writes of one conversation that become concepts (its first ones)."""
+MAX_EXEMPLAR = 20
 MIN_VALUE = 3
 HELD_ERROR = "(an error text held back for review)"
 """What an insight says in place of an error text that reads as instructions (``brewkb.trajectories.quote``)."""
@@ -157,8 +172,8 @@ def _told_after(calls: Sequence[ToolCall], index: int) -> list[ToolCall]:
     return []
 
 
-def _steps(calls: Sequence[ToolCall]) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(step_text(c) for c in calls))[-MAX_STEPS:]
+def _steps(calls: Sequence[ToolCall], limit: int = MAX_STEPS) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(step_text(c) for c in calls))[-limit:]
 
 
 def _check(calls: Sequence[ToolCall], index: int) -> ToolCall | None:
@@ -171,7 +186,8 @@ def _check(calls: Sequence[ToolCall], index: int) -> ToolCall | None:
 async def reflect(trajectory: Trajectory) -> list[Insight]:
     calls = tool_calls(trajectory.messages)
     concepts = concepts_of(trajectory)
-    turns = user_turns(trajectory) or [trajectory.task]
+    # the turns that ask: assent, thanks and consent to what the agent proposed quote no request
+    turns = request_turns(trajectory.messages) or ([] if user_turns(trajectory) else [trajectory.task])
     insights: list[Insight] = []
 
     def add(concept: str, text: str, polarity: str, kind: str, steps: tuple[str, ...] = ()) -> None:
@@ -195,7 +211,20 @@ async def reflect(trajectory: Trajectory) -> list[Insight]:
     _together(trajectory, calls, concepts, add)
     _handoff_after_writes(trajectory, calls, concepts, add)
     _errors(trajectory, calls, concepts, add)
+    insights += _requests(trajectory, calls, [c for c, _ in concepts])
     return insights
+
+
+def _requests(trajectory: Trajectory, calls: Sequence[ToolCall], concepts: Sequence[str]) -> list[Insight]:
+    """The conversation's request as an anchor of each of its concepts, with
+    its calls (the exemplar) when it passed."""
+    request = request_text(trajectory.messages)
+    if not request:
+        return []
+    steps = _steps([c for c in calls if not c.error and not is_talk(c.name)], MAX_EXEMPLAR) \
+        if trajectory.success is True else ()
+    return [Insight(concept, "The request, in the user's words", polarity_of(trajectory.success), trajectory.id,
+                    trajectory.task_id, request, steps, REQUEST) for concept in concepts]
 
 
 def _request_insight(trajectory: Trajectory, calls: Sequence[ToolCall], concept: str, add: Add) -> None:

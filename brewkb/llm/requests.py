@@ -3,6 +3,15 @@ requests written in English: action verbs (``cancel``, ``refund``, inflections
 folded, synonyms such as change/modify/update counted as one intent), the
 object an action names, and which of a conversation's turns asks for it.
 
+Which user turns ask for something (``request_turns``): a turn that only
+assents, thanks or greets (its words are all stopwords, assent and courtesy
+words, placeholders or numbers) asks for nothing, and neither does a turn
+whose words the agent's message just before it all said: it consents to what
+the agent proposed ("Yes, please go ahead and cancel the reservation" after
+"Shall I cancel reservation <reservation_id>?") or answers what the agent
+asked ("My user ID is <user_id>"). What the user said after the agent's last
+write (a call that changes state) asked for none of the changes made.
+
 The offline reflector and integrator, and the concepts stage, use these; none
 of them names a domain.
 """
@@ -10,13 +19,15 @@ of them names a domain.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
-from brewkb.trajectories.schema import ToolCall
-from brewkb.trajectories.tools import concept_of_tool, is_lookup, name_words
+from brewkb.trajectories.schema import ToolCall, tool_calls
+from brewkb.trajectories.tools import concept_of_tool, is_lookup, is_write, name_words
 
-__all__ = ["ACTION_VERBS", "STOPWORDS", "action_verb", "verb_of", "names_action", "names_object", "asks_for",
-           "request_concept", "request_for", "lookup_concept", "verbs_in", "request_clause", "first_line", "IDENTIFIERS"]
+__all__ = ["ACTION_VERBS", "STOPWORDS", "ASSENT", "action_verb", "verb_of", "names_action", "names_object", "asks_for",
+           "request_concept", "request_for", "lookup_concept", "verbs_in", "request_clause", "first_line", "IDENTIFIERS",
+           "asks_something", "request_turns", "request_text", "MAX_REQUEST"]
 
 STOPWORDS = frozenset("""a an and are as at be but by can do for from has have i if in into is it its me my
 no not of on or our please so that the their them then there these they this to too want was we were what
@@ -27,6 +38,13 @@ ACTION_VERBS = frozenset("""add apply book buy cancel change close create delete
 extend modify move open pay purchase refund register remove renew replace reschedule reserve reset return
 send set subscribe switch transfer unsubscribe update upgrade""".split())
 """Verbs of requests that change something ("order" is left out: in requests it is mostly a noun)."""
+ASSENT = frozenset("""yes yeah yep yup no nope ok okay sure fine great good perfect excellent wonderful awesome
+alright right correct exactly absolutely definitely certainly indeed agree agreed go ahead proceed confirm confirmed
+thanks thank cheers appreciate appreciated welcome bye goodbye much lot""".split())
+"""Words that assent, refuse or thank: a turn made of them (and stopwords) asks for nothing."""
+_FUNCTION = frozenset("am im its let us don doesn didn isn aren wasn weren won wouldn couldn shouldn ll ve re".split())
+MAX_REQUEST = 500
+"""Characters of a conversation's request (``request_text``) kept."""
 GENERIC_NOUNS = frozenset({"details", "detail", "info", "information", "status", "data", "list", "by", "id", "all"})
 VERB_SYNONYMS = {"change": "update", "modify": "update", "edit": "update", "alter": "update", "amend": "update",
                  "move": "update", "reschedule": "update", "switch": "update", "swap": "update",
@@ -144,3 +162,60 @@ def first_line(text: str | None, limit: int = 160) -> str:
     """The first line of ``text``, its spaces collapsed, cut to ``limit`` characters."""
     line = " ".join((text or "").strip().splitlines()[0].split()) if (text or "").strip() else ""
     return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+_SUFFIXES = ("ations", "ation", "ings", "ing", "ions", "ion", "ed", "es", "s")
+
+
+def _root(word: str) -> str:
+    """A word with its common endings cut, to five letters (``cancelling`` and
+    ``cancellation`` are ``cance``, ``bookings`` is ``book``)."""
+    for suffix in _SUFFIXES:
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            word = word[: -len(suffix)]
+            break
+    return word[:5]
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"[a-z]+", IDENTIFIERS.sub(" ", re.sub(r"<[a-z][a-z0-9_]*>", " ", text.lower())))
+
+
+def asks_something(turn: str, before: str = "") -> bool:
+    """Whether a user turn asks for something, given the agent's message just
+    before it: it holds a word that is no stopword, assent or courtesy word,
+    placeholder or number, and one of those the agent's message did not say."""
+    content = [w for w in _words(turn) if len(w) > 1 and w not in STOPWORDS and w not in ASSENT and w not in _FUNCTION]
+    said = {_root(w) for w in _words(before)}
+    return any(_root(w) not in said for w in content)
+
+
+def request_turns(messages: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The user turns of a conversation that ask for something
+    (``asks_something``), up to the agent's last write: what was said after
+    the last change asked for none of the changes made."""
+    messages = list(messages)
+    writes = [n for n, m in enumerate(messages) if m.get("role") == "assistant"
+              and any(is_write(c.name) and not c.error for c in tool_calls([m]))]
+    end = writes[-1] if writes else len(messages)
+    turns, before = [], ""
+    for message in messages[:end]:
+        content = message.get("content")
+        if not isinstance(content, str) or not content.strip():
+            continue
+        if message.get("role") == "assistant":
+            before = content
+        elif message.get("role") == "user":
+            if asks_something(content, before):
+                turns.append(" ".join(content.split()))
+            before = ""
+    return turns
+
+
+def request_text(messages: Iterable[Mapping[str, Any]], limit: int = MAX_REQUEST) -> str:
+    """A conversation's request in the user's words: its ``request_turns``
+    joined, cut at a word to ``limit`` characters; empty when no turn asks."""
+    text = " ".join(request_turns(messages))
+    if len(text) <= limit:
+        return text
+    return text[: limit - 1].rsplit(" ", 1)[0] + "…"

@@ -18,11 +18,18 @@ from brewkb.errors import ConfigError
 from brewkb.recipes import Recipe
 from brewkb.trajectories.schema import Outcome, Trajectory
 
-__all__ = ["Insight", "Rubric", "RubricScores", "RelabelledTask", "Backend", "BACKENDS", "load_backend"]
+__all__ = ["REQUEST", "Insight", "Rubric", "RubricScores", "RelabelledTask", "Backend", "BACKENDS", "load_backend"]
 
 PRESCRIPTIVE = "prescriptive"
 DIAGNOSTIC = "diagnostic"
 OBSERVED = "observed"
+
+
+REQUEST = "request"
+"""The kind of insight that quotes a conversation's request in the user's words
+(``task``) and, for a run that passed, its tool calls in order (``steps``): the
+anchors a recipe is found by, and their exemplars. No lesson: the concepts
+stage does not count them."""
 
 
 def polarity_of(success: bool | None) -> str:
@@ -48,7 +55,7 @@ class Insight:
     task_id: str
     task: str = ""
     steps: tuple[str, ...] = ()
-    kind: str = "note"  # "steps" | "tried" | "together" | "pitfall" | "condition" | "undone" | "note"
+    kind: str = "note"  # "steps" | "tried" | "together" | "pitfall" | "condition" | "undone" | "note" | REQUEST
 
     def to_json(self) -> dict[str, Any]:
         return {"concept": self.concept, "insight": self.insight, "polarity": self.polarity,

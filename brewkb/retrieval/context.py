@@ -15,7 +15,8 @@ __all__ = ["ContextProvider", "NoContext", "RecipeContext", "MemoryContext", "CO
 
 CONTEXTS = ("none", "kb", "trajectories", "notes")
 MEMORY_BLOCKS = {"trajectories": ("# Successful past conversations of similar requests", "Example"),
-                 "notes": ("# Notes of successful past conversations of similar requests", "Note")}
+                 "notes": ("# Notes of successful past conversations of similar requests", "Note"),
+                 "all-trajectories": ("# Past conversations of similar requests", "Example")}
 
 
 class ContextProvider(Protocol):

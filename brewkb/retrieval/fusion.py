@@ -92,8 +92,11 @@ class FusedIndex:
         return sorted(((s, n) for n, s in scores.items()), key=lambda sn: (-sn[0], sn[1]))
 
     def search(self, text: str, k: int = 3) -> list[Hit]:
-        return [Hit(name, score, self.recipes[name].concept, self.recipes[name])
-                for score, name in self._fused(text)[: max(0, k)]]
+        fused = self._fused(text)[: max(0, k)]
+        # the exemplar a lexical hit carries, for the recipes both rankings found
+        exemplars = {h.name: h.exemplar for h in self.lexical.search(text, DEPTH)} if fused else {}
+        return [Hit(name, score, self.recipes[name].concept, self.recipes[name], exemplars.get(name))
+                for score, name in fused]
 
     def rank(self, name: str, text: str) -> int:
         for place, (_, found) in enumerate(self._fused(text), start=1):

@@ -16,6 +16,12 @@ words of the right recipe's body.
 User text is reduced to its index terms: no input (``AND``, ``(x``,
 ``foo:bar``, ``""``) can raise or be read as query syntax.
 
+Each request a recipe quotes (its *anchors*, ``brewkb.retrieval.anchors``) is
+also a document of its own: the best ``RERANK`` recipes by the fields above
+are re-ranked with their best anchor's BM25 score times the ``anchors`` boost
+added, and a hit carries the anchor's exemplar when the query closely matches
+one (``similarity``; ``None`` offers none).
+
 ``RecipeIndex`` holds one KB. ``MultiIndex`` holds a base KB plus many
 candidate documents and answers for any *hybrid* KB (the base with one
 concept's document replaced by one candidate) without building an index per
@@ -42,12 +48,13 @@ import tantivy
 
 from brewkb.config import Boosts
 from brewkb.errors import IndexError_
-from brewkb.recipes import Recipe
+from brewkb.recipes import Anchor, Recipe
+from brewkb.retrieval.anchors import RERANK, AnchorIndex
 from brewkb.retrieval.postings import Plan, Postings
 
 __all__ = ["Hit", "Searchable", "RecipeIndex", "MultiIndex", "HybridView", "analyze", "SCHEMA_VERSION"]
 
-SCHEMA_VERSION = "5"
+SCHEMA_VERSION = "6"
 FILE = "postings.npz"
 TEXT_FIELDS = ("text", "summary", "name_words", "concept", "aliases", "description", "tags", "body")
 _BOOST_OF = {"text": "text", "summary": "summary", "name_words": "name", "concept": "concept",
@@ -82,6 +89,12 @@ PLACEHOLDER = re.compile(r"<[a-z][a-z0-9_]*>")
 term, since a real query holds the value itself, never the placeholder."""
 
 
+EXEMPLAR = re.compile(r'(?m)^([ \t]*[-*][ \t]+".*")[ \t]+→[ \t]+`.*$')
+"""The calls an anchor line gives after its request (its exemplar): what an
+agent is shown for a close request, not words of the recipe; left out of the
+indexed text, so fifty anchors' calls do not weigh a recipe's tool names."""
+
+
 def analyze(text: str) -> list[str]:
     """The index terms of ``text`` (what a query and a document are compared on)."""
     return list(_ANALYZER.analyze(PLACEHOLDER.sub(" ", text) if "<" in text else text))
@@ -89,12 +102,14 @@ def analyze(text: str) -> list[str]:
 
 @dataclass(frozen=True)
 class Hit:
-    """One retrieved recipe."""
+    """One retrieved recipe; ``exemplar`` is the anchor the query closely
+    matched whose conversation's calls the agent is shown, if any."""
 
     name: str
     score: float
     concept: str
     recipe: Recipe
+    exemplar: Anchor | None = None
 
     @cached_property
     def snippet(self) -> str:
@@ -106,10 +121,11 @@ class Hit:
 def _fields(recipe: Recipe) -> dict[str, str]:
     name_words = recipe.name.replace("-", " ")
     aliases, tags = "\n".join(recipe.aliases), "\n".join(recipe.tags)
-    return {"text": "\n".join((name_words, recipe.concept, aliases, recipe.description, tags, recipe.body)),
+    body = EXEMPLAR.sub(r"\1", recipe.body) if "→" in recipe.body else recipe.body
+    return {"text": "\n".join((name_words, recipe.concept, aliases, recipe.description, tags, body)),
             "summary": "\n".join((name_words, recipe.concept, aliases, recipe.description)),
             "name_words": name_words, "concept": recipe.concept, "aliases": aliases,
-            "description": recipe.description, "tags": tags, "body": recipe.body}
+            "description": recipe.description, "tags": tags, "body": body}
 
 
 def _postings(recipes: Sequence[Recipe], boosts: dict[str, float]) -> Postings:
@@ -122,9 +138,13 @@ def _boost_map(boosts: Boosts) -> dict[str, float]:
     return {f: getattr(boosts, _BOOST_OF[f]) for f in TEXT_FIELDS if getattr(boosts, _BOOST_OF[f]) > 0}
 
 
+def _anchor_index(recipes: Sequence[Recipe], boosts: Boosts) -> AnchorIndex | None:
+    return AnchorIndex.build(recipes, analyze) if boosts.anchors > 0 else None
+
+
 def indexed_fields(boosts: Boosts) -> str:
     """A short name of the fields ``boosts`` indexes (part of an on-disk index's key)."""
-    return "-".join(_BOOST_OF[f] for f in _boost_map(boosts))
+    return "-".join([*(_BOOST_OF[f] for f in _boost_map(boosts)), *(["anchors"] if boosts.anchors > 0 else [])])
 
 
 class Searchable(Protocol):
@@ -143,9 +163,13 @@ class Searchable(Protocol):
 class _Searchable:
     _postings: Postings
     _boosts: dict[str, float]
-    _plans: dict[str, Plan]
+    _plans: dict[str, tuple[Plan, Plan | None, Counter[str]]]
+    _anchors: AnchorIndex | None
+    _anchor_weight: float
+    similarity: float | None
 
-    def _plan(self, text: str) -> Plan:
+    def _plan(self, text: str) -> tuple[Plan, Plan | None, Counter[str]]:
+        """The query's plan, its plan over the anchors, its terms."""
         # The search asks the same task texts of many hybrid KBs: plan each query once.
         plans = self._plans
         if text not in plans:
@@ -154,50 +178,88 @@ class _Searchable:
             counts = Counter(analyze(text))
             query = {f"{field}:{term}": boost * count for field, boost in self._boosts.items()
                      for term, count in counts.items()}
-            plans[text] = self._postings.plan(query)
+            anchors = self._anchors.plan(counts) if self._anchors is not None else None
+            plans[text] = (self._postings.plan(query), anchors, counts)
         return plans[text]
+
+    def _ranked(self, text: str, k: int, members: np.ndarray | None = None) -> list[tuple[float, int]]:
+        """The ``k`` best ``(score, document)``: the text's ranking, its best
+        ``RERANK`` re-ranked with each one's best anchor added."""
+        plan, anchors, _ = self._plan(text)
+        if anchors is None or not anchors.keys or self._anchors is None:
+            return self._postings.top(plan, k, members)
+        found = self._postings.top(plan, max(k, RERANK), members)
+        if not found:
+            return []
+        docs = np.fromiter((d for _, d in found), np.int64, len(found))
+        bonus = self._anchors.best(anchors, docs) * np.float32(self._anchor_weight)
+        scores = np.fromiter((s for s, _ in found), np.float32, len(found)) + bonus
+        order = np.lexsort((docs, -scores))[:k]
+        return [(float(scores[i]), int(docs[i])) for i in order]
+
+    def _place(self, doc: int, text: str, members: np.ndarray | None = None) -> int:
+        """1-based place of ``doc`` in ``_ranked``'s order; 0 when it does not match."""
+        plan, anchors, _ = self._plan(text)
+        if anchors is None or not anchors.keys or self._anchors is None:
+            return self._postings.rank(plan, doc, members)
+        place = next((n for n, (_, d) in enumerate(self._ranked(text, RERANK, members), 1) if d == doc), 0)
+        return place or self._postings.rank(plan, doc, members)
+
+    def _hit(self, doc: int, score: float, recipe: Recipe, counts: Counter[str]) -> Hit:
+        exemplar = None
+        if self.similarity is not None and self._anchors is not None:
+            exemplar = self._anchors.exemplar(doc, recipe, counts, analyze, self.similarity)
+        return Hit(recipe.name, score, recipe.concept, recipe, exemplar)
 
 
 class RecipeIndex(_Searchable):
     """A BM25 index of one KB's recipes, in memory or in a folder."""
 
-    def __init__(self, postings: Postings, recipes: Sequence[Recipe], boosts: Boosts) -> None:
+    def __init__(self, postings: Postings, recipes: Sequence[Recipe], boosts: Boosts,
+                 anchors: AnchorIndex | None = None, similarity: float | None = None) -> None:
         self._postings = postings
         self._boosts = _boost_map(boosts)
+        self._anchors, self._anchor_weight, self.similarity = anchors, boosts.anchors, similarity
         self._plans = {}
         self._names = [r.name for r in recipes]
         self._doc_of = {name: i for i, name in enumerate(self._names)}
         self.recipes = {r.name: r for r in recipes}
 
     @classmethod
-    def build(cls, recipes: Sequence[Recipe], boosts: Boosts = Boosts(), path: Path | None = None) -> RecipeIndex:
+    def build(cls, recipes: Sequence[Recipe], boosts: Boosts = Boosts(), path: Path | None = None,
+              similarity: float | None = None) -> RecipeIndex:
         """Index ``recipes`` in memory, or in the folder ``path`` (written
         through a temporary folder, so a half-built index is never visible)."""
         postings = _postings(recipes, _boost_map(boosts))
+        anchors = _anchor_index(recipes, boosts)
         if path is None:
-            return cls(postings, recipes, boosts)
+            return cls(postings, recipes, boosts, anchors, similarity)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
         try:
             postings.save(tmp / FILE)
+            if anchors is not None:
+                anchors.save(tmp)
             (tmp / "names").write_text("\n".join(r.name for r in recipes))
             os.rename(tmp, path)
         except OSError:
             shutil.rmtree(tmp, ignore_errors=True)
             if not path.is_dir():  # another process did not win the race either
                 raise
-        return cls(postings, recipes, boosts)
+        return cls(postings, recipes, boosts, anchors, similarity)
 
     @classmethod
-    def open(cls, path: Path, recipes: Sequence[Recipe], boosts: Boosts = Boosts()) -> RecipeIndex:
+    def open(cls, path: Path, recipes: Sequence[Recipe], boosts: Boosts = Boosts(),
+             similarity: float | None = None) -> RecipeIndex:
         try:
             postings = Postings.load(path / FILE)
+            anchors = AnchorIndex.load(path, len(recipes)) if boosts.anchors > 0 else None
             names = (path / "names").read_text()
         except (OSError, ValueError) as exc:
             raise IndexError_(f"the index at {path} cannot be read ({exc})") from None
         if names != "\n".join(r.name for r in recipes) or postings.n != len(recipes):
             raise IndexError_(f"the index at {path} does not match its recipes")
-        return cls(postings, recipes, boosts)
+        return cls(postings, recipes, boosts, anchors, similarity)
 
     def __len__(self) -> int:
         return len(self.recipes)
@@ -205,13 +267,13 @@ class RecipeIndex(_Searchable):
     def search(self, text: str, k: int = 3) -> list[Hit]:
         """The ``k`` best recipes for ``text`` (fewer when fewer match)."""
         recipes, names = self.recipes, self._names
-        found = self._postings.top(self._plan(text), k)
-        return [Hit(names[doc], score, recipes[names[doc]].concept, recipes[names[doc]]) for score, doc in found]
+        counts = self._plan(text)[2]
+        return [self._hit(doc, score, recipes[names[doc]], counts) for score, doc in self._ranked(text, k)]
 
     def rank(self, name: str, text: str) -> int:
         """1-based place of recipe ``name`` in the ranking for ``text``; 0 when it does not match."""
         doc = self._doc_of.get(name)
-        return 0 if doc is None else self._postings.rank(self._plan(text), doc)
+        return 0 if doc is None else self._place(doc, text)
 
 
 class MultiIndex(_Searchable):
@@ -224,10 +286,11 @@ class MultiIndex(_Searchable):
     """
 
     def __init__(self, base: dict[str, Recipe], candidates: dict[str, tuple[str, Recipe]],
-                 boosts: Boosts = Boosts()) -> None:
+                 boosts: Boosts = Boosts(), similarity: float | None = None) -> None:
         if BASE in candidates:
             raise IndexError_(f"{BASE!r} is reserved and cannot be a candidate id")
         self._boosts = _boost_map(boosts)
+        self._anchor_weight, self.similarity = boosts.anchors, similarity
         self._plans = {}
         self.base = dict(base)
         self.candidates = dict(candidates)
@@ -236,6 +299,7 @@ class MultiIndex(_Searchable):
         self._base_doc = {slot: i for i, slot in enumerate(self.base)}
         self._candidate_doc = {cid: len(self.base) + i for i, cid in enumerate(self.candidates)}
         self._postings = _postings(self._docs, self._boosts)
+        self._anchors = _anchor_index(self._docs, boosts)
         self._masks: dict[str | None, np.ndarray] = {}
 
     def _members(self, candidate: str | None) -> np.ndarray:
@@ -269,8 +333,9 @@ class MultiIndex(_Searchable):
 
     def search(self, text: str, k: int = 3, candidate: str | None = None) -> list[Hit]:
         self._check(candidate)
-        found = self._postings.top(self._plan(text), k, self._members(candidate))
-        return [Hit(self._docs[doc].name, score, self._docs[doc].concept, self._docs[doc]) for score, doc in found]
+        counts = self._plan(text)[2]
+        return [self._hit(doc, score, self._docs[doc], counts)
+                for score, doc in self._ranked(text, k, self._members(candidate))]
 
     def rank(self, name: str, text: str, candidate: str | None = None) -> int:
         """1-based place of the recipe called ``name`` in the hybrid KB of
@@ -283,7 +348,7 @@ class MultiIndex(_Searchable):
             doc = self._base_doc[self._slot_named[name]]
         else:
             return 0
-        return self._postings.rank(self._plan(text), doc, self._members(candidate))
+        return self._place(doc, text, self._members(candidate))
 
 
 @dataclass(frozen=True)

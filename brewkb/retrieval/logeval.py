@@ -7,67 +7,72 @@ A *case* is one held-out conversation that passed and made at least one write
 a person is not a write); a failed conversation's writes are no target, and a
 conversation that wrote nothing is not scored. Each case is asked twice: with
 the user's side of the conversation (every user turn) and with the first user
-turn alone. A document's *procedure* is its step lines under ``## How to
-perform`` (lines that start with a backticked call; calls joined by "or" are
-one step), some of them *asked* steps: a step taken "only when the request
-also asks to" do what it does (``ALSO_ASKED``). For the ranking of the top
-``DEPTH`` documents:
+turn alone. What a document tells the agent to do is read from what the agent
+is shown of it (``brewkb.retrieval.ranking.shown_body``: the recipe's
+procedure, or the exemplar that replaces it for a request close to a past
+one): its step lines under ``## How to perform`` (lines that start with a
+backticked call; calls joined by "or" are one step), those taken "only when
+the request also asks to" included. For the ranking of the top ``DEPTH``
+documents:
 
 - **MRR**: for each write of the case, 1 / the rank of the first document
-  whose procedure names that write's tool (0 when none of the top ``DEPTH``
+  whose steps name that write's tool (0 when none of the top ``DEPTH``
   does), averaged over the case's writes;
 - **top-1**: the share of the case's writes the first document names;
 - **top-3 coverage**: the share of the case's writes some of the first three
   documents name;
-- **step F1**: between the steps the first document has the agent take for
-  the case and the tools the case used (lookups and writes, messages left
-  out): a step counts when the conversation used one of the tools it offers,
-  a tool counts when some step offers it. An asked step is taken when the
-  request asked for it, and a conversation that passed did what its request
-  asked: so it is one of the steps when the conversation used its tool, and
-  left out otherwise (an agent that follows the recipe does not take it);
-- **strict step F1**: the same with every asked step taken, whatever the
-  request asked.
+- **step F1**: between the steps the first document tells the agent to take
+  (every one of them) and the distinct tools the case called (lookups,
+  writes and hand-offs; messages left out): a step counts when the
+  conversation used one of the tools it offers, a tool counts when some step
+  offers it. Nothing of the held-out conversation decides which steps count.
 
 Every measure is averaged over cases, so each conversation weighs the same.
+A case is *recurring* when the memory the KB learned from holds a
+conversation of its task (``same_task``), else *new*; ``brewkb.retrieval.compare``
+puts the two parts side by side.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from brewkb.recipes import Recipe
-from brewkb.retrieval.index import Searchable
+from brewkb.llm.requests import request_text
+from brewkb.recipes import Recipe, split_sections
+from brewkb.retrieval.index import Hit, Searchable, analyze
 from brewkb.retrieval.memory import MEMORIES, memory_documents
-from brewkb.retrieval.ranking import Retriever
+from brewkb.retrieval.ranking import HOW, Retriever, shown_body
 from brewkb.trajectories.schema import Trajectory, tool_calls
-from brewkb.trajectories.tools import ALSO_ASKED, procedure, used_tools, user_turns, writes_of
+from brewkb.trajectories.tools import procedure, used_tools, user_turns, writes_of
 
-__all__ = ["QUERIES", "DEPTH", "Case", "Scores", "Procedure", "procedure_of", "cases_of", "procedures_of", "score",
-           "case_scores", "Arm", "LogEvaluation", "compare_arms", "BASELINES"]
+__all__ = ["QUERIES", "DEPTH", "MEASURES", "PARTS", "RECURS_SIMILARITY", "Case", "Scores", "Procedure",
+           "procedure_of", "shown_procedure", "cases_of", "score", "case_scores", "Arm", "compare_arms", "BASELINES",
+           "same_task"]
 
 QUERIES = {"conversation": "the user's side of the conversation", "first turn": "the first user turn"}
 DEPTH = 10
 BASELINES = ("none", *MEMORIES)
+MEASURES = {"mrr": "MRR", "top1": "top-1", "cover3": "top-3 cover", "step_f1": "step F1"}
+PARTS = {"recurring": "recurring requests (the task is in what the KB learned from)",
+         "new": "new requests"}
+RECURS_SIMILARITY = 0.5
+"""For logs that name no task: a request recurs when a remembered one's cosine
+with it (idf-weighted index terms) reaches this."""
 
 
 @dataclass(frozen=True)
 class Procedure:
-    """The steps of a document: those to take, and those to take only when asked."""
+    """The step lines a document tells the agent to take, each the set of tools it offers."""
 
     steps: tuple[frozenset[str], ...]
-    asked: tuple[frozenset[str], ...] = ()
 
     def names(self, tool: str) -> bool:
-        return any(tool in step for step in (*self.steps, *self.asked))
-
-    def taken(self, tools: frozenset[str] | None = None) -> list[frozenset[str]]:
-        """The steps an agent takes for a conversation that used ``tools``
-        (every asked step when ``tools`` is ``None``)."""
-        return [*self.steps, *(s for s in self.asked if tools is None or s & tools)]
+        return any(tool in step for step in self.steps)
 
 
 @dataclass(frozen=True)
@@ -79,6 +84,7 @@ class Case:
     queries: Mapping[str, str]
     writes: tuple[str, ...]
     tools: frozenset[str]
+    recurring: bool = False
 
 
 @dataclass(frozen=True)
@@ -88,19 +94,76 @@ class Scores:
     top1: float
     cover3: float
     step_f1: float
-    strict_f1: float
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
-    def at_least(self, other: Scores) -> bool:
-        """At least as good as ``other`` on MRR, top-1 and step F1."""
-        return self.mrr >= other.mrr and self.top1 >= other.top1 and self.step_f1 >= other.step_f1
+
+def _stated(t: Trajectory) -> str | None:
+    """The task a log states for a conversation, when it states one: its
+    statement, unless that is only the first user turn (the importer's stand-in)."""
+    statement = " ".join(t.task.split())
+    turns = user_turns(t)
+    return statement if statement and (not turns or " ".join(turns[0].split()) != statement) else None
 
 
-def cases_of(trajectories: Sequence[Trajectory], scrub: Callable[[Trajectory], Trajectory]) -> list[Case]:
+def _names_task(t: Trajectory) -> bool:
+    """Whether the log gave the conversation a task id, rather than an id of
+    its own (a chat line's number, a trace's conversation id)."""
+    meta = t.meta or {}
+    return t.task_id not in {str(meta.get("conversation_id")), f"line-{meta.get('line')}"}
+
+
+def same_task(a: Trajectory, b: Trajectory) -> bool | None:
+    """Whether two conversations are of one task, by what the logs say: the
+    same task id (and the same statement, when both logs state one); ``None``
+    when either log names no task."""
+    if not (_names_task(a) and _names_task(b)):
+        return None
+    first, second = _stated(a), _stated(b)
+    return a.task_id == b.task_id and (first is None or second is None or first == second)
+
+
+def _cosine(a: Counter[str], b: Counter[str], idf: Callable[[str], float]) -> float:
+    dot = sum(c * b[t] * idf(t) ** 2 for t, c in a.items() if t in b)
+    norm = math.sqrt(sum((c * idf(t)) ** 2 for t, c in a.items()) * sum((c * idf(t)) ** 2 for t, c in b.items()))
+    return dot / norm if norm else 0.0
+
+
+class _Recurrence:
+    """Which held-out conversations recur in a memory: the same task where
+    the logs name tasks (``same_task``), else a remembered request close to
+    theirs (``RECURS_SIMILARITY``)."""
+
+    def __init__(self, memory: Sequence[Trajectory]) -> None:
+        self.memory = list(memory)  # as logged: a statement scrubbed by one run's values would differ from another's
+        self.tasks = {(t.task_id, _stated(t)) for t in self.memory if _names_task(t)}
+        self.ids = {task for task, _ in self.tasks}
+        self._requests: list[Counter[str]] | None = None
+
+    def __call__(self, held: Trajectory) -> bool:
+        if _names_task(held) and held.task_id in self.ids:
+            return any(same_task(held, m) for m in self.memory if m.task_id == held.task_id)
+        if _names_task(held) and all(_names_task(m) for m in self.memory):
+            return False
+        if self._requests is None:
+            self._requests = [Counter(analyze(request_text(m.messages))) for m in self.memory]
+        mine = Counter(analyze(request_text(held.messages)))
+        df = Counter(term for r in self._requests for term in r)
+        n = len(self._requests) + 1
+
+        def idf(term: str) -> float:
+            return math.log1p((n - df[term] - 1 + 0.5) / (df[term] + 1 + 0.5))
+
+        return any(_cosine(mine, r, idf) >= RECURS_SIMILARITY for r in self._requests if r)
+
+
+def cases_of(trajectories: Sequence[Trajectory], scrub: Callable[[Trajectory], Trajectory],
+             memory: Sequence[Trajectory] = ()) -> list[Case]:
     """The cases of ``trajectories``: those that passed and did an action,
-    queried with their scrubbed user turns."""
+    queried with their scrubbed user turns; recurring when ``memory`` (what
+    the KB learned from, as logged) holds their task."""
+    recurs = _Recurrence(memory)
     cases = []
     for t in trajectories:
         if t.success is not True:
@@ -112,18 +175,19 @@ def cases_of(trajectories: Sequence[Trajectory], scrub: Callable[[Trajectory], T
         clean = scrub(t)
         turns = [" ".join(turn.split()) for turn in user_turns(clean)] or [clean.task]
         cases.append(Case(t.id, t.task_id, {"conversation": " ".join(turns), "first turn": turns[0]},
-                          tuple(writes), frozenset(used_tools(calls))))
+                          tuple(writes), frozenset(used_tools(calls)), bool(memory) and recurs(t)))
     return cases
 
 
 def procedure_of(document: Recipe) -> Procedure:
-    lines = document.section("How to perform").splitlines()
-    return Procedure(tuple(procedure("\n".join(line for line in lines if ALSO_ASKED not in line))),
-                     tuple(procedure("\n".join(line for line in lines if ALSO_ASKED in line))))
+    """The steps of a document's procedure as written (every step line)."""
+    return Procedure(tuple(procedure(document.section(HOW))))
 
 
-def procedures_of(documents: Sequence[Recipe]) -> dict[str, Procedure]:
-    return {d.name: procedure_of(d) for d in documents}
+def shown_procedure(hit: Hit) -> Procedure:
+    """The steps of what the agent is shown of a hit (``shown_body``)."""
+    how = next((text for title, text in split_sections(shown_body(hit)) if title.lower() == HOW.lower()), "")
+    return Procedure(tuple(procedure(how)))
 
 
 def _f1(steps: Sequence[frozenset[str]], tools: frozenset[str]) -> float:
@@ -134,107 +198,67 @@ def _f1(steps: Sequence[frozenset[str]], tools: frozenset[str]) -> float:
     return 2 * precision * recall / (precision + recall) if precision + recall else 0.0
 
 
-def _ranks(ranked: Sequence[Procedure], case: Case) -> list[int | None]:
-    """The rank of the first document naming each write of ``case``."""
-    return [next((n for n, found in enumerate(ranked, 1) if found.names(action)), None) for action in case.writes]
-
-
-def case_scores(ranked: Sequence[Procedure], case: Case) -> tuple[float, float, float, float, float]:
-    """MRR, top-1, top-3 coverage, step F1 and strict step F1 of one case."""
-    ranks = _ranks(ranked, case)
+def case_scores(ranked: Sequence[Procedure], case: Case) -> tuple[float, float, float, float]:
+    """MRR, top-1, top-3 coverage and step F1 of one case."""
+    ranks = [next((n for n, found in enumerate(ranked, 1) if found.names(action)), None) for action in case.writes]
     n = len(ranks)
     return (sum(1 / r for r in ranks if r) / n, sum(r == 1 for r in ranks) / n,
-            sum(bool(r and r <= 3) for r in ranks) / n,
-            _f1(ranked[0].taken(case.tools), case.tools) if ranked else 0.0,
-            _f1(ranked[0].taken(), case.tools) if ranked else 0.0)
+            sum(bool(r and r <= 3) for r in ranks) / n, _f1(ranked[0].steps, case.tools) if ranked else 0.0)
 
 
-def score(index: Searchable | None, procedures: Mapping[str, Procedure], cases: Sequence[Case],
-          query: str) -> Scores:
-    """The measures of one arm (``index`` ``None``: no memory) for one query kind."""
-    rows = []
+def score(index: Searchable | None, cases: Sequence[Case], query: str) -> list[tuple[float, ...]]:
+    """Each case's measures for one arm (``index`` ``None``: no memory) and one query kind."""
+    known: dict[tuple[str, Any], Procedure] = {}
+
+    def shown(hit: Hit) -> Procedure:
+        key = (hit.name, hit.exemplar)
+        if key not in known:
+            known[key] = shown_procedure(hit)
+        return known[key]
+
+    rows: list[tuple[float, ...]] = []
     for case in cases:
         hits = index.search(case.queries[query], DEPTH) if index is not None and len(index) else []
-        rows.append(case_scores([procedures[h.name] for h in hits], case))
+        rows.append(case_scores([shown(h) for h in hits], case))
+    return rows
+
+
+def mean_scores(rows: Sequence[tuple[float, ...]]) -> Scores:
     n = len(rows)
-    mean = [round(sum(r[i] for r in rows) / n, 4) if n else 0.0 for i in range(5)]
-    return Scores(n, *mean)
+    return Scores(n, *(round(sum(r[i] for r in rows) / n, 4) if n else 0.0 for i in range(len(MEASURES))))
 
 
 @dataclass(frozen=True)
 class Arm:
-    """One column: ``kind`` is ``none``, a memory (``trajectories``, ``notes``) or ``kb``."""
+    """One column: ``kind`` is ``none``, a memory (``trajectories``, ``notes``,
+    ``all-trajectories``) or ``kb``; ``rows`` hold each case's measures per query."""
 
     label: str
     kind: str
     documents: int
-    scores: Mapping[str, Scores]
+    rows: Mapping[str, Sequence[tuple[float, ...]]]
 
-    def to_json(self) -> dict[str, Any]:
-        return {"label": self.label, "kind": self.kind, "documents": self.documents,
-                "scores": {q: s.to_json() for q, s in self.scores.items()}}
-
-
-@dataclass(frozen=True)
-class LogEvaluation:
-    logs: str
-    learned_from: str
-    conversations: int
-    """Held-out conversations of the logs."""
-    cases: int
-    """Those that passed and did an action: the ones scored."""
-    arms: list[Arm]
-    hint: str = ""
-    """What to do next, when the comparison lacks a learned KB."""
-
-    def to_json(self) -> dict[str, Any]:
-        return {"kind": "logs", "logs": self.logs, "learned_from": self.learned_from,
-                "conversations": self.conversations, "cases": self.cases,
-                "arms": [a.to_json() for a in self.arms], **({"hint": self.hint} if self.hint else {})}
-
-    def verdict(self, label: str) -> str:
-        """Whether the arm ``label`` (the new KB) beats each baseline and every
-        other KB (the base KB it would replace), plainly."""
-        short = self.shortfalls(label)
-        others = "the base KB and every baseline" if any(a.kind == "kb" for a in self._rivals(label)) \
-            else "every baseline"
-        if not short:
-            return f"The new KB is at least as good as {others} on MRR, top-1 and step F1."
-        mine = next(a for a in self.arms if a.label == label).scores["conversation"]
-        matched = [a.label for a in self._rivals(label) if mine.at_least(a.scores["conversation"])]
-        return (f"The new KB does not beat {'; '.join(short)}."
-                + (f" It is at least as good as {', '.join(matched)} on MRR, top-1 and step F1." if matched else ""))
-
-    def _rivals(self, label: str) -> list[Arm]:
-        """What the arm ``label`` must beat: the memories, and the other KBs."""
-        return [a for a in self.arms if a.label != label and (a.kind in MEMORIES or a.kind == "kb")]
-
-    def shortfalls(self, label: str) -> list[str]:
-        """How the arm ``label`` falls short of each baseline and other KB, in
-        words (empty: it beats them all)."""
-        mine = next(a for a in self.arms if a.label == label)
-        out = []
-        for arm in self._rivals(label):
-            ours, theirs = mine.scores["conversation"], arm.scores["conversation"]
-            if not ours.at_least(theirs):
-                worse = [f"{name} {getattr(ours, key):.3f} < {getattr(theirs, key):.3f}"
-                         for key, name in (("mrr", "MRR"), ("top1", "top-1"), ("step_f1", "step F1"))
-                         if getattr(ours, key) < getattr(theirs, key)]
-                out.append(f"{arm.label} ({', '.join(worse)})")
-        return out
+    def scores(self, query: str, cases: Sequence[Case] | None = None, part: str | None = None) -> Scores:
+        """Mean measures over every case, or over one part's."""
+        rows = self.rows[query]
+        if part is not None and cases is not None:
+            rows = [r for r, c in zip(rows, cases, strict=True) if c.recurring == (part == "recurring")]
+        return mean_scores(rows)
 
 
 def compare_arms(kbs: Mapping[str, Sequence[Recipe]], pool: Sequence[Trajectory], cases: Sequence[Case],
-                 retriever: Retriever, scrub: Any, contexts: Sequence[str] = BASELINES) -> list[Arm]:
-    """The baselines in ``contexts`` (their memories built from ``pool``), then
-    each KB of ``kbs`` (label → recipes), scored on ``cases``."""
+                 retriever: Retriever, scrub: Any, contexts: Sequence[str] = BASELINES,
+                 everything: Sequence[Trajectory] = ()) -> list[Arm]:
+    """The baselines in ``contexts`` (their memories built from ``pool``;
+    ``all-trajectories`` from ``everything``), then each KB of ``kbs`` (label →
+    recipes), scored on ``cases``."""
     arms = []
-    clean = [scrub(t) for t in pool] if any(c in MEMORIES for c in contexts) else []
     for context in contexts:
         if context == "none":
-            arms.append(Arm("none", "none", 0, {q: score(None, {}, cases, q) for q in QUERIES}))
+            arms.append(Arm("none", "none", 0, {q: [(0.0,) * len(MEASURES)] * len(cases) for q in QUERIES}))
             continue
-        documents = memory_documents(context, clean)
+        source = everything if context == "all-trajectories" else pool
+        documents = memory_documents(context, [scrub(t) for t in source])
         arms.append(_arm(context, context, documents, cases, retriever))
     for label, recipes in kbs.items():
         arms.append(_arm(label, "kb", list(recipes), cases, retriever))
@@ -243,5 +267,4 @@ def compare_arms(kbs: Mapping[str, Sequence[Recipe]], pool: Sequence[Trajectory]
 
 def _arm(label: str, kind: str, documents: list[Recipe], cases: Sequence[Case], retriever: Retriever) -> Arm:
     index = retriever.index(documents) if documents else None
-    procedures = procedures_of(documents)
-    return Arm(label, kind, len(documents), {q: score(index, procedures, cases, q) for q in QUERIES})
+    return Arm(label, kind, len(documents), {q: score(index, cases, q) for q in QUERIES})

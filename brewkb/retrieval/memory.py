@@ -6,6 +6,8 @@
   the tools it called, in order.
 - ``notes`` (the Agent-Mem / A-Mem style): one short note per past
   conversation that passed: the request in one line and the tool steps.
+- ``all-trajectories``: ``trajectories`` of every past conversation, those
+  that failed or carry no outcome too (a team that kept all its logs).
 
 Both are built from scrubbed trajectories. A document carries its procedure
 in the recipe step convention under ``## How to perform``, so a KB's recipes
@@ -16,13 +18,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from brewkb.recipes import Recipe, build_body
+from brewkb.llm.requests import request_text
+from brewkb.recipes import LEARNED_FROM, Anchor, Recipe, anchor_line, build_body
 from brewkb.trajectories.schema import Trajectory, tool_calls
-from brewkb.trajectories.tools import is_talk, step_text, user_turns
+from brewkb.trajectories.tools import (
+    concept_of_tool,
+    is_talk,
+    step_text,
+    user_turns,
+    writes_of,
+)
 
 __all__ = ["MEMORIES", "memory_documents", "steps_block"]
 
-MEMORIES = ("trajectories", "notes")
+MEMORIES = ("trajectories", "notes", "all-trajectories")
 NOTE_REQUEST_CHARS = 200
 
 
@@ -41,22 +50,26 @@ def _replies(trajectory: Trajectory) -> list[str]:
 
 def memory_documents(kind: str, trajectories: Iterable[Trajectory]) -> list[Recipe]:
     """One document per passing conversation of ``trajectories`` (already
-    scrubbed), named ``<kind>-<id>``."""
+    scrubbed; every conversation for ``all-trajectories``), named ``<kind>-<id>``."""
     if kind not in MEMORIES:
         raise ValueError(f"unknown memory {kind!r}; expected one of {MEMORIES}")
     documents = []
     for t in trajectories:
-        if t.success is not True:
+        if t.success is not True and kind != "all-trajectories":
             continue
         turns = user_turns(t) or [t.task]
         steps = steps_block(t)
-        if kind == "trajectories":
+        request = request_text(t.messages)  # its anchor: a past conversation is found as a recipe is
+        anchor = anchor_line(Anchor(request)) if request else ""
+        if kind != "notes":
             text = "\n\n".join(turns + _replies(t))
-            body = build_body([("Conversation", text), ("How to perform", steps)])
+            body = build_body([("Conversation", text), ("How to perform", steps), (LEARNED_FROM, anchor)])
             description = ""
         else:
-            request = " ".join(turns[0].split())
-            description = request if len(request) <= NOTE_REQUEST_CHARS else request[: NOTE_REQUEST_CHARS - 1] + "…"
-            body = build_body([("How to perform", steps)])
-        documents.append(Recipe(name=f"{kind}-{t.id}", description=description, body=body))
+            first = " ".join(turns[0].split())
+            description = first if len(first) <= NOTE_REQUEST_CHARS else first[: NOTE_REQUEST_CHARS - 1] + "…"
+            body = build_body([("How to perform", steps), (LEARNED_FROM, anchor)])
+        # named, as a recipe is, after the changes it made
+        aliases = tuple(concept_of_tool(w) for w in writes_of(t))
+        documents.append(Recipe(name=f"{kind}-{t.id}", description=description, aliases=aliases, body=body))
     return documents

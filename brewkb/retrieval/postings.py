@@ -150,6 +150,25 @@ class Postings:
         entries.sort(key=lambda p: (-p[0], p[1]))
         return Plan(entries, postings)
 
+    @property
+    def keys(self) -> int:
+        """How many keys it holds (key ids run from 0)."""
+        return len(self._bounds) - 1
+
+    def df(self, key: str) -> int:
+        """How many documents hold ``key``."""
+        found = self._ids.get(key)
+        return 0 if found is None else self._bounds[found + 1] - self._bounds[found]
+
+    def by_document(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The impacts grouped by document instead of by key: ``indptr``
+        (document d's are ``[indptr[d], indptr[d + 1])``), their key ids and
+        their impacts."""
+        order = np.argsort(self._docs, kind="stable")
+        keys = np.repeat(np.arange(len(self._indptr) - 1, dtype=np.int32), np.diff(self._indptr))[order]
+        indptr = np.concatenate(([0], np.cumsum(np.bincount(self._docs, minlength=self.n)))).astype(np.int64)
+        return indptr, keys, self._scores[order]
+
     def top(self, plan: Plan, k: int,
             members: np.ndarray | None = None) -> list[tuple[float, int]]:
         """The ``k`` best ``(score, document)`` among ``members`` (all when None), best first."""

@@ -21,7 +21,7 @@ import numpy as np
 from brewkb.config import Boosts
 from brewkb.errors import IndexError_
 from brewkb.kb import KB
-from brewkb.recipes import Recipe, guidance, render_recipe
+from brewkb.recipes import Recipe, build_body, guidance, render_recipe, split_sections
 from brewkb.retrieval.fusion import FusedIndex, Vectors, offline_embed
 from brewkb.retrieval.index import (
     SCHEMA_VERSION,
@@ -32,30 +32,35 @@ from brewkb.retrieval.index import (
     indexed_fields,
 )
 
-__all__ = ["Searchable", "Retriever", "retriever_of", "open_index", "retrieve", "render_context", "mrr",
-           "approx_tokens"]
+__all__ = ["Searchable", "Retriever", "retriever_of", "open_index", "retrieve", "render_context", "shown_body", "mrr",
+           "approx_tokens", "HOW", "EXEMPLAR_LEAD"]
 
 KEEP_INDEXES = 8
+HOW = "How to perform"
+EXEMPLAR_LEAD = "A past conversation whose request was close to this one passed with these calls, in order:"
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class Retriever:
     """How recipes are ranked: BM25 with ``boosts``, fused with dense vectors
-    when ``vectors`` is set (``retrieval.mode = "hybrid"``)."""
+    when ``vectors`` is set (``retrieval.mode = "hybrid"``); a hit carries an
+    exemplar when the query's cosine with one reaches ``similarity``
+    (``None``: never)."""
 
     boosts: Boosts = Boosts()
     vectors: Vectors | None = None
+    similarity: float | None = None
 
     def over(self, lexical: Searchable, members: Iterable[Recipe]) -> Searchable:
         """``lexical`` as this retriever ranks: itself, or fused."""
         return lexical if self.vectors is None else FusedIndex(lexical, list(members), self.vectors)
 
     def index(self, recipes: Sequence[Recipe]) -> Searchable:
-        return self.over(RecipeIndex.build(list(recipes), self.boosts), recipes)
+        return self.over(RecipeIndex.build(list(recipes), self.boosts, similarity=self.similarity), recipes)
 
     def multi(self, base: Mapping[str, Recipe], candidates: Mapping[str, tuple[str, Recipe]]) -> MultiIndex:
-        return MultiIndex(dict(base), dict(candidates), self.boosts)
+        return MultiIndex(dict(base), dict(candidates), self.boosts, self.similarity)
 
     def hybrid(self, multi: MultiIndex, candidate: str | None) -> Searchable:
         """The hybrid KB of ``candidate`` in ``multi``, ranked as this retriever ranks."""
@@ -67,15 +72,17 @@ def retriever_of(kb: KB, client: Any = None) -> Retriever:
     role: ``client`` (or a new one) with ``llm.backend = "openai"``, else the
     offline embedder."""
     config = kb.config
+    similarity = config.retrieval.exemplar_similarity if config.retrieval.exemplars else None
     if config.retrieval.mode == "bm25":
-        return Retriever(config.retrieval.boosts)
+        return Retriever(config.retrieval.boosts, similarity=similarity)
     if config.llm.backend == "offline":
-        return Retriever(config.retrieval.boosts, Vectors(offline_embed))
+        return Retriever(config.retrieval.boosts, Vectors(offline_embed), similarity)
     if client is None:
         from brewkb.llm import open_backend
 
         _, client = open_backend(config.llm, cache_dir=kb.cache_dir)
-    return Retriever(config.retrieval.boosts, Vectors(lambda texts: np.asarray(client.embed_blocking(texts))))
+    return Retriever(config.retrieval.boosts, Vectors(lambda texts: np.asarray(client.embed_blocking(texts))),
+                     similarity)
 
 
 def _state_key(kb: KB, rev: str | None) -> tuple[str, list[Recipe]]:
@@ -112,11 +119,12 @@ def open_index(kb: KB, rev: str | None = None, retriever: Retriever | None = Non
     """The index of the working tree (``rev=None``) or of a revision, built
     once per KB state under the cache folder, ranked as ``retriever`` (by
     default the configured one) ranks."""
-    index = _lexical_index(kb, rev)
-    return (retriever or retriever_of(kb)).over(index, index.recipes.values())
+    retriever = retriever or retriever_of(kb)
+    index = _lexical_index(kb, rev, retriever.similarity)
+    return retriever.over(index, index.recipes.values())
 
 
-def _lexical_index(kb: KB, rev: str | None = None) -> RecipeIndex:
+def _lexical_index(kb: KB, rev: str | None = None, similarity: float | None = None) -> RecipeIndex:
     """The BM25 index of the working tree or a revision."""
     key, recipes = _state_key(kb, rev)
     boosts = kb.config.retrieval.boosts
@@ -125,11 +133,11 @@ def _lexical_index(kb: KB, rev: str | None = None) -> RecipeIndex:
     if path.is_dir():
         path.touch()
         try:
-            return RecipeIndex.open(path, recipes, boosts)
+            return RecipeIndex.open(path, recipes, boosts, similarity)
         except IndexError_ as exc:  # a cache: damaged by hand or by the disk, so made again
             log.warning("%s; building it again", exc)
             shutil.rmtree(path, ignore_errors=True)
-    index = RecipeIndex.build(recipes, boosts, path=path)
+    index = RecipeIndex.build(recipes, boosts, path=path, similarity=similarity)
     _prune(folder, keep=KEEP_INDEXES)
     return index
 
@@ -151,10 +159,25 @@ def approx_tokens(text: str) -> int:
     return (len(text) + 3) // 4
 
 
+def shown_body(hit: Hit) -> str:
+    """What an agent is shown of a hit's body: its ``guidance``, with the
+    exemplar's calls in place of the general procedure when the hit carries
+    one (the query closely matched a request a passing conversation made)."""
+    body = guidance(hit.recipe.body)
+    if hit.exemplar is None or not hit.exemplar.steps:
+        return body
+    steps = "\n".join(f"{n}. `{step}`" for n, step in enumerate(hit.exemplar.steps, 1))
+    sections = split_sections(body)
+    if not any(title.lower() == HOW.lower() for title, _ in sections):
+        sections.append((HOW, ""))
+    return build_body([(title, f"{EXEMPLAR_LEAD}\n\n{steps}" if title.lower() == HOW.lower() else text)
+                       for title, text in sections])
+
+
 def render_context(hits: Sequence[Hit], budget_tokens: int = 1500,
                    heading: str = "# Recipes from the knowledge base", label: str = "Recipe") -> str:
     """The block an agent receives: each document's name, description and
-    body (``guidance``), best first, cut at a line boundary to fit
+    body (``shown_body``), best first, cut at a line boundary to fit
     ``budget_tokens``."""
     if not hits:
         return ""
@@ -162,7 +185,7 @@ def render_context(hits: Sequence[Hit], budget_tokens: int = 1500,
     used = approx_tokens(blocks[0])
     for hit in hits:
         recipe = hit.recipe
-        block = f"## {label}: {recipe.name}\n{recipe.description.strip()}\n\n{guidance(recipe.body).strip()}"
+        block = f"## {label}: {recipe.name}\n{recipe.description.strip()}\n\n{shown_body(hit).strip()}"
         cost = approx_tokens(block) + 1
         if used + cost <= budget_tokens:
             blocks.append(block)

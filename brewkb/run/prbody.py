@@ -23,7 +23,7 @@ from typing import Any
 from brewkb.errors import RecipeError
 from brewkb.llm.roles import Insight
 from brewkb.recipes import parse_recipe
-from brewkb.retrieval.logeval import LogEvaluation
+from brewkb.retrieval.compare import LogEvaluation
 from brewkb.run.record import (
     LOGS_WROTE,
     RunView,
@@ -123,13 +123,12 @@ def distill_message(run: str, source: str, spec: SearchSpec, result: SearchResul
 
 
 def comparison_section(comparison: LogEvaluation | None) -> str:
-    """The new KB beside the base KB and the baselines on the test split, and
-    a plain sentence on whether it beats them."""
+    """The new KB beside the base KB and the baselines on the test split:
+    the verdict, then the tables (``logs_table``)."""
     if comparison is None:
         return ("## Compared with the baselines\n\nNot measured: the logs have fewer than "
                 f"{HOLD_OUT_EVERY} tasks, so none was held out for a test.\n\n")
-    return ("## Compared with the baselines (test split)\n\n" + comparison.verdict(NEW) + "\n\n"
-            + "\n".join(logs_table(comparison.to_json())) + "\n\n")
+    return "## Compared with the baselines (test split)\n\n" + "\n".join(logs_table(comparison.to_json())) + "\n\n"
 
 
 def pr_body(view: RunView) -> str:

@@ -203,19 +203,42 @@ def effects_table(evaluation: dict[str, Any]) -> list[str]:
 
 def logs_table(evaluation: Mapping[str, Any]) -> list[str]:
     """A comparison on held-out logs (``LogEvaluation.to_json``) as markdown:
-    one row per arm, both queries."""
+    the verdict, then recurring and new requests apart, each with its cases,
+    every arm's measures for both queries and KB − baseline with its paired
+    bootstrap 95 % interval."""
+    parts = evaluation.get("parts", {})
     rows = [f"{evaluation['cases']} of {evaluation['conversations']} held-out conversations scored (passed, with a "
-            "write). MRR, top-1 and top-3 coverage: the first result whose procedure names each write the "
-            "conversation made; step F1: the steps the first result has the agent take against the "
-            "conversation's tool calls, a step taken only when the request asks for it counted where the "
-            "conversation took it; strict F1: every such step counted (see docs/distill.md).", "",
-            "| memory | documents | MRR | top-1 | top-3 cover | step F1 | strict F1 | MRR, first turn "
-            "| top-1, first turn |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for arm in evaluation["arms"]:
-        s, f = arm["scores"]["conversation"], arm["scores"]["first turn"]
-        rows.append(f"| {arm['label']} | {arm['documents']} | {s['mrr']:.3f} | {s['top1']:.3f} | {s['cover3']:.3f} | "
-                    f"{s['step_f1']:.3f} | {s['strict_f1']:.3f} | {f['mrr']:.3f} | {f['top1']:.3f} |")
+            f"write): {parts.get('recurring', 0)} recurring (the task is in what the KB learned from), "
+            f"{parts.get('new', 0)} new. MRR, top-1 and top-3 coverage: the first result whose steps name each write "
+            "the conversation made; step F1: every step the first result tells the agent to take (steps taken only "
+            "when asked included) against the distinct tools the conversation called. Offline backend: rules, not a "
+            "language model (see docs/distill.md)."]
+    if evaluation.get("verdict"):
+        rows += ["", evaluation["verdict"]]
+    for part, n in parts.items():
+        if not n:
+            rows += ["", f"**{part.capitalize()} requests**: none."]
+            continue
+        rows += ["", f"**{part.capitalize()} requests** ({n} conversations)", "",
+                 "| memory | documents | MRR | top-1 | top-3 cover | step F1 | MRR, first turn | top-1, first turn "
+                 "| step F1, first turn |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for arm in evaluation["arms"]:
+            s, f = arm["parts"][part]["conversation"], arm["parts"][part]["first turn"]
+            rows.append(f"| {arm['label']} | {arm['documents']} | {s['mrr']:.3f} | {s['top1']:.3f} | "
+                        f"{s['cover3']:.3f} | {s['step_f1']:.3f} | {f['mrr']:.3f} | {f['top1']:.3f} | "
+                        f"{f['step_f1']:.3f} |")
+        found = [c for c in evaluation.get("comparisons", []) if c["part"] == part]
+        if not found:
+            continue
+        if found[0]["differences"] is None:
+            rows += ["", f"Not enough held-out conversations to compare ({n}): no difference is estimated."]
+            continue
+        rows += ["", "| KB − memory (95 % CI) | query | MRR | top-1 | step F1 |", "|---|---|---:|---:|---:|"]
+        for c in found:
+            d = c["differences"]
+            rows.append(f"| {c['kb']} − {c['rival']} | {c['query']} | " + " | ".join(
+                f"{d[m]['mean']:+.3f} ({d[m]['low']:+.3f} to {d[m]['high']:+.3f})" for m in ("mrr", "top1", "step_f1"))
+                + " |")
     return rows
 
 

@@ -30,7 +30,7 @@ from typing import Any
 from brewkb.llm.roles import Backend, Insight
 from brewkb.recipes import Recipe
 from brewkb.retrieval.index import Searchable
-from brewkb.retrieval.logeval import DEPTH, Case, Procedure, case_scores, procedure_of
+from brewkb.retrieval.logeval import DEPTH, Case, Procedure, case_scores, procedure_of, shown_procedure
 from brewkb.retrieval.ranking import Retriever
 from brewkb.search.episodes import EpisodeCache
 from brewkb.search.evaluate import Evaluation
@@ -95,8 +95,8 @@ class RetrievalEvaluator:
         concepts' recipes for its request (the target the reward ranks)."""
         cases = self.cases.get(task, ())
         if cases:
-            values = [case_scores([self._procedure(h.recipe) for h in index.search(c.queries["conversation"], DEPTH)
-                                   ], c)[0] for c in cases]
+            values = [case_scores([shown_procedure(h) for h in index.search(c.queries["conversation"], DEPTH)], c)[0]
+                      for c in cases]
             return round(sum(values) / len(values), 6)
         ranks = [index.rank(kb[concept].name, self.queries[task]) if concept in kb else 0
                  for concept in self._concepts_of[task]]

@@ -54,7 +54,7 @@ import numpy as np
 from brewkb.git.refs import RESERVED_CONCEPTS
 from brewkb.llm.embed import cosine_matrix
 from brewkb.llm.requests import verb_of
-from brewkb.llm.roles import DIAGNOSTIC, Insight
+from brewkb.llm.roles import DIAGNOSTIC, REQUEST, Insight
 from brewkb.recipes import slugify
 from brewkb.trajectories.schema import Trajectory, tool_calls
 from brewkb.trajectories.tools import concept_of_tool, is_handoff, is_write
@@ -267,6 +267,8 @@ def build_concepts(train: Sequence[Insight], evaluation: Sequence[Insight], name
     similarity reaches the threshold. ``min_tasks``, ``max_concepts`` and
     ``actions`` (``actions_of`` the train trajectories) are the support rule
     and the bound (0 and ``None``: neither)."""
+    train = [i for i in train if i.kind != REQUEST]  # a request quoted as an anchor is no lesson
+    evaluation = [i for i in evaluation if i.kind != REQUEST]
     counts = Counter(i.concept for i in train)
     train_names = sorted(counts)
     index = {n: k for k, n in enumerate(names)}
