@@ -299,7 +299,7 @@ def distilled(tmp_path_factory: pytest.TempPathFactory) -> Path:
     done = brewkb(root, "distill", "air", "--iterations", "2")
     assert done.returncode == 0, done.stderr
     # three scored test conversations: too few for any claim
-    assert "New requests (3): not enough held-out conversations to compare (3); no claim is made." in done.stdout
+    assert "New requests (1): not enough held-out conversations to compare (1); no claim is made." in done.stdout
     return root
 
 
@@ -307,21 +307,21 @@ def test_eval_on_logs_puts_the_kb_beside_every_baseline(distilled: Path) -> None
     out = brewkb(distilled, "eval", "--logs", "air")
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert lines[0].startswith("Held-out conversations of air: 4; scored: 3 (passed, with a write)")
-    # its own test split holds tasks no stage read: every request is new, and three are too few for a claim
+    assert lines[0].startswith("Held-out conversations of air: 4; scored: 1 (passed, with a write)")
+    # its own test split holds tasks no stage read: every request is new, and one is too few for a claim
     assert lines[2].startswith("Recurring requests (0): not enough held-out conversations to compare (0)")
-    assert lines[4:7] == ["Recurring requests (the task is in what the KB learned from): none", "", "New requests: 3"]
+    assert lines[4:7] == ["Recurring requests (the task is in what the KB learned from): none", "", "New requests: 1"]
     base = git(distilled, "rev-parse", "HEAD")[:12]
     assert lines[7] == "  Query: the user's side of the conversation"
     assert lines[8].split() == ["MRR", "top-1", "top-3", "cover", "step", "F1", "documents"]
-    rows = [re.split(r"\s{2,}", line)[0] for line in lines[9:15]]
+    rows = [re.split(r"\s{2,}", line.strip())[0] for line in lines[9:15]]
     assert rows == ["none", "trajectories", "notes", "all-trajectories", f"base KB ({base})", "new KB (brew/air/pr)"]
-    assert "  Not enough held-out conversations to compare (3)." in lines
+    assert "  Not enough held-out conversations to compare (1)." in lines
     data = json.loads(brewkb(distilled, "eval", "--logs", "air", "--json").stdout)
     assert [a["label"] for a in data["arms"]] == ["none", "trajectories", "notes", "all-trajectories",
                                                   f"base KB ({base})", "new KB (brew/air/pr)"]
     assert set(data["arms"][0]["scores"]) == {"conversation", "first turn"}
-    assert data["arms"][0]["scores"]["conversation"]["mrr"] == 0.0 and data["parts"] == {"recurring": 0, "new": 3}
+    assert data["arms"][0]["scores"]["conversation"]["mrr"] == 0.0 and data["parts"] == {"recurring": 0, "new": 1}
     # learned from the same logs: the test split names the task ids no stage read
     manifest = json.loads((distilled / "runs" / "air" / "manifest.json").read_text())
     assert manifest["stages"]["rollouts-eval"]["test"] == ["t1", "t5"]
@@ -343,14 +343,14 @@ def test_eval_on_another_runs_logs_holds_them_out_whole(distilled: Path, tmp_pat
                  "--context", "trajectories", "--context", "notes")
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert lines[0] == ("Held-out conversations of other: 18; scored: 9 (passed, with a write); the baselines "
+    assert lines[0] == ("Held-out conversations of other: 18; scored: 10 (passed, with a write); the baselines "
                         "remember what the KB learned from (run air's learning split)")
-    # the same task ids: the six of air's learning split recur, the three of its eval and test splits are new
+    # the same task ids: the six of air's learning split recur, the four of its eval and test splits are new
     assert lines[2].startswith("Recurring requests (6): the new KB is at least as good as every baseline")
     assert lines[4] == "Recurring requests (the task is in what the KB learned from): 6"
     assert [line.split()[0] for line in lines[7:10]] == ["trajectories", "notes", "brew/air/pr"]
     assert "  brew/air/pr − trajectories         conversation MRR +0.000 (+0.000 to +0.000)" in out.stdout
-    assert "New requests: 3" in lines and "  Not enough held-out conversations to compare (3)." in lines
+    assert "New requests: 4" in lines and "  Not enough held-out conversations to compare (4)." in lines
 
 
 def test_eval_on_logs_before_distill_says_how_to_learn_a_kb(tmp_path: Path) -> None:
@@ -436,12 +436,12 @@ def test_require_better_fails_a_kb_that_cannot_be_shown_at_least_as_good(distill
     assert again.returncode == 1
     assert again.stderr.strip().splitlines()[-1] == (
         "brewkb: error: the distilled KB of run air cannot be shown at least as good as the baselines: not enough "
-        "held-out conversations to compare (3) on the test split; brew/air/pr is written, review it with "
+        "held-out conversations to compare (1) on the test split; brew/air/pr is written, review it with "
         "`brewkb pr air --body-only`")
     shown = ("show", "-s", "--format=%T%n%B")
     assert git(distilled, *shown, "brew/air/pr") == git(distilled, *shown, pr.strip())
     body = git(distilled, "log", "-1", "--format=%B", "brew/air/pr")
-    assert "New requests (3): not enough held-out conversations to compare (3); no claim is made." in body
+    assert "New requests (1): not enough held-out conversations to compare (1); no claim is made." in body
     assert "at least as good as the base KB" not in body
 
 
@@ -455,7 +455,8 @@ def test_require_better_fails_when_no_held_out_conversation_passed(tmp_path: Pat
     assert brewkb(root, "import", str(chat), "--format", "openai", "--run", "lost").returncode == 0
     done = brewkb(root, "distill", "lost", "--iterations", "1", "--require-better")
     assert done.returncode == 1
-    assert "not enough held-out conversations to compare (0)" in done.stderr.strip().splitlines()[-1]
+    # no conversation passed: no concept has support, so the run learned nothing and nothing shows a better KB
+    assert "run lost learned nothing, so nothing shows a better KB" in done.stderr.strip().splitlines()[-1]
 
 
 def test_require_better_fails_a_distill_that_could_not_be_compared(tmp_path: Path) -> None:

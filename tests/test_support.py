@@ -248,11 +248,11 @@ def test_the_gate_leaves_out_a_recipe_over_the_size_limit(kb: Path, tmp_path: Pa
     tau.write_text(json.dumps(logs))
     out = _distill(kb, tau, "air")
     left = [line for line in out.splitlines() if " → left out (" in line]
-    assert len(left) == 2 and all(re.search(r"its file would be 1\.\d KB, over kb.max_recipe_kb \(1 KB\): the index "
+    assert len(left) == 2 and all(re.search(r"its file would be \d\.\d KB, over kb.max_recipe_kb \(1 KB\): the index "
                                             r"would leave it out\)$", line) for line in left), out
     assert _recipes(kb, "air") == {}
     body = git(kb, "log", "-1", "--format=%B", "brew/air/pr")
-    assert "## Left out by the gate\n\n- `cancel-pending-order`: its file would be 1." in body
+    assert "## Left out by the gate\n\n- `cancel-pending-order`: its file would be 2." in body
 
 
 def test_with_an_llm_backend_a_log_that_only_reads_gives_no_recipe_too(kb: Path, tmp_path: Path) -> None:

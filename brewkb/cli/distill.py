@@ -6,7 +6,7 @@ import json
 
 import click
 
-from brewkb.cli.output import echo, echo_plan_calls
+from brewkb.cli.output import echo, echo_plan_calls, plural
 from brewkb.cli.progress import close, renderer
 
 
@@ -73,7 +73,7 @@ def distill_cmd(run: str, strategy: str | None, iterations: int | None, width: i
         echo("Not compared with the baselines: the logs have too few tasks to hold a test split out.")
     else:
         scores = {a["label"]: a["scores"]["conversation"] for a in result.comparison["arms"]}
-        echo(f"Test split ({result.comparison['cases']} conversations): "
+        echo(f"Test split ({plural(result.comparison['cases'], 'conversation')}): "
              + ", ".join(f"{label} MRR {s['mrr']:.3f}" for label, s in scores.items()))
         echo(result.verdict)
     echo(f"Review: git diff HEAD brew/{result.run}/pr   ·   brewkb pr {result.run} --body-only")

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from brewkb import api
-from brewkb.cli.output import echo, echo_json, note
+from brewkb.cli.output import echo, echo_json, note, plural
 from brewkb.recipes import render_recipe
 
 
@@ -56,14 +56,10 @@ def lint_cmd(paths: tuple[Path, ...], fix: bool, as_json: bool) -> None:
         for problem in problems:
             echo(problem.format())
         errors = sum(p.severity == "error" for p in problems)
-        counts = [_plural(n, kind) for n, kind in ((errors, "error"), (len(problems) - errors, "warning")) if n]
-        note(f"{_plural(len(checked), 'recipe file')}: {', '.join(counts) or 'no problems'}")  # stdout: problems only
+        counts = [plural(n, kind) for n, kind in ((errors, "error"), (len(problems) - errors, "warning")) if n]
+        note(f"{plural(len(checked), 'recipe file')}: {', '.join(counts) or 'no problems'}")  # stdout: problems only
     if any(p.severity == "error" for p in problems):
         sys.exit(1)
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 @click.command("show")

@@ -12,6 +12,11 @@ def echo(text: str = "") -> None:
     click.echo(text)
 
 
+def plural(n: int, word: str) -> str:
+    """``n`` and ``word``, with an s unless ``n`` is 1."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
 def echo_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, ensure_ascii=False, default=str))
 

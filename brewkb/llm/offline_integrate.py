@@ -213,7 +213,7 @@ def _anchors(insights: Sequence[Insight], concept: str) -> list[Anchor]:
         if any(_own(s, concept) for s in i.steps):
             for step in i.steps:
                 tasks[_tool(step)].add(i.task_id)
-    support = min(SUPPORT, len({i.task_id for i in requests if i.steps}))
+    support = min(SUPPORT, len(set().union(*tasks.values())))
     steps: dict[str, tuple[str, ...]] = {}
     for i in requests:
         text = quote(i.task, MAX_ANCHOR).text

@@ -46,7 +46,7 @@ import math
 import re
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -177,10 +177,22 @@ def evidence(insights: Sequence[Insight], mapping: Mapping[str, str], searched: 
     """The insights a recipe learned from logs is written from: a write made
     together with the concept's (kind ``together``, a step taken "only when
     the request also asks to") only when that write is itself a concept the
-    run searches (``searched`` slugs): an action that has no support of its
-    own, or waits for evidence, is named in no other recipe either."""
-    return [i for i in insights if i.kind != "together" or not i.steps
-            or mapping.get(concept_of_tool(i.steps[0].split("(", 1)[0])) in searched]
+    run searches (``searched`` slugs), and an anchor's exemplar (kind
+    ``request``) without the writes of other concepts the run does not
+    search: an action that has no support of its own, or waits for evidence,
+    is named in no other recipe either."""
+    def searched_write(step: str) -> bool:
+        tool = step.split("(", 1)[0]
+        return not is_write(tool) or mapping.get(concept_of_tool(tool)) in searched
+
+    kept = []
+    for i in insights:
+        if i.kind == "together" and i.steps and not searched_write(i.steps[0]):
+            continue
+        if i.kind == REQUEST and not all(map(searched_write, i.steps)):
+            i = replace(i, steps=tuple(s for s in i.steps if searched_write(s)))
+        kept.append(i)
+    return kept
 
 
 def _supported(members: dict[int, list[str]], reps: Mapping[int, str], by_name: Mapping[str, list[Insight]],
