@@ -46,6 +46,8 @@ LANGUAGES = ("sh", "bash", "console", "toml")
 DOCUMENTS = ["README.md", *sorted(str(p.relative_to(REPO_ROOT)) for p in (REPO_ROOT / "docs").glob("*.md"))]
 NOT_RUN = re.compile(r"^<!-- not run:(.*)-->\s*$")
 FIXTURES = REPO_ROOT / "tests" / "fixtures"
+OUTPUT = "BREWKB_DOCS_OUTPUT"
+"""Set to a folder, the test writes there what each block printed (``docs-serve.md-205.txt``), to quote in the docs."""
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,9 @@ def _run_shell(block: Block, cwd: Path, env: dict[str, str], state: Path) -> Pat
                           text=True, timeout=900)
     assert done.returncode == 0, (f"{block.where} failed with exit {done.returncode} in {cwd}:\n{block.text}\n"
                                   f"--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}")
+    if os.environ.get(OUTPUT):  # what each block printed, to quote in its document
+        out = Path(os.environ[OUTPUT]) / f"{block.document.replace('/', '-')}-{block.line}.txt"
+        out.write_text(done.stdout, encoding="utf-8")
     return Path(state.read_text().strip())
 
 
