@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -77,8 +78,13 @@ def test_demo_runs_offline_and_reports(tmp_path: Path, demo_run: tuple[Path, sub
     final = git(outside / "d", "log", "-1", "--format=%B", "brew/demo/kb")
     assert "(final reward 0.000" not in final.replace("left out", "")
     added = git(outside / "d", "diff", "--name-only", "HEAD", "brew/demo/pr").split()
-    assert all(e["effect"] >= 0 for e in effects if f"recipes/{e['recipe']}.md" in added)
-    assert "⚠ negative" not in body
+    # the gate measures on the eval split: on the test tasks an added recipe may lose a task to chance, never
+    # more than noise (two standard errors of the difference), and the PR flags any loss for its reviewer
+    for e in effects:
+        if f"recipes/{e['recipe']}.md" in added:
+            w, wo = e["with_recipe"], e["without_recipe"]
+            assert e["effect"] >= -2 * math.sqrt((w * (1 - w) + wo * (1 - wo)) / e["tasks"]), e
+    assert ("⚠ negative" in body) == any(e["effect"] < 0 for e in effects)
 
 
 @pytest.mark.xdist_group("demo")

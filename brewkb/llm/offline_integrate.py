@@ -58,7 +58,13 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from itertools import combinations
 
-from brewkb.llm.requests import asks_for, first_line, names_object
+from brewkb.llm.requests import (
+    action_verb,
+    asks_for,
+    first_line,
+    names_object,
+    verbs_in,
+)
 from brewkb.llm.roles import REQUEST, Insight
 from brewkb.recipes import (
     LEARNED_FROM,
@@ -220,8 +226,20 @@ def _anchors(insights: Sequence[Insight], concept: str) -> list[Anchor]:
         if text and not steps.get(text):
             did = any(_own(s, concept) for s in i.steps)
             steps[text] = tuple(s for s in i.steps if len(tasks[_tool(s)]) >= support) if did else ()
-    ordered = sorted(steps, key=lambda text: not steps[text])
+    asked = _asking(list(steps), concept)
+    ordered = sorted(asked, key=lambda text: not steps[text])
     return [Anchor(text, steps[text]) for text in ordered[:MAX_LEARNED]]
+
+
+def _asking(texts: Sequence[str], concept: str) -> list[str]:
+    """The requests that asked for the concept's action (``asks_for``); for a
+    concept of no action verb (a lookup), those that ask for no action at all
+    (a request to cancel that read the order first asked for the cancel, not
+    the read). All of them when none does."""
+    words = concept.split()
+    if words and action_verb(words[0]) is not None:
+        return asks_for(texts, concept) or list(texts)
+    return [t for t in texts if not verbs_in(t)] or list(texts)
 
 
 def _how(concept: str, insights: Sequence[Insight], current: Recipe | None) -> str:
