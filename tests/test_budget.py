@@ -5,8 +5,10 @@ that `--resume` with a raised limit finishes."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -75,6 +77,23 @@ def test_plan_calls_nothing_and_bounds_what_the_run_spends_through_the_fallback(
     assert 0 < len(rejected) <= 4 and all("rejects response_format json_schema" in (e.error or "") for e in rejected)
     for role in ("judge", "reflector", "integrator"):
         assert ledger[role]["modes"]["json_object"] >= 1
+
+
+def test_a_run_a_signal_stopped_resumes_as_it_is_not_above_its_limit(make_repo: MakeRepo) -> None:
+    with FakeOpenAI(default=servers.responder(), models=["gpt-4o-mini"], latency=0.05) as fake:
+        repo = kb(make_repo, openai_llm(fake))
+        process = subprocess.Popen([sys.executable, "-m", "brewkb", "refine", "--run", "s", "--max-llm-calls", "5000",
+                                    "--no-cache", *SETTINGS], cwd=repo, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True)
+        ledger = repo / "runs" / "s" / "ledger.jsonl"
+        deadline = time.monotonic() + 60
+        while not (ledger.exists() and ledger.read_text().count("\n") >= 3) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err[-2000:]
+    listed = brewkb(repo, "runs").stdout
+    assert "continue: brewkb refine --resume s" in listed and "above the run's limit" not in listed, listed
 
 
 def test_max_llm_calls_stops_cleanly_and_resume_with_a_raised_limit_finishes(make_repo: MakeRepo) -> None:

@@ -8,6 +8,7 @@ import dataclasses
 import json
 import logging
 import shlex
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 from brewkb.api.evaluate import evaluate_arms
 from brewkb.api.loop import run_command
 from brewkb.api.plan import limits_of, open_budget
-from brewkb.errors import AllFailedError, DiskFullError, RunError
+from brewkb.errors import AllFailedError, BudgetExhausted, DiskFullError, RunError
 from brewkb.events import Event, EventSink, null_sink
 from brewkb.fsutil import is_disk_full, write_atomic
 from brewkb.git.refs import BrewRef
@@ -23,7 +24,7 @@ from brewkb.kb import KB
 from brewkb.llm.ledger import Ledger, LedgerEntry, read_ledger, summarise
 from brewkb.retrieval.ranking import retriever_of
 from brewkb.run.budget import Limits
-from brewkb.run.folder import FILES, Journal, Run, new_run_id
+from brewkb.run.folder import BUDGET_SPENT, FILES, Journal, Run, new_run_id
 from brewkb.run.lookup import require_run
 from brewkb.run.pipeline import Pipeline
 from brewkb.run.prbody import from_logs_of, refine_message
@@ -102,6 +103,7 @@ async def _refine(run_id: str, *, resume: str | None, base: str | None, strategy
                            f"configured environment {kb.config.env.name!r}, which refine re-runs; learn from the "
                            f"logs with `brewkb distill {run_id}`")
         held.enter_context(folder.lock("refine"))
+        held.enter_context(_budget_noted(folder))
         for lock in kb.store.clear_locks(BrewRef.run_prefix(run_id)):
             log.warning("removed %s, left by a killed process (this run's lock is held)", lock)
         recorded = folder.manifest().get("search_spec")
@@ -157,6 +159,19 @@ async def _refine(run_id: str, *, resume: str | None, base: str | None, strategy
         folder.record_stage("search", nodes=nodes, episodes_run=result.episodes_run,
                             episodes_reused=result.episodes_reused, kb=result.kb_commit, pr=pr)
         return RefineResult(run_id, result.kb_commit, pr, summary, nodes, result.episodes_run, result.episodes_reused)
+
+
+@contextlib.contextmanager
+def _budget_noted(folder: Run) -> Iterator[None]:
+    """Note in the run's manifest which limit stopped it (``brewkb runs`` then
+    says to raise that one; a run stopped otherwise resumes as it is)."""
+    if folder.manifest().get(BUDGET_SPENT):
+        folder.set_manifest(BUDGET_SPENT, None)
+    try:
+        yield
+    except BudgetExhausted as exc:
+        folder.set_manifest(BUDGET_SPENT, exc.option)
+        raise
 
 
 async def _search(kb: KB, pipeline: Pipeline, folder: Run, spec: SearchSpec, base: str, concepts: list[Any],

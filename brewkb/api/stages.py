@@ -14,7 +14,7 @@ from brewkb.events import EventSink, null_sink
 from brewkb.fsutil import write_atomic
 from brewkb.kb import KB
 from brewkb.recipes import Recipe, render_for_file, slugify
-from brewkb.run.folder import LOCK, STAGES, Run, holder, new_run_id
+from brewkb.run.folder import BUDGET_SPENT, LOCK, STAGES, Run, holder, new_run_id
 from brewkb.run.pipeline import Pipeline
 from brewkb.stages.concepts import Concept
 
@@ -148,10 +148,10 @@ def summarise_run(run: Run) -> RunSummary:
     spec = manifest.get("search_spec")
     searched = ("search",) if spec or imported else ()  # distill searches every imported run
     wanted = tuple(s for s in STAGES if not (imported and s == "rollouts-eval")) + searched
-    limited = {k: v for k, v in (manifest.get("limits") or {}).items() if v is not None}
-    raise_ = "".join(f" --max-{k.replace('_', '-')} N" for k in limited)  # kept with the run: raise them to go on
+    spent = manifest.get(BUDGET_SPENT)  # the limit that stopped it (kept with the run: raise it to go on)
+    raise_ = f" {spent} N (N above the run's limit)" if spent else ""
     resume = "" if spec is None else f"brewkb distill {run.id}" if spec.get("kind") == "distill" else \
-        f"brewkb refine --resume {run.id}{raise_}" + (" (N above the run's limit)" if limited else "")
+        f"brewkb refine --resume {run.id}{raise_}"
     following = next((s for s in wanted if s not in done), None)
     left_out, pending = _failures(run, done)
     retry = resume or _STAGE_COMMANDS.get(following or "", "").format(run=run.id) if pending else ""

@@ -23,12 +23,15 @@ from brewkb.fsutil import append_line, write_atomic
 from brewkb.git.refs import check_run_id
 from brewkb.trajectories.schema import Trajectory, read_jsonl, write_jsonl
 
-__all__ = ["Run", "Journal", "new_run_id", "holder", "STAGES", "FILES", "LOCK", "MANIFEST", "LOG_EVAL_FILE"]
+__all__ = ["Run", "Journal", "new_run_id", "holder", "STAGES", "FILES", "LOCK", "MANIFEST", "LOG_EVAL_FILE",
+           "BUDGET_SPENT"]
 
 log = logging.getLogger(__name__)
 LOCK = "run.lock"
 LOG_EVAL_FILE = "eval-logs.json"
 """A comparison on held-out logs (``distill``'s own, or ``eval --logs --run``)."""
+BUDGET_SPENT = "budget_spent"
+"""The manifest key naming the limit that stopped a refine (``--max-llm-calls``), while it is stopped."""
 
 MANIFEST = "manifest.json"
 RESTORE = ("restore it (`git checkout -- FILE` if you commit runs/, or from a backup), or delete {folder} and run "
