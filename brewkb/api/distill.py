@@ -184,10 +184,9 @@ async def _distill(kb: KB, folder: Run, strategy: str | None, iterations: int | 
             folder.record_stage("search", nodes=0, nothing=nothing, waiting=waiting)
             return DistillResult(run, None, "", {}, {}, len(split[0]), 0, waiting=waiting, nothing=nothing)
         slug_of = _mapping(folder)
-        insights: dict[str, list[Any]] = defaultdict(list)
-        for insight in evidence(train, slug_of, {c.slug for c in concepts}):
-            if slug_of.get(insight.concept) in roots:
-                insights[slug_of[insight.concept]].append(insight)
+        searched = {c.slug for c in concepts}
+        insights = {slug: evidence([i for i in train if slug_of.get(i.concept) == slug], slug_of, searched, train)
+                    for slug in roots}
         expander = LogExpander(backend=pipeline.backend, insights=insights,
                                titles={c.slug: (c.title, c.aliases) for c in concepts},
                                retries=kb.config.stages.integrate_retries)

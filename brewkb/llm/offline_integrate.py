@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from itertools import combinations
 
 from brewkb.llm.requests import (
@@ -65,7 +65,7 @@ from brewkb.llm.requests import (
     names_object,
     verbs_in,
 )
-from brewkb.llm.roles import REQUEST, Insight
+from brewkb.llm.roles import REQUEST, SEEN, Insight
 from brewkb.recipes import (
     LEARNED_FROM,
     Anchor,
@@ -146,13 +146,16 @@ def step_lines(sequences: Sequence[Sequence[str]], concept: str) -> list[list[st
 
 
 def common(lines: Sequence[Sequence[str]], sequences: Sequence[Sequence[str]], concept: str,
-           tasks: Sequence[str] | None = None, support: int = SUPPORT) -> tuple[list[list[str]], list[list[str]]]:
+           tasks: Sequence[str] | None = None, support: int = SUPPORT,
+           seen: Collection[str] = ()) -> tuple[list[list[str]], list[list[str]]]:
     """The lines with support (``support`` of the runs, one procedure of one
     conversation each, used one of its steps) that at least ``SHARE`` of the
     runs used, each task weighing the same (``tasks`` names each run's task;
     by default each is a task of its own), with the concept's own tool always;
     and the other supported lines, which a recipe names as optional. A line
-    without support is in neither: one run adds nothing."""
+    whose steps are all ``seen`` (more than one conversation of the run took
+    them, for any concept) has support too. A line without support is in
+    neither: one run adds nothing no other run took."""
     of_task = list(tasks) if tasks is not None else [str(n) for n in range(len(sequences))]
     runs: dict[str, list[Sequence[str]]] = defaultdict(list)
     for task, sequence in zip(of_task, sequences, strict=True):
@@ -163,7 +166,7 @@ def common(lines: Sequence[Sequence[str]], sequences: Sequence[Sequence[str]], c
         used = {t: sum(any(step in s for step in line) for s in seqs) for t, seqs in runs.items()}
         if any(_own(step, concept) for step in line):
             kept.append(list(line))
-        elif sum(used.values()) >= support:
+        elif sum(used.values()) >= support or all(step in seen for step in line):
             share = sum(n / len(runs[t]) for t, n in used.items()) / len(runs)
             (kept if share >= SHARE else optional).append(list(line))
     return kept, optional
@@ -242,13 +245,14 @@ def _asking(texts: Sequence[str], concept: str) -> list[str]:
     return [t for t in texts if not verbs_in(t)] or list(texts)
 
 
-def _how(concept: str, insights: Sequence[Insight], current: Recipe | None) -> str:
+def _how(concept: str, insights: Sequence[Insight], current: Recipe | None, seen: Collection[str] = ()) -> str:
     every, mine = _procedures(insights, concept)  # every passing run tells, not the sample
     failed = [] if mine else _procedures(insights, concept, "tried")[1]
     runs = failed or mine or every  # no passing run did it: how runs that failed did, said as such
     support = min(SUPPORT, len({i.source for i in [*every, *failed]}))
     sequences = [i.steps for i in runs]
-    lines, optional = common(step_lines(sequences, concept), sequences, concept, [i.task_id for i in runs], support)
+    lines, optional = common(step_lines(sequences, concept), sequences, concept, [i.task_id for i in runs], support,
+                             seen)
     how = [f"{n}. " + " or ".join(f"`{s}`" for s in line) for n, line in enumerate(lines[:MAX_STEPS], 1)]
     if optional:
         how.append("- Some runs also used: " + ", ".join(f"`{s}`" for line in optional[:MAX_STEPS] for s in line))
@@ -310,7 +314,8 @@ def _conditions(picked: Sequence[Insight]) -> list[str]:
 async def integrate(concept: str, aliases: Sequence[str], insights: Sequence[Insight], current: Recipe | None,
                     sample: int, seed: int = 0) -> Recipe:
     anchors = _anchors(insights, concept)
-    insights = [i for i in insights if i.kind != REQUEST]
+    seen = {s for i in insights if i.kind == SEEN for s in i.steps}
+    insights = [i for i in insights if i.kind not in (REQUEST, SEEN)]
     rng = random.Random(content_id([seed, concept, sample, [i.to_json() for i in insights]]))
     picked = [i for i in insights if rng.random() < SAMPLE]
     # never a sample without a procedure: the concept's own when it has one
@@ -333,7 +338,7 @@ async def integrate(concept: str, aliases: Sequence[str], insights: Sequence[Ins
     when = f"The request is to {concept}."
     if shown:
         when += " For example (personal data replaced):\n\n" + "\n".join(f'- "{r}"' for r in shown)
-    body = build_body([("When to use", when), ("How to perform", _how(concept, insights, current)),
+    body = build_body([("When to use", when), ("How to perform", _how(concept, insights, current, seen)),
                        ("Conditions", "\n".join(_conditions(picked))), ("Pitfalls", "\n".join(pitfalls)),
                        (LEARNED_FROM, "\n".join(anchor_line(a) for a in anchors)
                         if anchors else "\n".join(f'- "{r}"' for r in learned))])

@@ -18,7 +18,7 @@ from brewkb.errors import ConfigError
 from brewkb.recipes import Recipe
 from brewkb.trajectories.schema import Outcome, Trajectory
 
-__all__ = ["REQUEST", "Insight", "Rubric", "RubricScores", "RelabelledTask", "Backend", "BACKENDS", "load_backend"]
+__all__ = ["REQUEST", "SEEN", "Insight", "Rubric", "RubricScores", "RelabelledTask", "Backend", "BACKENDS", "load_backend"]
 
 PRESCRIPTIVE = "prescriptive"
 DIAGNOSTIC = "diagnostic"
@@ -30,6 +30,12 @@ REQUEST = "request"
 (``task``) and, for a run that passed, its tool calls in order (``steps``): the
 anchors a recipe is found by, and their exemplars. No lesson: the concepts
 stage does not count them."""
+SEEN = "seen"
+"""The kind of insight that names the steps (``steps``) that passing
+conversations of the whole run, more than one each, took before their
+writes: what a step of one concept's procedure may be supported by when that
+concept's own conversations are few. One per concept, from no one trajectory
+(``source`` is empty)."""
 
 
 def polarity_of(success: bool | None) -> str:
@@ -55,7 +61,7 @@ class Insight:
     task_id: str
     task: str = ""
     steps: tuple[str, ...] = ()
-    kind: str = "note"  # "steps" | "tried" | "together" | "pitfall" | "condition" | "undone" | "note" | REQUEST
+    kind: str = "note"  # "steps" | "tried" | "together" | "pitfall" | "condition" | "undone" | "note" | REQUEST | SEEN
 
     def to_json(self) -> dict[str, Any]:
         return {"concept": self.concept, "insight": self.insight, "polarity": self.polarity,

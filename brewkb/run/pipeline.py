@@ -394,7 +394,7 @@ class Pipeline(StageItems):
             c = by_slug[slug]
             mine = [i for i in train if mapping.get(i.concept) == slug]
             if searched is not None:  # logs: another write is named only when it is a concept searched too
-                mine = concepts_stage.evidence(mine, mapping, searched)
+                mine = concepts_stage.evidence(mine, mapping, searched, train)
             problems: list[str] = []
             made = await integrate.integrate(self.backend, slug, c.title, c.aliases, mine, current.get(slug),
                                              samples, self.config.stages.integrate_retries, errors=problems)

@@ -54,7 +54,7 @@ import numpy as np
 from brewkb.git.refs import RESERVED_CONCEPTS
 from brewkb.llm.embed import cosine_matrix
 from brewkb.llm.requests import verb_of
-from brewkb.llm.roles import DIAGNOSTIC, REQUEST, Insight
+from brewkb.llm.roles import DIAGNOSTIC, PRESCRIPTIVE, REQUEST, SEEN, Insight
 from brewkb.recipes import slugify
 from brewkb.trajectories.schema import Trajectory, tool_calls
 from brewkb.trajectories.tools import concept_of_tool, is_handoff, is_write
@@ -173,14 +173,18 @@ def supporting_tasks(insights: Sequence[Insight], actions: Mapping[str, frozense
     return {task for task, names in found if names}
 
 
-def evidence(insights: Sequence[Insight], mapping: Mapping[str, str], searched: set[str]) -> list[Insight]:
+def evidence(insights: Sequence[Insight], mapping: Mapping[str, str], searched: set[str],
+             run: Sequence[Insight] = ()) -> list[Insight]:
     """The insights a recipe learned from logs is written from: a write made
     together with the concept's (kind ``together``, a step taken "only when
     the request also asks to") only when that write is itself a concept the
     run searches (``searched`` slugs), and an anchor's exemplar (kind
     ``request``) without the writes of other concepts the run does not
     search: an action that has no support of its own, or waits for evidence,
-    is named in no other recipe either."""
+    is named in no other recipe either. With ``run`` (the insights of every
+    concept) it adds one ``SEEN`` insight: the steps that are no write and
+    that more than one passing conversation of the run took before a write
+    (``seen_steps``)."""
     def searched_write(step: str) -> bool:
         tool = step.split("(", 1)[0]
         return not is_write(tool) or mapping.get(concept_of_tool(tool)) in searched
@@ -192,7 +196,23 @@ def evidence(insights: Sequence[Insight], mapping: Mapping[str, str], searched: 
         if i.kind == REQUEST and not all(map(searched_write, i.steps)):
             i = replace(i, steps=tuple(s for s in i.steps if searched_write(s)))
         kept.append(i)
+    seen = seen_steps(run)
+    if kept and seen:
+        kept.append(Insight(kept[0].concept, "Steps that more than one passing conversation of these logs took "
+                            "before a write", PRESCRIPTIVE, "", "", steps=seen, kind=SEEN))
     return kept
+
+
+def seen_steps(insights: Sequence[Insight], support: int = 2) -> tuple[str, ...]:
+    """The steps (lookups, messages, hand-offs: no write) of the passing
+    procedures among ``insights`` that ``support`` conversations or more took."""
+    took: dict[str, set[str]] = defaultdict(set)
+    for i in insights:
+        if i.kind == "steps" and i.polarity != DIAGNOSTIC:
+            for step in i.steps:
+                if not is_write(step.split("(", 1)[0]):
+                    took[step].add(i.source)
+    return tuple(sorted(step for step, sources in took.items() if len(sources) >= support))
 
 
 def _supported(members: dict[int, list[str]], reps: Mapping[int, str], by_name: Mapping[str, list[Insight]],
