@@ -114,6 +114,12 @@ def test_admit_normalises_bounds_and_scrubs_each_text_and_keeps_the_id() -> None
     ids = RunIds()
     ids.add(traj, Scrubber.build())
     assert ids.text("#W2905754, W2905754. W29057545") == "<order_id>, <order_id>. W29057545"
+    # a value of several words one conversation's tools named (a city of an address) is replaced in the others too
+    home = _traj([*_call(1, "get_user", {"user_id": "ann_lee_1234"},
+                         json.dumps({"user_id": "ann_lee_1234", "address": {"city": "New York", "zip": "10001"}}))])
+    trip = _traj([{"role": "user", "content": "My trip from New  York to Chicago, please."}], task_id="t3")
+    assert admit_all([home, trip], Scrubber.build())[1].messages[0]["content"] == \
+        "My trip from <city> to Chicago, please."
 
 
 def test_each_kind_of_id_key_and_id_shaped_value_is_scrubbed_everywhere() -> None:

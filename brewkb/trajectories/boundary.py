@@ -38,6 +38,7 @@ import re
 import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from brewkb.trajectories.schema import Trajectory
@@ -166,21 +167,39 @@ def admit(trajectory: Trajectory, scrubber: Scrubber, limit: int = MAX_TEXT) -> 
 
 @dataclass
 class RunIds:
-    """The ids (and other one-word personal values) that the tool calls and
-    results of a run's trajectories named, gathered before they are scrubbed,
-    and replaced in every trajectory of the run, with or without a leading
-    mark. Looked up word by word, so a run naming thousands costs one pass."""
+    """The ids and other personal values that the tool calls and results of a
+    run's trajectories named, gathered before they are scrubbed, and replaced
+    in every trajectory of the run: one-word values (ids, with or without a
+    leading mark) looked up word by word, so a run naming thousands costs one
+    pass; values of several words (a name, a city, a street) by one pattern."""
 
     found: dict[str, str] = field(default_factory=dict)
-    """Value (without its mark) → placeholder kind."""
+    """One-word value (without its mark) → placeholder kind."""
+    phrases: dict[str, str] = field(default_factory=dict)
+    """Value of several words → placeholder kind."""
 
     def add(self, trajectory: Trajectory, scrubber: Scrubber) -> None:
         """Gather the values ``trajectory`` (not yet scrubbed) names."""
         for value, kind in scrubber.values_of(trajectory).items():
-            if len(value) >= MIN_ID and _WORD.fullmatch(value):
+            if len(value) < MIN_ID:
+                continue
+            if _WORD.fullmatch(value):
                 self.found.setdefault(value, kind)
+            elif len(value.split()) > 1:
+                self.phrases.setdefault(" ".join(value.split()), kind)
+        self.__dict__.pop("_phrase", None)
+
+    @cached_property
+    def _phrase(self) -> re.Pattern[str] | None:
+        if not self.phrases:
+            return None
+        values = sorted(self.phrases, key=lambda v: (-len(v), v))
+        return re.compile(r"(?<![\w@.])(" + "|".join(r"\s+".join(map(re.escape, v.split())) for v in values)
+                          + r")(?![\w@])")
 
     def text(self, text: str) -> str:
+        if self._phrase is not None:
+            text = self._phrase.sub(lambda m: f"<{self.phrases[' '.join(m.group(1).split())]}>", text)
         if not self.found or self.found.keys().isdisjoint(unmarked(w) for w in _WORDS.findall(text)):
             return text
         return _WORDS.sub(lambda m: f"<{self.found[k]}>" if (k := unmarked(m.group(0))) in self.found
@@ -188,7 +207,7 @@ class RunIds:
 
     def trajectory(self, trajectory: Trajectory) -> Trajectory:
         """``trajectory`` with every gathered value replaced, wherever it stands."""
-        if not self.found:
+        if not self.found and not self.phrases:
             return trajectory
         def value(data: Any) -> Any:
             return _texts(data, self.text)
