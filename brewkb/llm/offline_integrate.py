@@ -91,7 +91,7 @@ MAX_REQUESTS = 3
 MAX_LEARNED = 50
 """Requests a recipe quotes in all, as many as the trajectory ids ``sources`` keeps."""
 MAX_LINES = 6
-MAX_ANCHOR = 400
+MAX_ANCHOR = 500
 """Characters of a request an anchor keeps."""
 NO_PROCEDURE = "No procedure is known yet; record what works."
 SUPPORT = 2
