@@ -106,7 +106,9 @@ def test_unreachable_endpoint_and_missing_key_fail_in_one_line(repo: Path) -> No
     assert result.returncode == 1
     report = json.loads(result.stdout)
     assert report["roles"][0]["checks"]["reachable"]["status"] == "FAIL"
-    assert "cannot reach" in report["roles"][0]["checks"]["reachable"]["detail"]
+    detail = report["roles"][0]["checks"]["reachable"]["detail"]
+    # nothing listens there: the transport's own words, not the SDK's "Request timed out."
+    assert "cannot reach" in detail and "Connect call failed" in detail and "timed out" not in detail, detail
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
     # no base URL and no key: nothing is called, the key is what is missing
     result = doctor(repo, '[llm]\nbackend = "openai"\n', key=None)

@@ -446,7 +446,7 @@ class LLMClient(EmbeddingCalls):
         except openai.APIStatusError as exc:
             raise LLMError(f"{role}: {where} answered HTTP {exc.status_code} to GET /models") from None
         except openai.APIConnectionError as exc:
-            raise _cannot_reach(role, where, str(exc)) from None
+            raise _cannot_reach(role, where, root_cause(exc)) from None
         except openai.OpenAIError as exc:
             raise LLMError(f"{role}: {short(str(exc))}") from None
         except ValueError as exc:
