@@ -136,22 +136,23 @@ class KB:
         entry = self.store.lookup(self.store.commit_tree(self.store.resolve(rev)), self.recipes_prefix())
         return sorted(e.name for e in self.store.read_tree(entry.sha) if e.name.endswith(".md")) if entry else []
 
-    def uncommitted(self) -> list[str]:
-        """What a run that starts from ``HEAD`` leaves out or takes from the working tree: one line per
-        recipe file or config that is not as committed."""
+    def uncommitted(self, who: str = "the run") -> list[str]:
+        """What a run that starts from ``HEAD`` (``who``: "the server" for one that serves a
+        revision) leaves out or takes from the working tree: one line per recipe file or config
+        that is not as committed."""
         if self.store.work_tree is None:
             return []
         config, lines = self.store.relpath(self.root / CONFIG_FILE), []
         for path, state in self.store.uncommitted([self.recipes_prefix(), config]):
             if path == config:
-                lines.append(f"{path} has uncommitted changes: the run uses them as they are now (commit them to "
+                lines.append(f"{path} has uncommitted changes: {who} uses them as they are now (commit them to "
                              "keep them with the KB)")
             elif state == "untracked":
-                lines.append(f"{path} is not committed: the run starts from HEAD without it (commit it to include it)")
+                lines.append(f"{path} is not committed: {who} starts from HEAD without it (commit it to include it)")
             elif state == "deleted":
-                lines.append(f"{path} is deleted but not committed: the run starts from HEAD, which has it")
+                lines.append(f"{path} is deleted but not committed: {who} starts from HEAD, which has it")
             else:
-                lines.append(f"{path} has uncommitted changes: the run starts from HEAD's version (commit them to "
+                lines.append(f"{path} has uncommitted changes: {who} starts from HEAD's version (commit them to "
                              "include them)")
         return lines
 
@@ -209,7 +210,8 @@ class KB:
         close = difflib.get_close_matches(name, by_name, n=3)
         hint = (f"; did you mean {', '.join(close)}?" if close else
                 f"; recipes: {', '.join(sorted(by_name)[:10])}{' …' if len(by_name) > 10 else ''}" if by_name else
-                f"; there are no recipes yet: write one in {self.config.kb.recipes_dir}/ or run `brewkb refine`")
+                f"; there are no recipes yet: write one in {self.config.kb.recipes_dir}/, learn them with "
+                "`brewkb distill RUN` (logs) or `brewkb refine`, or read a run's with `--rev brew/RUN/pr`")
         link = self.recipes_dir / f"{name}.md"
         if rev is None and (link.is_file() or link.is_symlink()) and self.outside(link) is not None:
             hint = (f"; {self.config.kb.recipes_dir}/{name}.md leads to {self.outside(link)}, outside the recipes "

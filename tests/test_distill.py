@@ -161,3 +161,16 @@ def test_distill_refuses_a_refine_run_and_leaves_its_pr_alone(kb: Path) -> None:
     assert refused.returncode == 1
     assert "run r is a refine run" in refused.stderr and "`brewkb refine --resume r`" in refused.stderr
     assert git(kb, "rev-parse", "brew/r/pr").strip() == pr
+
+
+def test_a_distill_that_changes_no_recipe_says_there_is_nothing_to_review(kb: Path, tmp_path: Path) -> None:
+    _, chat = write_logs(tmp_path)
+    for run in ("a", "b"):  # the same logs again, once the first run's recipes are merged
+        assert brewkb(kb, "import", str(chat), "--format", "openai", "--run", run).returncode == 0
+        done = brewkb(kb, "distill", run, "--iterations", "2")
+        assert done.returncode == 0, done.stderr
+        if run == "a":
+            assert "Review: git diff HEAD brew/a/pr" in done.stdout
+            git(kb, "merge", "-q", "brew/a/pr")
+    assert "brew/b/pr changes no recipe: every one kept the version the KB has; nothing to review." in done.stdout
+    assert "Review:" not in done.stdout and not git(kb, "diff", "--name-only", "HEAD", "brew/b/pr").strip()

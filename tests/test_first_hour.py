@@ -115,7 +115,9 @@ def test_show_suggests_names_that_exist(tmp_path: Path, make_repo: MakeRepo) -> 
     assert run(tmp_path, "init", "kb").returncode == 0
     empty = run(tmp_path / "kb", "show", "nope")
     assert empty.returncode == 1
-    assert empty.stderr.strip().endswith("there are no recipes yet: write one in recipes/ or run `brewkb refine`")
+    assert empty.stderr.strip().endswith("there are no recipes yet: write one in recipes/, learn them with "
+                                         "`brewkb distill RUN` (logs) or `brewkb refine`, or read a run's with "
+                                         "`--rev brew/RUN/pr`")
     repo = make_repo({"recipes/pay.md": recipe_text("pay"), "recipes/refund.md": recipe_text("refund")})
     assert run(repo, "show", "nope").stderr.strip().endswith("; recipes: pay, refund")
     assert run(repo, "show", "refnd").stderr.strip().endswith("; did you mean refund?")

@@ -123,7 +123,15 @@ def test_import_cli_json(make_repo: MakeRepo) -> None:
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == {"run": "t2", "imported": 2, "skipped": 0, "already": 0, "total": 2,
                                       "success_rate": 0.5, "unlabelled": 0,
-                                      "labels_attached": 0, "relabelled": 0, "unmatched_labels": 0, "never_ran": 0}
+                                      "labels_attached": 0, "relabelled": 0, "unmatched_labels": 0, "never_ran": 0,
+                                      "repeated": 0}
+    # a file that holds a conversation twice: kept once, and said
+    lines = (FIXTURES / "openai.jsonl").read_text().splitlines()
+    twice = root / "twice.jsonl"
+    twice.write_text("\n".join([*lines, lines[0]]) + "\n")
+    out = subprocess.run([sys.executable, "-m", "brewkb", "import", str(twice), "--format", "openai", "--run", "o"],
+                         cwd=root, capture_output=True, text=True)
+    assert out.returncode == 0 and "1 record repeated an earlier one of the file and kept once." in out.stdout, out
     wrong = subprocess.run([sys.executable, "-m", "brewkb", "import", str(FIXTURES / "tau2-results.json"),
                             "--format", "openai"], cwd=root, capture_output=True, text=True)
     assert wrong.returncode == 1 and "looks like `tau2`" in wrong.stderr

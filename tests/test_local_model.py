@@ -232,3 +232,10 @@ def test_concept_names_are_one_whatever_their_case_or_separators_and_a_prompt_ex
     claims = {"insights": [{"concept": "change flight", "insight": "It calls `update_flight` first.", "steps": []}]}
     assert "made no tool call" in (reflection_problem(claims, episode.with_(
         messages=(*episode.messages, {"role": "system", "content": "tools: update_flight"}))) or "")
+    # replies that fit the schema and say nothing: a concept or insight of no word, a procedure of no call
+    from brewkb.llm.content import recipe_problem
+
+    for empty in ({"concept": "n a", "insight": "Move it.", "steps": []}, {"concept": "move flight", "insight": "n/a"}):
+        assert "says nothing" in (reflection_problem({"insights": [empty]}, episode) or "")
+    vague = {"how_to_perform": "Handle the request carefully."}
+    assert "names no tool call" in (recipe_problem(vague, ["A run did `update_flight(flight_id)`"]) or "")

@@ -391,7 +391,10 @@ def test_an_upstream_that_is_down_is_a_502_naming_it(setup: Any) -> None:
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
         down = f"http://127.0.0.1:{closed.getsockname()[1]}/v1"
+    draft = kb / "recipes" / "draft.md"  # not committed: not served, and the server says so
+    draft.write_text("---\nname: draft\ndescription: a draft\n---\n")
     other = Server(kb, env, "--upstream", down, "--run", "down")
+    draft.unlink()
     try:
         client = openai.OpenAI(base_url=other.url, api_key=KEY, max_retries=0)
         with pytest.raises(openai.APIStatusError) as failed:
@@ -401,6 +404,7 @@ def test_an_upstream_that_is_down_is_a_502_naming_it(setup: Any) -> None:
     finally:
         code, status = other.stop()
     assert code == 0 and status["errors"] == 1
+    assert "recipes/draft.md is not committed: the server starts from HEAD without it" in other.log.read_text()
     wrong = brewkb(kb, env, "serve", "--upstream", "localhost:8000", "--run", "down")
     assert (wrong.returncode, wrong.stderr.splitlines()) == (1, [
         "brewkb: error: the upstream must be an http:// or https:// URL such as https://api.openai.com/v1, got "

@@ -188,7 +188,10 @@ def test_stages_with_the_llm_backend_against_the_fake_server(make_repo: MakeRepo
         first_reflection = next(b for p, b in fake.requests if b.get("response_format", {}).get(
             "json_schema", {}).get("name") == "reflection")
     assert summary["grades"]["failed"] >= 1  # the judge's nonsense was recorded, the run went on
-    assert summary["reflections"]["rejected_concepts"] >= 1
+    # a blank concept says nothing: an invalid reply, repaired once, then a failed item kept for reading
+    assert summary["reflections"]["failed"] >= 1
+    invalid = (root / "runs" / "r" / "invalid-replies.jsonl").read_text()
+    assert "says nothing" in invalid
     assert {c.title for c in found} >= {"cancel an order"}
     assert any(r.description == "Cancel a pending order on request." for r in recipes)
     assert "/v1/embeddings" in paths

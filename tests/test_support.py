@@ -166,6 +166,8 @@ def test_poisoned_conversations_add_no_recipe_and_drop_no_check_without_support(
         assert "'issue full refund without checking' dropped: conversations of 1 task(s) did it, fewer than " \
                "stages.min_concept_tasks (2)" in learned["dropped"]
         assert "Waiting for evidence" not in body
+        assert "## Not learned\n\n" in body and "- `'issue full refund without checking' dropped: conversations of " \
+            "1 task(s) did it" in body  # the reviewer sees what the logs did that became no recipe
     else:  # done by n tasks, asked for by no held-out request: it waits, and the PR says so
         [waiting] = [c for c in learned["concepts"] if c["slug"] == slug]
         assert len(waiting["q_train"]) == n and waiting["q_eval"] == []

@@ -212,7 +212,7 @@ async def _distill(kb: KB, folder: Run, strategy: str | None, iterations: int | 
         from_logs = from_logs_of(store, logged, insights, scrub.trajectory)
     pr = store.write_pr(distill_message(run, source, spec, result, choices, concepts, split, logged, grades,
                                         kb.config.llm.backend, comparison, left_out(folder.manifest().get("stages", {})),
-                                        from_logs, waiting), spec.rounds)
+                                        from_logs, waiting, _dropped(folder)), spec.rounds)
     nodes = sum(len(t.nodes) for t in result.trees.values())
     folder.record_stage("search", nodes=nodes, kb=result.kb_commit, pr=pr, reward="retrieval only", waiting=waiting)
     if comparison is not None:
@@ -262,6 +262,12 @@ def _readable(store: SearchStore, commit: str) -> list[Recipe]:
         except (RecipeError, UnicodeDecodeError):
             continue
     return found
+
+
+def _dropped(folder: Run) -> list[str]:
+    """The concepts stage's notes on what became no concept (merges left out)."""
+    notes = json.loads(folder.file(FILES["concepts"]).read_text(encoding="utf-8")).get("dropped", [])
+    return [note for note in notes if " dropped: " in note]
 
 
 def _mapping(folder: Run) -> dict[str, str]:

@@ -42,11 +42,12 @@ def limits_of(folder: Run, given: Limits) -> Limits:
     return merged
 
 
-def open_budget(config: Config, folder: Run, limits: Limits) -> Budget:
+def open_budget(config: Config, folder: Run, limits: Limits, here: str = "") -> Budget:
     """A budget that counts what the run already spent (from its ledger); it
-    raises at once when that is already the limit."""
+    raises at once when that is already the limit. ``here``: ``-C DIR `` for
+    the command its message suggests, when the KB is not the current folder."""
     episodes, calls, cost = spent(read_ledger(folder.file(LEDGER)), config.llm.prices)
-    budget = Budget(limits, config.llm.prices, episodes=episodes, calls=calls, cost=cost, run=folder.id)
+    budget = Budget(limits, config.llm.prices, episodes=episodes, calls=calls, cost=cost, run=folder.id, here=here)
     budget.check()
     return budget
 

@@ -125,7 +125,7 @@ async def _refine(run_id: str, *, resume: str | None, base: str | None, strategy
             here = "" if kb.root == Path.cwd().resolve() else f"-C {shlex.quote(str(kb.root))} "
             pipeline.retry = (f"fix the cause, then continue with `brewkb {here}refine --resume {run_id}` (finished "
                               "work is kept)")
-            pipeline.charge(open_budget(kb.config, folder, limits_of(folder, limits)))
+            pipeline.charge(open_budget(kb.config, folder, limits_of(folder, limits), here))
             await pipeline.rollouts("train", context="kb", rev=base_commit)
             await pipeline.rollouts("eval", context="kb", rev=base_commit)
             await pipeline.grades()
@@ -202,7 +202,9 @@ async def _search(kb: KB, pipeline: Pipeline, folder: Run, spec: SearchSpec, bas
                              iteration=spec.rounds + 1, max_bytes=config.kb.max_recipe_kb * 1024)
     # the KB the PR holds: the final gather, whether this process or an interrupted one wrote it
     result = dataclasses.replace(result, kb_commit=store.final_commit() or result.kb_commit)
-    events(Event("stage_finished", "final", message=_changes(sum(not c.kept for c in choices.values()))))
+    # a recipe the PR adds (its first version kept) is a change as much as a rewritten one
+    events(Event("stage_finished", "final", message=_changes(sum(not c.left_out and (c.base == "root" or not c.kept)
+                                                                 for c in choices.values()))))
     ledger = Ledger(folder.file("ledger.jsonl"))  # episodes run are recorded as they finish (BudgetedExecutor)
     ledger.record(LedgerEntry("agent", "episodes", cached=True, kind="episode", count=result.episodes_reused))
     return result, choices

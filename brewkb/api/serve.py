@@ -25,6 +25,7 @@ folder is made when its first conversation is written.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import OrderedDict
@@ -43,6 +44,8 @@ from brewkb.run.recordings import Recorder, Turn
 from brewkb.trajectories.formats.serve import text_of_content
 
 __all__ = ["Serving", "Served", "query_of", "inject", "QUERY_CHARS"]
+
+log = logging.getLogger(__name__)
 
 QUERY_CHARS = 4000
 CONTEXTS_KEPT = 1024
@@ -151,7 +154,10 @@ class Serving:
     def open(cls, start: Path = Path("."), *, rev: str | None = None, run: str | None = None) -> Serving:
         kb = KB.open(start, require_kb=True)
         try:
-            return cls(kb, rev, run)
+            serving = cls(kb, rev, run)
+            for line in kb.uncommitted("the server") if rev is None else ():
+                log.warning(line)
+            return serving
         except BaseException:
             kb.close()
             raise

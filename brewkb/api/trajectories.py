@@ -67,6 +67,8 @@ class ImportResult:
     """Trajectories the run holds after the import (more than ``imported``: it added to earlier imports)."""
     never_ran: int = 0
     """Records of conversations that never took place (a τ² simulation its harness could not run): skipped."""
+    repeated: int = 0
+    """Records of the file that repeat an earlier record of it (the same conversation twice): kept once."""
 
     def to_json(self) -> dict[str, object]:
         return {"run": self.run, "imported": self.imported, "skipped": self.skipped, "already": self.already,
@@ -74,7 +76,7 @@ class ImportResult:
                 "success_rate": None if self.success_rate is None else round(self.success_rate, 6),
                 "unlabelled": self.unlabelled, "labels_attached": self.labels_attached,
                 "relabelled": self.relabelled, "unmatched_labels": len(self.unmatched_labels),
-                "never_ran": self.never_ran}
+                "never_ran": self.never_ran, "repeated": self.repeated}
 
 
 IMPORT_KEY = "import_key"
@@ -189,7 +191,7 @@ def _import(target: Run, path: Path, fmt: str, items: Iterator[Item], labels: La
     replaced: set[int] = set()
     skipped: list[str] = []
     never_ran: list[str] = []
-    added = wins = unlabelled = attached = already = read = 0
+    added = wins = unlabelled = attached = already = read = repeated = 0
     with atomic_writer(rollouts) as out:
         if rollouts.exists():
             with rollouts.open(encoding="utf-8") as old:
@@ -214,6 +216,7 @@ def _import(target: Run, path: Path, fmt: str, items: Iterator[Item], labels: La
             attached += trajectory is not item
             key = _key(trajectory)
             if key in seen:
+                repeated += 1
                 continue
             seen.add(key)
             if key in existing:
@@ -249,7 +252,7 @@ def _import(target: Run, path: Path, fmt: str, items: Iterator[Item], labels: La
                         unlabelled=len(unknown_before - replaced) + unlabelled)
     return ImportResult(target.id, added, len(skipped), wins / labelled if labelled else None, unlabelled,
                         attached, len(replaced), labels.unused() if labels else [], skipped, already, total,
-                        len(never_ran))
+                        len(never_ran), repeated)
 
 
 def _drop_lines(path: Path, lines: set[int], keep_last: int) -> None:

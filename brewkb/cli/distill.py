@@ -52,7 +52,7 @@ def distill_cmd(run: str, strategy: str | None, iterations: int | None, width: i
     if result.nothing:
         echo(f"Nothing to learn from run {result.run}: {result.nothing}. No PR branch was written.")
         return
-    echo(f"Run {result.run}: {len(result.concepts)} recipes, {result.nodes} nodes; reward = retrieval on the eval "
+    echo(f"Run {result.run}: {plural(len(result.concepts), 'recipe')}, {result.nodes} nodes; reward = retrieval on the eval "
          f"split ({result.held_out} tasks; task success not measured: no environment).")
     for concept, info in result.concepts.items():
         final = info["final"]
@@ -76,7 +76,11 @@ def distill_cmd(run: str, strategy: str | None, iterations: int | None, width: i
         echo(f"Test split ({plural(result.comparison['cases'], 'conversation')}): "
              + ", ".join(f"{label} MRR {s['mrr']:.3f}" for label, s in scores.items()))
         echo(result.verdict)
-    echo(f"Review: git diff HEAD brew/{result.run}/pr   ·   brewkb pr {result.run} --body-only")
+    finals = [info["final"] for info in result.concepts.values()]
+    if all(f["base"] == "kb" and (f["kept"] or f.get("left_out")) for f in finals):
+        echo(f"brew/{result.run}/pr changes no recipe: every one kept the version the KB has; nothing to review.")
+    else:
+        echo(f"Review: git diff HEAD brew/{result.run}/pr   ·   brewkb pr {result.run} --body-only")
     echo(f"Then `brewkb gc {result.run}` deletes its {result.nodes} node branches (an archive ref keeps their "
          "rewards for tree and pr).")
 

@@ -12,9 +12,9 @@ def echo(text: str = "") -> None:
     click.echo(text)
 
 
-def plural(n: int, word: str) -> str:
-    """``n`` and ``word``, with an s unless ``n`` is 1."""
-    return f"{n} {word}{'' if n == 1 else 's'}"
+def plural(n: int, one: str, many: str = "") -> str:
+    """``n`` and the word: ``one`` when ``n`` is 1, else ``many`` (default: ``one`` and an s)."""
+    return f"{n} {one if n == 1 else many or one + 's'}"
 
 
 def echo_json(value: Any) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from brewkb.cli.output import echo, note
+from brewkb.cli.output import echo, note, plural
 
 
 @click.command("serve")
@@ -40,6 +40,6 @@ def serve_cmd(rev: str | None, upstream: str | None, host: str, port: int, run: 
         echo(json.dumps({"event": "stopped", **status}))
         return
     recorder = status["recorder"]
-    echo(f"Stopped after {status['requests']} requests ({status['chat']} chat); {recorder['written']} "
-         f"conversations written into run {status['run']}" + (f", {recorder['refused']} refused" if
+    echo(f"Stopped after {plural(status['requests'], 'request')} ({status['chat']} chat); "
+         f"{plural(recorder['written'], 'conversation')} written into run {status['run']}" + (f", {recorder['refused']} refused" if
                                                                recorder["refused"] else "") + ".")

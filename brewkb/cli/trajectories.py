@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from brewkb.cli.output import echo, echo_json, note
+from brewkb.cli.output import echo, echo_json, note, plural
 from brewkb.cli.progress import PlainRenderer
 from brewkb.trajectories.formats import FORMATS
 
@@ -25,7 +25,7 @@ from brewkb.trajectories.formats import FORMATS
 @click.option("--skip-bad", is_flag=True, help="Skip records that cannot be converted (and count them).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print {run, imported, skipped, already, total, success_rate, unlabelled, labels_attached, "
-                   "relabelled, unmatched_labels, never_ran}.")
+                   "relabelled, unmatched_labels, never_ran, repeated}.")
 def import_cmd(source: Path, fmt: str | None, run: str | None, split: str, tasks: Path | None, outcomes: Path | None,
                skip_bad: bool, as_json: bool) -> None:
     """Import trajectories from SOURCE into a run.
@@ -48,7 +48,7 @@ def import_cmd(source: Path, fmt: str | None, run: str | None, split: str, tasks
         note(f"warning: {count} {'id' if count == 1 else 'ids'} of {outcomes} match no imported conversation: "
              f"{shown}")
     if result.never_ran:
-        note(f"left out {_count(result.never_ran, 'record')} of conversations that never ran (no messages, or "
+        note(f"left out {plural(result.never_ran, 'record')} of conversations that never ran (no messages, or "
              "the harness failed before they began)")
     if as_json:
         echo_json(result.to_json())
@@ -59,14 +59,15 @@ def import_cmd(source: Path, fmt: str | None, run: str | None, split: str, tasks
         echo(f"Imported no new trajectories into run {result.run}: all {result.already} were already there; "
              f"skipped {result.skipped}.")
     else:
-        imported = _count(result.imported, "trajectory", "trajectories")
+        imported = plural(result.imported, "trajectory", "trajectories")
         echo(f"Imported {imported} into run {result.run} ({rate}{unknown}); "
-             f"skipped {result.skipped}.")
+             f"skipped {result.skipped}" + (f"; {plural(result.repeated, 'record')} repeated an earlier one of the "
+                                           "file and kept once" if result.repeated else "") + ".")
         if result.total > result.imported:
             echo(f"The run now holds {result.total} trajectories, {result.total - result.imported} of them from "
                  "earlier imports; distill learns from them all.")
     if outcomes is not None:
-        echo(f"Labels from {outcomes.name}: attached to {_count(result.labels_attached, 'conversation')}"
+        echo(f"Labels from {outcomes.name}: attached to {plural(result.labels_attached, 'conversation')}"
              + (f" ({result.relabelled} already in the run relabelled)" if result.relabelled else "") + ".")
     if result.unlabelled:
         have = "conversation has" if result.unlabelled == 1 else "conversations have"
@@ -76,5 +77,3 @@ def import_cmd(source: Path, fmt: str | None, run: str | None, split: str, tasks
         note(f"  skipped {error}")
 
 
-def _count(n: int, one: str, many: str = "") -> str:
-    return f"{n} {one if n == 1 else many or one + 's'}"

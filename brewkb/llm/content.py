@@ -9,8 +9,13 @@ repair, then a failed item; never cached).
   its messages, the tools it was offered). The steps of a passing episode are
   the calls it made, so they may not claim one it did not make; an episode
   that made no call cannot be said to have made one.
-- A reflection's concept may not be an example from the reflector's prompt.
-- A recipe may name only tools its insights or its current version name.
+- A reflection's concept may not be an example from the reflector's prompt,
+  and a concept or an insight must say something: a word of three letters or
+  more that is not one of the words that stand for nothing ("n/a", "none",
+  "unknown", ...).
+- A recipe may name only tools its insights or its current version name, and
+  when they name tools its procedure must name one: a procedure of no call,
+  where the insights show calls, says nothing an agent can do.
 - A judge reply must score at least one of the rubrics it was asked about.
 
 Concept names are compared in ``normal_name`` form: lower case, words split
@@ -94,6 +99,10 @@ def reflection_problem(value: Mapping[str, Any], trajectory: Trajectory) -> str 
         if concept in examples:
             return (f"the concept {item['concept']!r} is an example from the instructions, not something this "
                     "episode shows; name what the episode is about")
+        for field in ("concept", "insight"):
+            if _says_nothing(str(item.get(field, ""))):
+                return (f"the {field} {str(item.get(field, ''))[:60]!r} says nothing; name what the episode did or "
+                        "what went wrong, in words")
         for step in item.get("steps", []):
             for name in _named(str(step), lone=True):
                 if name not in known:
@@ -123,7 +132,20 @@ def recipe_problem(value: Mapping[str, Any], sources: Iterable[str]) -> str | No
                 if name not in known:
                     return (f"{field} names the tool {name}, which no insight and no current version of the recipe "
                             "names; use only the tools the insights show")
+    shown = {name for text in sources for name in _CALL.findall(text)}
+    if shown and not _named(str(value.get("how_to_perform", ""))):
+        return ("how_to_perform names no tool call, though the insights show calls "
+                f"({', '.join(sorted(shown)[:6])}); write the steps as the calls to make")
     return None
+
+
+_NOTHING = frozenset("na n/a none null nil nothing unknown tbd todo undefined".split())
+
+
+def _says_nothing(text: str) -> bool:
+    """Whether ``text`` holds no word of three letters or more but those that stand for nothing."""
+    words = re.findall(r"[^\W\d_]{3,}", text.lower())
+    return not [w for w in words if w not in _NOTHING]
 
 
 def judge_problem(value: Mapping[str, Any], rubrics: Sequence[str]) -> str | None:

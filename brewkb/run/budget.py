@@ -51,11 +51,13 @@ def spent(entries: Sequence[LedgerEntry], prices: Mapping[str, Price]) -> tuple[
 
 
 class Budget:
-    """Counts spending against ``limits``; safe to share between threads."""
+    """Counts spending against ``limits``; safe to share between threads.
+    ``here`` is ``-C DIR `` when the KB is not the current folder, for the
+    command its message suggests."""
 
     def __init__(self, limits: Limits, prices: Mapping[str, Price], *, episodes: int = 0, calls: int = 0,
-                 cost: float = 0.0, run: str = "") -> None:
-        self.limits, self.prices, self.run = limits, dict(prices), run
+                 cost: float = 0.0, run: str = "", here: str = "") -> None:
+        self.limits, self.prices, self.run, self.here = limits, dict(prices), run, here
         self.episodes, self.calls, self.cost = episodes, calls, cost
         self._lock = threading.Lock()
 
@@ -75,7 +77,7 @@ class Budget:
     def exhausted(self, option: str, what: str, extra: str = "") -> BudgetExhausted:
         run = self.run or "RUN"
         return BudgetExhausted(f"stopped: the budget of {what} is spent{extra}; what finished is saved. Continue "
-                               f"with `brewkb refine --resume {run} {option} N` and a larger N", option)
+                               f"with `brewkb {self.here}refine --resume {run} {option} N` and a larger N", option)
 
     def take_call(self) -> None:
         """Count one LLM call about to be sent, or raise if none is left."""

@@ -40,6 +40,7 @@ from brewkb.search.render import mermaid
 from brewkb.search.store import SearchStore
 from brewkb.stages.concepts import Concept
 from brewkb.trajectories.quote import HeldBack, LogIndex, held_back, log_texts
+from brewkb.trajectories.quote import shown as plain
 from brewkb.trajectories.schema import Trajectory
 from brewkb.trajectories.split import HOLD_OUT_EVERY
 
@@ -70,7 +71,7 @@ def distill_message(run: str, source: str, spec: SearchSpec, result: SearchResul
                     choices: dict[str, FinalChoice], concepts: list[Concept], split: tuple[set[str], set[str]],
                     logged: list[Trajectory], grades: dict[str, Any], backend: str,
                     comparison: LogEvaluation | None, missing: str = "", from_logs: str = "",
-                    waiting: dict[str, str] | None = None) -> str:
+                    waiting: dict[str, str] | None = None, dropped: Sequence[str] = ()) -> str:
     """The PR body: what was measured, and what could not be; ``waiting``: the
     concepts not searched for want of held-out requests, by why."""
     rows = ["| recipe | eval requests | root reward | base reward (final) | chosen reward (final) | chosen | nodes tried |",
@@ -111,6 +112,7 @@ def distill_message(run: str, source: str, spec: SearchSpec, result: SearchResul
             + f"## Left out by the gate\n\n{gate}\n\n"
             + ("## Waiting for evidence\n\n" + "\n".join(f"- `{c}`: {why}" for c, why in sorted(waiting.items()))
                + "\n\n" if waiting else "")
+            + _not_learned(dropped)
             + "## What could not be measured\n\n"
             "- Task success with the recipes: no environment can re-run these tasks, so λ_corr = 0 and no "
             "recipe's effect on success is known. Evaluate on a live environment before relying on it.\n"
@@ -120,6 +122,16 @@ def distill_message(run: str, source: str, spec: SearchSpec, result: SearchResul
             + (f"\n{from_logs}\n" if from_logs else "")
             + f"\nAudit trail: `git log --notes=brew --first-parent brew/{run}/kb`, `brewkb tree {run}`.\n\n"
             f"Brew-Run: {run}\n")
+
+
+def _not_learned(dropped: Sequence[str], shown: int = 20) -> str:
+    """What the logs asked for or did that became no concept, and why (the
+    concepts stage's notes: too little support, or no action)."""
+    if not dropped:
+        return ""
+    more = f"\n- and {len(dropped) - shown} more (runs/RUN/concepts.json lists them)" if len(dropped) > shown else ""
+    # a concept's name may come from what a user wrote: shown in a code span, as held-back texts are
+    return ("## Not learned\n\n" + "\n".join(f"- `{plain(note)}`" for note in dropped[:shown]) + more + "\n\n")
 
 
 def comparison_section(comparison: LogEvaluation | None) -> str:

@@ -149,6 +149,7 @@ DEFAULT_KEYS: tuple[str, ...] = (
     "confirmation_code", "ticket_id", "payment_id", "payment_method_id", "email", "phone", "phone_number",
     "first_name", "last_name", "full_name", "dob", "date_of_birth", "address1", "address2", "zip",
     "address", "street", "passport", "passport_number", "ssn", "iban", "password", "card_number",
+    "login", "username", "user_name",
 )
 """JSON keys whose values in tool calls and results name a person or a booking."""
 
@@ -156,6 +157,8 @@ PERSON_FIELDS = frozenset({"name", "address", "street", "city", "zip_code", "pos
 """Keys that are personal inside a record that also holds one of the personal keys."""
 
 NAME_KEYS = frozenset({"name", "full_name"})
+PERSON_NAME = re.compile(r"[A-Z][^\W\d_]+(?:[-'][A-Z]?[^\W\d_]+)*(?:\s+[A-Z][^\W\d_]+(?:[-'][A-Z]?[^\W\d_]+)*){1,3}")
+"""A name shaped like a person's: two to four capitalised words of letters."""
 
 ADMITTED = "admitted"
 """The ``meta`` key ``boundary.admit`` sets on a trajectory it scrubbed: scrubbing it again changes nothing."""
@@ -287,8 +290,11 @@ class Scrubber:
         if not self.personal:
             return
         if isinstance(data, dict):
-            # a record with a personal key is about a person: its name and address are personal too
-            person = any(str(k).lower() in self.keys for k in data)
+            # a record with a personal key is about a person: its name and address are personal too; so is
+            # the name of a record with an id, when it is shaped like a person's ("Maria Gonzalez")
+            person = any(str(k).lower() in self.keys for k in data) or (
+                any(is_id_key(str(k)) for k in data) and isinstance(data.get("name"), str)
+                and PERSON_NAME.fullmatch(data["name"].strip()) is not None)
             for key, value in data.items():
                 key = str(key)
                 personal = key.lower() in self.keys or (person and key.lower() in PERSON_FIELDS)
