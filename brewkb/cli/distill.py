@@ -8,18 +8,12 @@ import click
 
 from brewkb.cli.output import echo, echo_plan_calls, plural
 from brewkb.cli.progress import close, renderer
+from brewkb.cli.options import search_options
 
 
 @click.command("distill")
 @click.argument("run")
-@click.option("--strategy", type=click.Choice(["mcts", "greedy", "iterative"]), default=None,
-              help="Search strategy (default: search.strategy, mcts).")
-@click.option("--iterations", type=click.IntRange(min=1), default=None,
-              help="Search iterations (the paper's M; default: search.iterations).")
-@click.option("--width", type=click.IntRange(min=1), default=None,
-              help="Most children of a node (the paper's e; default: search.width).")
-@click.option("--depth", type=click.IntRange(min=1), default=None,
-              help="Most refinements in a row from the first version (the paper's k; default: search.depth).")
+@search_options
 @click.option("--no-cache", is_flag=True, help="Call the LLM even for requests seen before.")
 @click.option("--require-better", is_flag=True,
               help="Exit 1 when the new KB does not beat the base KB and every baseline on the test split "

@@ -8,17 +8,11 @@ import click
 
 from brewkb.cli.output import echo, echo_json, echo_plan_calls
 from brewkb.cli.progress import close, renderer
+from brewkb.cli.options import search_options
 
 
 @click.command("refine")
-@click.option("--strategy", type=click.Choice(["mcts", "greedy", "iterative"]), default=None,
-              help="Search strategy (default: search.strategy, mcts).")
-@click.option("--iterations", type=click.IntRange(min=1), default=None,
-              help="Search iterations (the paper's M; default: search.iterations).")
-@click.option("--width", type=click.IntRange(min=1), default=None,
-              help="Most children of a node (the paper's e; default: search.width).")
-@click.option("--depth", type=click.IntRange(min=1), default=None,
-              help="Most refinements in a row from the first version (the paper's k; default: search.depth).")
+@search_options
 @click.option("--relabel/--no-relabel", default=None, help="Hindsight relabelling (default: stages.relabel).")
 @click.option("--run", default=None, help="Name of the new run (default: refine-<date>-<time>).")
 @click.option("--resume", default=None, metavar="RUN", help="Continue RUN where it stopped.")

@@ -36,13 +36,13 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
 from brewkb.trajectories.schema import Trajectory
-from brewkb.trajectories.scrub import ADMITTED, MARKS, MIN_ID, Scrubber, unmarked
+from brewkb.trajectories.scrub import ADMITTED, MARKS, MIN_ID, Scrubber, message_texts, unmarked
 
 __all__ = ["normalise", "admit", "admit_all", "RunIds", "MAX_TEXT", "invisible"]
 
@@ -106,28 +106,6 @@ def _normal_text(text: str, limit: int) -> str:
     return normalise(text, limit)
 
 
-def _message(message: Mapping[str, Any], text: Any, value: Any) -> dict[str, Any]:
-    """``message`` with ``text`` applied to its content and tool-call arguments
-    when they are text, ``value`` when the content is JSON; roles, names and ids
-    are left as they are."""
-    out = dict(message)
-    if isinstance(out.get("content"), str):
-        out["content"] = text(out["content"])
-    elif isinstance(out.get("content"), list | dict):
-        out["content"] = value(out["content"])
-    if out.get("tool_calls"):
-        calls = []
-        for call in out["tool_calls"]:
-            call = dict(call)
-            function = dict(call.get("function") or {})
-            if isinstance(function.get("arguments"), str):
-                function["arguments"] = text(function["arguments"])
-            call["function"] = function
-            calls.append(call)
-        out["tool_calls"] = calls
-    return out
-
-
 def _texts(value: Any, change: Any) -> Any:
     """``value`` (JSON-like) with ``change`` applied to every string in it."""
     if isinstance(value, str):
@@ -146,7 +124,7 @@ def admit(trajectory: Trajectory, scrubber: Scrubber, limit: int = MAX_TEXT) -> 
     # bounded after scrubbing (a secret cut in two might no longer be told), and before it at a far larger
     # bound, so no single text can make the scrubbing slow
     first = limit * SCRUB_BOUND
-    messages = tuple(_message(m, lambda s: _normal_text(s, first), lambda v: _normal_json(v, first))
+    messages = tuple(message_texts(m, lambda s: _normal_text(s, first), lambda v: _normal_json(v, first))
                      for m in trajectory.messages)
     normal = trajectory.with_(task=normalise(trajectory.task, first), messages=messages)
     values = scrubber.values_of(normal)
@@ -157,7 +135,7 @@ def admit(trajectory: Trajectory, scrubber: Scrubber, limit: int = MAX_TEXT) -> 
 
     outcome = clean.outcome
     detail = _texts(dict(outcome.detail), scrub)
-    bounded = tuple(_message(m, lambda s: _normal_text(s, limit), lambda v: _normal_json(v, limit))
+    bounded = tuple(message_texts(m, lambda s: _normal_text(s, limit), lambda v: _normal_json(v, limit))
                     for m in clean.messages)
     meta = {**_texts(dict(trajectory.meta), scrub), ADMITTED: True}
     return clean.with_(task=normalise(clean.task, limit), messages=bounded, meta=meta,
@@ -214,7 +192,7 @@ class RunIds:
 
         outcome = trajectory.outcome
         return trajectory.with_(task=self.text(trajectory.task),
-                                messages=tuple(_message(m, self.text, value) for m in trajectory.messages),
+                                messages=tuple(message_texts(m, self.text, value) for m in trajectory.messages),
                                 meta=value(dict(trajectory.meta)), rubric=value(dict(trajectory.rubric)),
                                 outcome=type(outcome)(outcome.success, outcome.score, value(dict(outcome.detail))))
 

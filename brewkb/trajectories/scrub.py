@@ -50,8 +50,8 @@ from brewkb.errors import ConfigError
 from brewkb.trajectories.schema import Trajectory
 from brewkb.trajectories.secrets import SECRET, secret_spans
 
-__all__ = ["DEFAULT_PATTERNS", "DEFAULT_KEYS", "Scrubber", "Finding", "scrubber_of", "ID_SHAPE", "is_id_key",
-           "unmarked", "ADMITTED"]
+__all__ = ["DEFAULT_PATTERNS", "DEFAULT_KEYS", "Scrubber", "Finding", "scrubber_of", "message_texts", "ID_SHAPE",
+           "is_id_key", "unmarked", "ADMITTED"]
 
 _AT = r"(?:\s*[(\[{<]\s*(?i:at)\s*[)\]}>]\s*)"
 _DOT = r"(?:\s*[(\[{<]\s*(?i:dot)\s*[)\]}>]\s*|\s+(?i:dot)\s+)"
@@ -322,24 +322,30 @@ class Scrubber:
         if trajectory.meta.get(ADMITTED):  # scrubbed when it entered the run (``boundary.admit``)
             return trajectory
         values = self.values_of(trajectory) if values is None else values
-        messages = tuple(self._message(m, values) for m in trajectory.messages)
+        messages = tuple(message_texts(m, lambda text: self.text(text, values)) for m in trajectory.messages)
         return trajectory.with_(task=self.text(trajectory.task, values), messages=messages)
 
-    def _message(self, message: Mapping[str, Any], values: Mapping[str, str]) -> dict[str, Any]:
-        out = dict(message)
-        if isinstance(out.get("content"), str):
-            out["content"] = self.text(out["content"], values)
-        if out.get("tool_calls"):
-            calls = []
-            for call in out["tool_calls"]:
-                call = dict(call)
-                function = dict(call.get("function") or {})
-                if isinstance(function.get("arguments"), str):
-                    function["arguments"] = self.text(function["arguments"], values)
-                call["function"] = function
-                calls.append(call)
-            out["tool_calls"] = calls
-        return out
+
+def message_texts(message: Mapping[str, Any], text: Any, value: Any = None) -> dict[str, Any]:
+    """``message`` with ``text`` applied to its content and tool-call arguments
+    when they are text, and ``value`` (when given) to content that is JSON;
+    roles, names and ids are left as they are."""
+    out = dict(message)
+    if isinstance(out.get("content"), str):
+        out["content"] = text(out["content"])
+    elif value is not None and isinstance(out.get("content"), list | dict):
+        out["content"] = value(out["content"])
+    if out.get("tool_calls"):
+        calls = []
+        for call in out["tool_calls"]:
+            call = dict(call)
+            function = dict(call.get("function") or {})
+            if isinstance(function.get("arguments"), str):
+                function["arguments"] = text(function["arguments"])
+            call["function"] = function
+            calls.append(call)
+        out["tool_calls"] = calls
+    return out
 
 
 def scrubber_of(config: ScrubConfig) -> Scrubber:
