@@ -267,6 +267,8 @@ class ServeConfig:
     queue: int = field(default=1024, metadata=_min(0))
     """Requests that may wait for a slot; one more is answered 503."""
     connect_timeout: float = field(default=10.0, metadata=_min(0.001))
+    body_timeout: float = field(default=60.0, metadata=_min(0.001))
+    """Seconds a client has to send its whole request body (then 408)."""
     read_timeout: float = field(default=600.0, metadata=_min(0.001))
     """Seconds the upstream may stay silent (before its answer, or between two chunks)."""
     refresh_seconds: float = field(default=5.0, metadata=_min(0.01))

@@ -44,6 +44,24 @@ def test_a_name_with_letters_beyond_ascii_is_replaced_whole() -> None:
     assert Scrubber.build().text("I am Tomasz Wiśniewski, a patron") == "I am <name>, a patron"
 
 
+@pytest.mark.parametrize(("text", "scrubbed"), [
+    ("write to zebediah dot quill at example dot org", "write to <email>"),
+    ("I live at 742 Evergreen Terrace, Springfield, IL 62704 since May", "I live at <address> since May"),
+    ("send it to 12 Baker Street, London NW1 6XE today", "send it to <address> today"),
+])
+def test_an_address_and_an_obfuscated_email_are_replaced_whole(text: str, scrubbed: str) -> None:
+    assert Scrubber.build().text(text) == scrubbed
+
+
+def test_a_value_a_pattern_knew_by_its_mark_or_its_words_is_replaced_where_it_stands_bare() -> None:
+    traj = _traj("Order #W9988123 (W9988123)", [
+        {"role": "user", "content": "I am Jane Doe; the order is #W9988123, reservation ID SI5UKW"},
+        {"role": "assistant", "content": "Jane Doe, order W9988123 and SI5UKW are found."}])
+    out = Scrubber.build().trajectory(traj)
+    assert out.task == "Order <order_id> (<order_id>)"
+    assert out.messages[1]["content"] == "<name>, order <order_id> and <booking_code> are found."
+
+
 def test_ordinary_numbers_and_codes_are_left_alone() -> None:
     text = ("Flight HAT136 on 2024-05-20 costs 250 dollars for 3 bags; item 1008292230. I'm happy, This Is fine. "
             "My reservation is NOT changed; the booking CANCELLED")
@@ -71,7 +89,8 @@ def test_values_named_by_tool_schema_keys_are_scrubbed_everywhere() -> None:
     text = json.dumps([out.task, list(out.messages)])
     for secret in ("ZFA04Y", "Omar", "Rossi", "omar_r"):
         assert secret not in text
-    assert out.task == "You are omar. Cancel reservation <reservation_id> for <first_name> <last_name>."
+    # "Omar Rossi" is also the name the user gave ("I am Omar Rossi"): the whole is replaced as one
+    assert out.task == "You are omar. Cancel reservation <reservation_id> for <name>."
     assert json.loads(out.messages[3]["tool_calls"][0]["function"]["arguments"]) == {"reservation_id": "<reservation_id>"}
     assert out.id == traj.id  # the same episode, told without names
 

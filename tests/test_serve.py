@@ -97,11 +97,12 @@ def make_kb(root: Path, env: dict[str, str], serve: str) -> Path:
 class Server:
     """``brewkb serve --port 0 --json`` in ``kb``, ready when its first line says so."""
 
-    def __init__(self, kb: Path, env: dict[str, str], *args: str) -> None:
+    def __init__(self, kb: Path, env: dict[str, str], *args: str, session: bool = False) -> None:
         self.log = kb.parent / f"serve-{time.monotonic_ns()}.err"
         with self.log.open("w") as err:
             self.process = subprocess.Popen([sys.executable, "-m", "brewkb", "serve", "--port", "0", "--json", *args],
-                                            cwd=kb, env=env, stdout=subprocess.PIPE, stderr=err, text=True)
+                                            cwd=kb, env=env, stdout=subprocess.PIPE, stderr=err, text=True,
+                                            start_new_session=session)
         assert self.process.stdout is not None
         line = self.process.stdout.readline()
         assert line, self.log.read_text()
@@ -135,8 +136,12 @@ class Server:
         status = self.wait(lambda s: done(journal(kb, s["run"])))
         return journal(kb, status["run"])
 
-    def stop(self) -> tuple[int, dict[str, Any]]:
-        self.process.send_signal(signal.SIGTERM)
+    def stop(self, sig: signal.Signals = signal.SIGTERM, group: bool = False) -> tuple[int, dict[str, Any]]:
+        """Signal the server (``group``: its whole process group, as Ctrl-C in a terminal does) and read its status."""
+        if group:
+            os.killpg(self.process.pid, sig)
+        else:
+            self.process.send_signal(sig)
         out, _ = self.process.communicate(timeout=60)
         return self.process.returncode, json.loads(out.strip().splitlines()[-1])
 
@@ -146,7 +151,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict
     home = tmp_path_factory.mktemp("serve-home")
     env = environment(home)
     kb = make_kb(tmp_path_factory.mktemp("serve") / "kb", env,
-                 "flush_seconds = 0.2\nrefresh_seconds = 0.2\nread_timeout = 0.5")
+                 "flush_seconds = 0.2\nrefresh_seconds = 0.2\nread_timeout = 0.5\nbody_timeout = 0.5")
     with FakeOpenAI(default=reply) as fake:
         server = Server(kb, env, "--upstream", fake.base_url)
         yield kb, env, fake, server
@@ -411,6 +416,33 @@ def test_an_upstream_that_is_down_is_a_502_naming_it(setup: Any) -> None:
         "'localhost:8000'; check --upstream or serve.upstream"])
 
 
+def _raw(server: Server, request: bytes) -> bytes:
+    """What the server answers ``request`` sent as it is on a socket of its own."""
+    port = int(server.url.rsplit(":", 1)[1].split("/")[0])
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as connection:
+        connection.sendall(request)
+        return connection.recv(65536)
+
+
+def test_hostile_requests_are_answered_and_leave_no_traceback(setup: Any) -> None:
+    kb, env, fake, server = setup
+    # a lone surrogate, written as JSON escapes it: retrieved for, forwarded as the client wrote it
+    code, answer = server.post("/chat/completions", {"model": "m", "messages": [
+        {"role": "user", "content": "\ud800 cancel order [lone]"}]})
+    assert code == 200 and answer["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "find_order"
+    [forwarded] = [body for _, body in fake.requests if "[lone]" in json.dumps(body)]
+    assert forwarded["messages"][-1]["content"] == "\ud800 cancel order [lone]"
+    # a body promised and never sent: 408 once serve.body_timeout has passed
+    late = _raw(server, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{}")
+    assert late.startswith(b"HTTP/1.1 408") and b"serve.body_timeout" in late
+    # a header over aiohttp's limit: its 400, and one warning line
+    huge = _raw(server, b"GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 200_000 + b"\r\n\r\n")
+    assert huge.split(b"\r\n", 1)[0].endswith(b" 400 Bad Request")
+    log = server.log.read_text()
+    assert "Traceback" not in log and re.search(r"brewkb: WARNING: Error handling request from \S+: \S", log)
+    assert "not recorded" not in log
+
+
 def test_sigterm_lets_a_request_in_flight_finish_and_writes_its_conversation(tmp_path: Path) -> None:
     env = environment(tmp_path / "home")
     kb = make_kb(tmp_path / "kb", env, "flush_seconds = 600")
@@ -434,6 +466,34 @@ def test_sigterm_lets_a_request_in_flight_finish_and_writes_its_conversation(tmp
     assert code == 0 and status["recorder"]["written"] == 1
     [record] = journal(kb, "calls").values()
     assert record["messages"][-1]["content"] == "".join(got)
+
+
+def test_ctrl_c_to_the_whole_process_group_still_writes_every_conversation(tmp_path: Path) -> None:
+    env = environment(tmp_path / "home")
+    kb = make_kb(tmp_path / "kb", env, "flush_seconds = 0.2")
+    with FakeOpenAI(default=reply) as fake:
+        server = Server(kb, env, "--upstream", fake.base_url, "--run", "calls", session=True)
+        client = openai.OpenAI(base_url=server.url, api_key=KEY, max_retries=0)
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "Go [first]"}])
+        assert server.wait(lambda s: s["recorder"]["written"] == 1)["recorder"]["written"] == 1
+        got: list[str] = []
+
+        def read() -> None:
+            stream = client.chat.completions.create(model="m", stream=True,
+                                                    messages=[{"role": "user", "content": "Go [slow]"}])
+            got.extend(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        while fake.count < 2:
+            time.sleep(0.01)
+        code, status = server.stop(signal.SIGINT, group=True)
+        reader.join()
+    recorder = status["recorder"]
+    assert code == 0 and (recorder["written"], recorder["failed"], recorder["pending"]) == (2, 0, 0)
+    assert "Traceback" not in server.log.read_text()
+    records = journal(kb, "calls").values()
+    assert len(records) == 2 and "".join(got) in [r["messages"][-1]["content"] for r in records]
 
 
 @pytest.mark.parametrize("placement, roles, where", [

@@ -96,6 +96,16 @@ def test_every_format_reader_refuses_a_name_that_is_not_an_identifier(tmp_path: 
     assert set(FORMATS) >= {"openai", "tau-bench", "tau2", "otel", "openinference", "osworld"}
 
 
+def test_a_lone_surrogate_written_as_a_json_escape_imports_without_it(tmp_path: Path) -> None:
+    root = new_kb(tmp_path)
+    (tmp_path / "logs.jsonl").write_text('{"messages": [{"role": "user", "content": "Cancel \\ud800order 7"}, '
+                                         '{"role": "assistant", "content": "Done."}], "success": true}\n')
+    imported = brewkb(root, "import", str(tmp_path / "logs.jsonl"), "--format", "openai", "--run", "r")
+    assert imported.returncode == 0, imported.stderr
+    [line] = (root / "runs" / "r" / "rollouts.jsonl").read_text().splitlines()
+    assert json.loads(line)["messages"][0]["content"] == "Cancel order 7"
+
+
 # -------------------------------------------------------------- boundary
 def test_admit_normalises_bounds_and_scrubs_each_text_and_keeps_the_id() -> None:
     hidden = "Cancel\u200b order\u202e W2905754\U000e0049\U000e0047 ＡＢＣ\x07 please"

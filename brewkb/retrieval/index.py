@@ -97,6 +97,8 @@ indexed text, so fifty anchors' calls do not weigh a recipe's tool names."""
 
 def analyze(text: str) -> list[str]:
     """The index terms of ``text`` (what a query and a document are compared on)."""
+    if not text.isascii():  # a lone surrogate (from a JSON escape such as \ud800) cannot reach the analyzer
+        text = text.encode("utf-8", "replace").decode("utf-8")
     return list(_ANALYZER.analyze(PLACEHOLDER.sub(" ", text) if "<" in text else text))
 
 

@@ -13,28 +13,37 @@ for ``serve.flush_seconds``, when more than ``serve.conversations`` are held
 on after it was written is written again; the reader keeps its latest line.
 So a crash loses the conversations in flight, never one already written.
 
-Every trajectory passes ``_admit`` before it is written: the one place where
-what a client sent meets the trust boundary. The work runs on a thread of its
-own, so the requests' event loop never waits for a disk or for scrubbing.
+Every trajectory passes ``_admitted`` before it is written: the one place where
+what a client sent meets the trust boundary. The recording runs on a thread of
+its own, which takes the turns that came in every ``TICK`` (so a request never
+wakes it), and the event loop never waits for a disk; the scrubbing, the one
+costly part, runs in a process of its own (started at the first write), so the
+requests never wait for the interpreter's lock either.
+That process ignores SIGINT and SIGTERM (a Ctrl-C or a supervisor's signal
+reaches the whole process group): the server decides when it ends, after the
+last conversation is written.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import multiprocessing
 import os
-import queue
 import re
+import signal
 import socket
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from brewkb.config import Config
+from brewkb.config import Config, ScrubConfig
 from brewkb.fsutil import append_line
 from brewkb.run.folder import Run
 from brewkb.trajectories.boundary import admit
@@ -48,7 +57,8 @@ __all__ = ["Turn", "Recorder", "writer_name", "SERVE_FOLDER"]
 log = logging.getLogger(__name__)
 
 SERVE_FOLDER = "serve"
-_STOP = object()
+TICK = 0.1
+"""Seconds between two looks of the recorder at the turns that came in."""
 
 
 def writer_name() -> str:
@@ -85,23 +95,26 @@ class _Held:
     seen: float
 
 
-def _admit(trajectory: Trajectory, config: Config) -> Trajectory | None:
-    """The trajectory as it may be written, or ``None`` when it may not: every
-    recorded trajectory passes here. Tool and argument names must be
+_SCRUBBER: tuple[Scrubber, int] | None = None
+"""The admitting process's scrubber and longest text."""
+
+
+def _start_admitting(scrub: ScrubConfig, max_text: int) -> None:
+    global _SCRUBBER
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    _SCRUBBER = (scrubber_of(scrub), max_text)
+
+
+def _admitted(trajectory: Trajectory) -> str | None:
+    """The trajectory's line as it may be written, or ``None`` when it may not:
+    every recorded trajectory passes here. Tool and argument names must be
     identifiers; the rest goes through the trust boundary (``admit``)."""
+    assert _SCRUBBER is not None
     if bad_name(trajectory.messages) is not None:
         return None
-    return admit(trajectory, _scrubber(config), config.scrub.max_text)
-
-
-_SCRUBBERS: dict[int, tuple[Any, Scrubber]] = {}
-
-
-def _scrubber(config: Config) -> Scrubber:
-    held = _SCRUBBERS.get(id(config.scrub))
-    if held is None or held[0] is not config.scrub:
-        held = _SCRUBBERS[id(config.scrub)] = (config.scrub, scrubber_of(config.scrub))
-    return held[1]
+    admitted = admit(trajectory, *_SCRUBBER)
+    return None if admitted is None else admitted.to_line()
 
 
 class Recorder:
@@ -113,13 +126,15 @@ class Recorder:
         self.writer = writer or writer_name()
         self.keep = config.serve.conversations
         self.idle = config.serve.flush_seconds
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._turns: deque[Turn] = deque()
+        self._stop = threading.Event()
         self._held: OrderedDict[str, _Held] = OrderedDict()
         self._runs: OrderedDict[str, Run] = OrderedDict()  # conversation -> its run, for outcomes
         self._lock = threading.Lock()
         self._begun: set[str] = set()  # runs whose manifest this process has seen marked
         # pending: conversations with turns not written yet
         self.counts = {"turns": 0, "written": 0, "refused": 0, "failed": 0, "outcomes": 0, "pending": 0}
+        self._admitting: ProcessPoolExecutor | None = None
         self._thread = threading.Thread(target=self._work, name="brewkb-recorder", daemon=True)
         self._thread.start()
 
@@ -127,7 +142,7 @@ class Recorder:
         return run.path / SERVE_FOLDER / f"{self.writer}.jsonl"
 
     def add(self, turn: Turn) -> None:
-        self._queue.put(turn)
+        self._turns.append(turn)  # taken within TICK: the requests' thread never wakes the recorder
 
     def outcomes(self, posted: Sequence[tuple[str, bool | None, float | None]], run: Run) -> None:
         """Append posted outcomes (conversation id, success, score), each to the
@@ -154,27 +169,38 @@ class Recorder:
         return len(self._held)
 
     def close(self, timeout: float | None = None) -> None:
-        self._queue.put(_STOP)
+        self._stop.set()
         self._thread.join(timeout)
+        if self._admitting is not None:
+            self._admitting.shutdown(wait=not self._thread.is_alive(), cancel_futures=True)
+
+    def _admit(self, trajectory: Trajectory) -> str | None:
+        if self._admitting is None:
+            scrub = self.config.scrub
+            self._admitting = ProcessPoolExecutor(1, multiprocessing.get_context("spawn"), _start_admitting,
+                                                  (scrub, scrub.max_text))
+        try:
+            return self._admitting.submit(_admitted, trajectory).result()
+        except BrokenProcessPool:
+            self._admitting = None  # the next write starts another
+            raise RuntimeError("the process that scrubs recordings ended; the next conversation starts another")
 
     def _work(self) -> None:
         last = time.monotonic()
         while True:
-            try:
-                item = self._queue.get(timeout=min(self.idle, 1.0))
-            except queue.Empty:
-                item = None
-            if item is _STOP:
+            stopping = self._stop.wait(TICK)
+            while self._turns:
+                turn = self._turns.popleft()
+                try:
+                    self._take(turn)
+                except Exception as exc:  # one odd turn never stops the recording of the others
+                    self.counts["failed"] += 1
+                    log.error("a turn of conversation %s not recorded: %s", turn.conversation, exc)
+            if stopping:
                 for held in self._held.values():
                     self._write(held)
                 self._held.clear()
                 return
-            if item is not None:
-                try:
-                    self._take(item)
-                except Exception as exc:  # one odd turn never stops the recording of the others
-                    self.counts["failed"] += 1
-                    log.error("a turn of conversation %s not recorded: %s", item.conversation, exc)
             now = time.monotonic()
             if now - last >= min(self.idle, 1.0) / 2:
                 last = now
@@ -211,14 +237,14 @@ class Recorder:
         self.counts["pending"] -= 1
         try:
             trajectory = _trajectory(turn, held.turns)
-            admitted = None if trajectory is None else _admit(trajectory, self.config)
-            if admitted is None:
+            line = None if trajectory is None else self._admit(trajectory)
+            if line is None:
                 self.counts["refused"] += 1
                 log.warning("conversation %s not recorded: a message is not a chat message or a tool name is "
                             "not an identifier", turn.conversation)
             else:
                 self._begin(held.run)
-                append_line(self.journal(held.run), admitted.to_line())
+                append_line(self.journal(held.run), line)
                 self.counts["written"] += 1
         except Exception as exc:  # the server goes on; what it could not write is said and counted
             self.counts["failed"] += 1

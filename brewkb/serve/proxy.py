@@ -128,7 +128,9 @@ class Proxy:
         return await self.relay(request)
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
-        raw = await request.read()
+        raw = await self._body(request)
+        if raw is None:
+            return self._late()
         try:
             body = json.loads(raw)
         except (ValueError, RecursionError):
@@ -145,14 +147,30 @@ class Proxy:
         served = self.serving.given(messages) if self.retriever is None else \
             await asyncio.get_running_loop().run_in_executor(self.retriever, self.serving.given, messages)
         sent = inject(messages, served.block, self.config.placement)
-        data = raw if sent is messages else json.dumps({**body, "messages": sent}, ensure_ascii=False).encode()
+        # a lone surrogate (a JSON escape such as \ud800) goes on written as the client wrote it
+        data = raw if sent is messages else json.dumps({**body, "messages": sent},
+                                                       ensure_ascii=False).encode("utf-8", "backslashreplace")
         headers = {HEADER: opened.id, "X-Brewkb-Revision": served.revision,
                    "X-Brewkb-Recipes": ",".join(served.recipes)}
         return await self.forward(request, data, headers, _Chat(opened, messages, served))
 
     async def relay(self, request: web.Request, raw: bytes | None = None) -> web.StreamResponse:
-        data = raw if raw is not None else await request.read()
+        data = raw if raw is not None else await self._body(request)
+        if data is None:
+            return self._late()
         return await self.forward(request, data, {}, None)
+
+    async def _body(self, request: web.Request) -> bytes | None:
+        """The request's body, or ``None`` when the client did not send it whole in time."""
+        try:
+            async with asyncio.timeout(self.config.body_timeout):
+                return await request.read()
+        except TimeoutError:
+            return None
+
+    def _late(self) -> web.Response:
+        return self._failed(408, f"the request's body did not arrive whole within {self.config.body_timeout:g} s "
+                                 "(serve.body_timeout)", "request_timeout")
 
     async def forward(self, request: web.Request, data: bytes, extra: dict[str, str],
                       chat: _Chat | None) -> web.StreamResponse:

@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from brewkb.api.loop import run_command
 from brewkb.api.serve import Serving
@@ -46,9 +47,23 @@ def serve(start: Path = Path("."), *, rev: str | None = None, run: str | None = 
     return serving.status()
 
 
+def _bad_requests_in_one_line(record: logging.LogRecord) -> bool:
+    """aiohttp logs a request it could not parse (a header over its limit, say) with
+    a traceback: anyone can send one, so it is one warning line; a failure of
+    the server's own stays an error with its traceback."""
+    error = record.exc_info[1] if record.exc_info else None
+    if isinstance(error, HttpProcessingError):
+        record.msg, record.args = "%s: %s", (record.getMessage(), error.message or type(error).__name__)
+        record.exc_info, record.exc_text = None, None
+        record.levelno, record.levelname = logging.WARNING, "WARNING"
+    return True
+
+
 async def _serve(serving: Serving, upstream: str, host: str, port: int,
                  ready: Callable[[dict[str, Any]], None], notify: Callable[[str], None]) -> None:
     proxy = Proxy(serving, upstream)
+    aiohttp_server = logging.getLogger("aiohttp.server")
+    aiohttp_server.addFilter(_bad_requests_in_one_line)
     runner = web.AppRunner(proxy.app(), handle_signals=False, access_log=None, handler_cancellation=True,
                            shutdown_timeout=serving.config.serve.grace_seconds)
     await runner.setup()
@@ -72,6 +87,7 @@ async def _serve(serving: Serving, upstream: str, host: str, port: int,
         follower.cancel()
     finally:
         await runner.cleanup()  # stops listening, then waits for the requests in flight
+        aiohttp_server.removeFilter(_bad_requests_in_one_line)
         for sig, handler in before.items():
             loop.remove_signal_handler(sig)
             signal.signal(sig, handler)  # a second signal while the conversations are written acts as before

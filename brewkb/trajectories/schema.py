@@ -42,7 +42,7 @@ ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function
 def content_id(value: Any, length: int = 16) -> str:
     """A stable id from the canonical JSON of ``value``."""
     raw = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(raw.encode()).hexdigest()[:length]
+    return hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()[:length]  # a lone \ud800 too
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,8 @@ DEFAULT_PATTERNS: dict[str, str] = {
                 r"[\"']?([^\s\"',;<]{3,})",
     "email": r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}"
              rf"|[A-Za-z0-9._%+-]+{_AT}[A-Za-z0-9-]+(?:(?:{_DOT}|\.)[A-Za-z0-9-]+)*(?:{_DOT}|\.)[A-Za-z]{{2,6}}\b"
-             rf"|[A-Za-z0-9._%+-]+\s+(?i:at)\s+[A-Za-z0-9-]+(?:{_DOT}[A-Za-z0-9-]+)*{_DOT}[A-Za-z]{{2,6}}\b",
+             rf"|[A-Za-z0-9._%+-]+(?:{_DOT}[A-Za-z0-9._%+-]+)*\s+(?i:at)\s+[A-Za-z0-9-]+(?:{_DOT}[A-Za-z0-9-]+)*"
+             rf"{_DOT}[A-Za-z]{{2,6}}\b",
     "ssn": r"(?<![\w-])\d{3}-\d{2}-\d{4}(?![\w-])"
            r"|(?i:\b(?:ssn|social security(?: number)?)\b)\D{0,20}?(\d{3}[ .-]?\d{2}[ .-]?\d{4})(?!\d)",
     "iban": r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?\b",
@@ -73,6 +74,8 @@ DEFAULT_PATTERNS: dict[str, str] = {
                 r"((?=[A-Za-z]*\d)[A-Za-z0-9]{6,9})\b",
     "address": rf"\b\d{{1,6}}[A-Za-z]?,?\s+(?:[A-Z][\w'.-]*\s+){{1,4}}(?:{_STREET})\b\.?"
                r"(?:,?\s+(?:Apt|Apartment|Suite|Ste|Unit|Floor)\.?\s*#?\w+)?"
+               r"(?:,\s*[A-Z][^\W\d_]+\b(?:[ -][A-Z][^\W\d_]+\b){0,2}){0,2}(?:,?\s+[A-Z]{2}\b)?"
+               r"(?:,?\s+(?:\d{5}(?:-\d{4})?|[A-Z]{1,2}\d[A-Z\d]?\s*\d[A-Z]{2})\b)?"
                r"|\b\d{1,5},?\s+(?:rue|avenue|boulevard|chemin|allée|impasse|calle|avenida|via|viale|piazza|rua)"
                r"\s+(?:[\w'-]+\s*){1,4}"
                r"|\b[A-ZÄÖÜ][\wäöüß-]*(?:straße|strasse|weg|gasse|platz|allee)\s+\d{1,5}[a-z]?\b",
@@ -196,6 +199,8 @@ class Scrubber:
     # Texts already passed through the patterns: the episodes of one task repeat most
     # of their messages (tool results, the task text), run after run.
     _done: dict[str, str] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _said: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict, init=False, repr=False,
+                                                           compare=False)
 
     def knowing(self, trajectories: Iterable[Trajectory]) -> Scrubber:
         """This scrubber, also replacing every personal value ``trajectories`` name."""
@@ -284,7 +289,29 @@ class Scrubber:
                 self._collect(_loads((call.get("function") or {}).get("arguments")), found)
             if message.get("role") == "tool":
                 self._collect(_loads(message.get("content")), found)
+        if self.personal:
+            for text in (trajectory.task, *(m.get("content") for m in trajectory.messages)):
+                for value, kind in self.said(text) if isinstance(text, str) else ():
+                    found.setdefault(value, kind)
         return found
+
+    def said(self, text: str) -> tuple[tuple[str, str], ...]:
+        """Values the patterns find in ``text`` by what stands around them (``reservation
+        ABC123``, ``I'm Jane Doe``) or by their mark (``#W2905754``): (value without its
+        mark, kind). Written again bare, elsewhere, no pattern would know them."""
+        said = self._said.get(text)
+        if said is None:
+            found = []
+            for kind, rx in self.patterns:
+                for match in self._matches(kind, rx, text):
+                    value = match.group(match.lastindex or 0).strip()
+                    if (match.lastindex or unmarked(value) != value) and len(unmarked(value)) >= MIN_ID:
+                        found.append((unmarked(value), kind))
+            said = tuple(found)
+            if len(self._said) >= DONE_CACHE:
+                self._said.clear()
+            self._said[text] = said
+        return said
 
     def _collect(self, data: Any, found: dict[str, str]) -> None:
         if not self.personal:
