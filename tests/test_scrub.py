@@ -139,6 +139,7 @@ def test_lint_warns_about_personal_data_in_any_recipe(tmp_path: Path) -> None:
     result = run_cli(tmp_path, "lint", "refund.md")
     assert result.returncode == 0  # a warning, not an error
     assert "refund.md:8: warning: looks like personal data (email): 'mia@example.com'" in result.stdout
-    clean = body.replace("mia_li_3668", "<user_id>").replace("mia@example.com", "<email>")
+    clean = body.replace("mia_li_3668", "<user_id>").replace("mia@example.com", "<email>").replace(
+        "1. Do it.", "1. Do it. My password is <password> Email me after.")  # a placeholder is no value
     (tmp_path / "refund.md").write_text(recipe_text("refund", body=clean))
     assert lint_paths([tmp_path]) == []

@@ -22,13 +22,19 @@ or *holds it back* with the reason:
   3. *claims a policy or rule*: "new / updated / revised / official /
      internal … policy / rule / instructions", "policy update", "system
      prompt"; and *a rule for whoever reads it*: a sentence that starts with
-     "always" or "never", or says "you / the agent must (always / never /
-     not) …";
+     "always" or "never", says "you / the agent must (always / never /
+     not) …", or tells an agent, assistant or model in the third person
+     what it must, should or has to do;
   4. *links*: URLs (any scheme, ``www.``, a host with a path), markdown links
      and images;
   5. *code or markup*: HTML (found by ``nh3``, the HTML sanitiser; the
      placeholders brewkb writes are not HTML), code fences, markdown
      headings, template tags.
+
+The rules read letters of other scripts that look Latin (Cyrillic ``о``,
+Greek ``ο``) as the Latin letter, and the rules of words (1 to 3) read the
+text backwards too: a bidirectional override shows reversed text the right
+way round, and ``normalise`` has removed the override, not the words.
 
 A held-back text is not written into the recipe; ``held_back`` lists such
 texts of a set of trajectories with their reason and the conversations they
@@ -80,7 +86,9 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
     (RULE_FOR_READER, re.compile(
         r"(?i)(?:^|[.!?:;]\s+|\n\s*)(?:always|never)\s+(?!mind\b)[a-z]+"
         r"|\b(?:you|agents?|assistants?|the agent|the assistant)\s+(?:must|should|shall|are to|have to|need to)\s+"
-        r"(?:always|never|not|no longer)\b|\bmust (?:always|never)\b")),
+        r"(?:always|never|not|no longer)\b|\bmust (?:always|never)\b"
+        r"|\b(?:the|an?|our|your|every|any)\s+(?:agent|assistant|ai|model|bot|chatbot|llm)s?\s+(?:must|should|shall"
+        r"|(?:is|are)\s+(?:to|required to|expected to)|(?:has|have|needs?)\s+to)\b")),
     (LINK, re.compile(
         r"(?i)\b(?:https?|ftp|file|data|javascript|vbscript)\s*:\s*/*\S+|\bwww\d?\.\S+"
         r"|\b[a-z0-9-]+(?:\.[a-z0-9-]+)*\.[a-z]{2,}/\S*|!?\[[^\]\n]*\]\([^)\n]*\)|^\s*\[[^\]\n]+\]:\s*\S+")),
@@ -88,6 +96,14 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 REASONS = tuple(reason for reason, _ in _RULES)
 """Every reason ``instruction_reason`` may give, in the order it tries them."""
+_WORD_RULES = 3
+"""The first rules, of words alone: they are read backwards too."""
+_CYRILLIC = "аАвВеЕһҺіІјЈкКмМнНоОрРсСтТуУхХѕЅԁԛԝӏ"
+_GREEK = "αΑβΒεΕζΖηΗιΙκΚμΜνΝοΟρΡτΤυΥχΧ"
+_LATIN_LOOK = str.maketrans(_CYRILLIC + _GREEK, "aABBeEhhiIjJkKMMHHoOpPcCTTyYxXsSdqwl" + "aABBeEZZnHiIkKuMvNoOpPtTuYxX")
+"""Letters of other scripts that look like Latin ones (as spoofed text uses them),
+read as the Latin letter they look like; NFKC has already folded fullwidth and
+mathematical forms."""
 _PLACEHOLDER = re.compile(r"<[a-z][a-z0-9_]*>")
 _DANGEROUS_TAGS = frozenset("""script style iframe frame frameset object embed applet svg math form input button
 textarea select option link meta base html head body title template slot video audio source track canvas
@@ -120,10 +136,11 @@ def _is_html(text: str) -> bool:
 def instruction_reason(text: str, skip: Iterable[str] = ()) -> str | None:
     """Why ``text`` reads as instructions to an agent (one of the module
     docstring's rules, but those named in ``skip``), or ``None``."""
-    normal = normalise(text, 100_000)
+    normal = normalise(text, 100_000).translate(_LATIN_LOOK)
+    backwards = normal[::-1]  # what a bidi override (removed by normalise) showed reversed
     skipped = set(skip)
-    for reason, rule in _RULES:
-        if reason not in skipped and rule.search(normal):
+    for number, (reason, rule) in enumerate(_RULES):
+        if reason not in skipped and (rule.search(normal) or number < _WORD_RULES and rule.search(backwards)):
             return reason
     if MARKUP not in skipped and _is_html(normal):
         return MARKUP
