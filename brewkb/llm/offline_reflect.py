@@ -82,6 +82,10 @@ from brewkb.trajectories.tools import (
 __all__ = ["reflect", "concepts_of", "MAX_STEPS", "MAX_CONCEPTS"]
 
 MAX_STEPS = 10
+MAX_READ = 2_000
+"""Characters of a user or assistant message, or a tool's error, the rules read:
+a request is said, and an error explained, in the first ones, and a longer text
+would only make every rule slower."""
 MAX_CONCEPTS = 10
 """Distinct writes of one conversation that become concepts (its first ones)."""
 MAX_EXEMPLAR = 20
@@ -183,7 +187,25 @@ def _check(calls: Sequence[ToolCall], index: int) -> ToolCall | None:
     return next((c for c in reversed(_lookups_before(calls, index)) if values & _acts_on(c)), None)
 
 
+def _read(trajectory: Trajectory) -> Trajectory:
+    """The trajectory as the rules read it: its task and each message's text cut
+    to ``MAX_READ`` (a tool's result that is JSON kept whole: its values are what
+    tells which lookup fed which write)."""
+    def cut(message: dict) -> dict:
+        content = message.get("content")
+        if not isinstance(content, str) or len(content) <= MAX_READ or (
+                message.get("role") == "tool" and content.lstrip()[:1] in ("{", "[")):
+            return message
+        return {**message, "content": content[:MAX_READ]}
+
+    if len(trajectory.task) <= MAX_READ and all(len(str(m.get("content") or "")) <= MAX_READ
+                                                 for m in trajectory.messages):
+        return trajectory
+    return trajectory.with_(task=trajectory.task[:MAX_READ], messages=tuple(cut(dict(m)) for m in trajectory.messages))
+
+
 async def reflect(trajectory: Trajectory) -> list[Insight]:
+    trajectory = _read(trajectory)
     calls = tool_calls(trajectory.messages)
     concepts = concepts_of(trajectory)
     # the turns that ask: assent, thanks and consent to what the agent proposed quote no request

@@ -55,15 +55,18 @@ __all__ = ["DEFAULT_PATTERNS", "DEFAULT_KEYS", "Scrubber", "Finding", "scrubber_
 
 _AT = r"(?:\s*[(\[{<]\s*(?i:at)\s*[)\]}>]\s*)"
 _DOT = r"(?:\s*[(\[{<]\s*(?i:dot)\s*[)\]}>]\s*|\s+(?i:dot)\s+)"
+_LOCAL = r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]{1,64}"
+"""An e-mail's local part (at most 64 characters), begun where a word begins."""
 _STREET = (r"Street|St|Avenue|Ave|Road|Rd|Boulevard|Blvd|Lane|Ln|Drive|Dr|Court|Ct|Place|Pl|Way|Terrace|Parkway"
            r"|Pkwy|Highway|Hwy|Square|Sq|Circle|Cir|Trail|Close|Crescent|Row|Alley")
 DEFAULT_PATTERNS: dict[str, str] = {
     "password": r"(?i:\b(?:password|passcode|passphrase|passwd|pwd|pin(?: code)?)\b)[\"']?\s*(?:is|was|:|=)\s*"
                 r"[\"']?([^\s\"',;<]{3,})",
-    "email": r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}"
-             rf"|[A-Za-z0-9._%+-]+{_AT}[A-Za-z0-9-]+(?:(?:{_DOT}|\.)[A-Za-z0-9-]+)*(?:{_DOT}|\.)[A-Za-z]{{2,6}}\b"
-             rf"|[A-Za-z0-9._%+-]+(?:{_DOT}[A-Za-z0-9._%+-]+)*\s+(?i:at)\s+[A-Za-z0-9-]+(?:{_DOT}[A-Za-z0-9-]+)*"
-             rf"{_DOT}[A-Za-z]{{2,6}}\b",
+    # each part bounded and begun where a word begins: a 200 KB word costs a pass, not its square
+    "email": rf"{_LOCAL}@[A-Za-z0-9-]{{1,63}}(?:\.[A-Za-z0-9-]{{1,63}}){{0,8}}\.[A-Za-z]{{2,24}}\b"
+             rf"|{_LOCAL}{_AT}[A-Za-z0-9-]{{1,63}}(?:(?:{_DOT}|\.)[A-Za-z0-9-]{{1,63}}){{0,8}}(?:{_DOT}|\.)[A-Za-z]{{2,6}}\b"
+             rf"|{_LOCAL}(?:{_DOT}[A-Za-z0-9._%+-]{{1,64}}){{0,4}}\s+(?i:at)\s+[A-Za-z0-9-]{{1,63}}"
+             rf"(?:{_DOT}[A-Za-z0-9-]{{1,63}}){{0,8}}{_DOT}[A-Za-z]{{2,6}}\b",
     "ssn": r"(?<![\w-])\d{3}-\d{2}-\d{4}(?![\w-])"
            r"|(?i:\b(?:ssn|social security(?: number)?)\b)\D{0,20}?(\d{3}[ .-]?\d{2}[ .-]?\d{4})(?!\d)",
     "iban": r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?\b",
@@ -78,7 +81,7 @@ DEFAULT_PATTERNS: dict[str, str] = {
                r"(?:,?\s+(?:\d{5}(?:-\d{4})?|[A-Z]{1,2}\d[A-Z\d]?\s*\d[A-Z]{2})\b)?"
                r"|\b\d{1,5},?\s+(?:rue|avenue|boulevard|chemin|allée|impasse|calle|avenida|via|viale|piazza|rua)"
                r"\s+(?:[\w'-]+\s*){1,4}"
-               r"|\b[A-ZÄÖÜ][\wäöüß-]*(?:straße|strasse|weg|gasse|platz|allee)\s+\d{1,5}[a-z]?\b",
+               r"|(?<![\w-])[A-ZÄÖÜ][\wäöüß-]{0,40}(?:straße|strasse|weg|gasse|platz|allee)\s+\d{1,5}[a-z]?\b",
     "payment_id": r"\b(?:credit_card|debit_card|gift_card|certificate|paypal|bank_account|card)_\d{4,}\b",
     "user_id": r"\b[a-z]+_[a-z]+_\d{3,}\b",
     "order_id": r"#[A-Z]?\d{5,}\b",
@@ -167,7 +170,22 @@ ADMITTED = "admitted"
 """The ``meta`` key ``boundary.admit`` sets on a trajectory it scrubbed: scrubbing it again changes nothing."""
 
 MIN_VALUE = 2  # a one-character value is too common to replace everywhere
-DONE_CACHE = 20_000  # texts whose scrubbed form a scrubber keeps
+CACHED_CHARS = 20_000_000
+"""Characters of texts a scrubber keeps the scrubbed form of (then it starts over)."""
+
+
+class _Cache(dict[str, Any]):
+    """Texts → what was found in them, holding at most ``CACHED_CHARS`` characters of texts."""
+
+    chars = 0
+
+    def keep(self, text: str, value: Any) -> Any:
+        if self.chars + len(text) > CACHED_CHARS:
+            self.clear()
+            self.chars = 0
+        self[text] = value
+        self.chars += len(text)
+        return value
 _PLACEHOLDER = re.compile(r"<[a-z_]+>")
 
 
@@ -198,9 +216,8 @@ class Scrubber:
     """Whether secrets are replaced (always, unless a test builds a scrubber without)."""
     # Texts already passed through the patterns: the episodes of one task repeat most
     # of their messages (tool results, the task text), run after run.
-    _done: dict[str, str] = field(default_factory=dict, init=False, repr=False, compare=False)
-    _said: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict, init=False, repr=False,
-                                                           compare=False)
+    _done: _Cache = field(default_factory=_Cache, init=False, repr=False, compare=False)
+    _said: _Cache = field(default_factory=_Cache, init=False, repr=False, compare=False)
 
     def knowing(self, trajectories: Iterable[Trajectory]) -> Scrubber:
         """This scrubber, also replacing every personal value ``trajectories`` name."""
@@ -260,9 +277,7 @@ class Scrubber:
                 check = VALIDATORS.get(kind)
                 done = rx.sub(lambda m, k=kind, c=check: _replace(m, k)  # type: ignore[misc]
                               if c is None or c(m.group(m.lastindex or 0)) else m.group(0), done)
-            if len(self._done) >= DONE_CACHE:
-                self._done.clear()
-            self._done[text] = done
+            self._done.keep(text, done)
         return done
 
     def find(self, text: str) -> list[Finding]:
@@ -303,14 +318,13 @@ class Scrubber:
         if said is None:
             found = []
             for kind, rx in self.patterns:
+                if not rx.groups and not any(mark in rx.pattern for mark in MARKS):
+                    continue  # it finds a value wherever the value stands
                 for match in self._matches(kind, rx, text):
                     value = match.group(match.lastindex or 0).strip()
                     if (match.lastindex or unmarked(value) != value) and len(unmarked(value)) >= MIN_ID:
                         found.append((unmarked(value), kind))
-            said = tuple(found)
-            if len(self._said) >= DONE_CACHE:
-                self._said.clear()
-            self._said[text] = said
+            said = self._said.keep(text, tuple(found))
         return said
 
     def _collect(self, data: Any, found: dict[str, str]) -> None:
