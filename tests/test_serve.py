@@ -443,6 +443,17 @@ def test_hostile_requests_are_answered_and_leave_no_traceback(setup: Any) -> Non
     assert "not recorded" not in log
 
 
+def test_a_message_of_a_megabyte_written_to_be_slow_leaves_the_server_answering(setup: Any) -> None:
+    kb, env, fake, server = setup
+    written = server.get("/brewkb/status")["recorder"]["written"]
+    slow = "reset " + "a-" * 500_000  # a pattern that backtracked over it would hold the interpreter for minutes
+    assert server.post("/chat/completions", {"model": "m", "messages": [{"role": "user", "content": slow}]})[0] == 200
+    status = server.wait(lambda s: s["recorder"]["written"] > written)  # recorded, and the server answered meanwhile
+    assert status["recorder"]["written"] == written + 1
+    code, _ = server.post("/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "Go [after]"}]})
+    assert code == 200
+
+
 def test_sigterm_lets_a_request_in_flight_finish_and_writes_its_conversation(tmp_path: Path) -> None:
     env = environment(tmp_path / "home")
     kb = make_kb(tmp_path / "kb", env, "flush_seconds = 600")
