@@ -91,8 +91,10 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"|(?:is|are)\s+(?:to|required to|expected to)|(?:has|have|needs?)\s+to)\b")),
     (LINK, re.compile(
         r"(?i)\b(?:https?|ftp|file|data|javascript|vbscript)\s*:\s*/*\S+|\bwww\d?\.\S+"
-        r"|(?<![a-z0-9.-])[a-z0-9-]{1,63}(?:\.[a-z0-9-]{1,63}){0,8}\.[a-z]{2,24}/\S*|!?\[[^\]\n]{0,500}\]\([^)\n]{0,2000}\)|^\s*\[[^\]\n]+\]:\s*\S+")),
-    (MARKUP, re.compile(r"```|~~~|^\s{0,3}#{1,6}\s|\{\{[^}]{0,1000}\}\}|\{%[^%]{0,1000}%\}|<!--|<\?|<!\w", re.S | re.M)),
+        # a host and its path, a markdown link: begun where a word begins, each part bounded (no backtracking)
+        r"|(?<![a-z0-9.-])[a-z0-9-]{1,63}(?:\.[a-z0-9-]{1,63}){0,8}\.[a-z]{2,24}/\S*"
+        r"|!?\[[^\]\n]{0,500}\]\([^)\n]{0,2000}\)|^\s*\[[^\]\n]+\]:\s*\S+")),
+    (MARKUP, re.compile(r"```|~~~|^\s{0,3}#{1,6}\s|\{\{[^}]{0,1000}\}\}|\{%[^%]{0,1000}%\}|<!--|<\?|<!\w", re.M)),
 )
 REASONS = tuple(reason for reason, _ in _RULES)
 """Every reason ``instruction_reason`` may give, in the order it tries them."""

@@ -64,7 +64,8 @@ DEFAULT_PATTERNS: dict[str, str] = {
                 r"[\"']?([^\s\"',;<]{3,})",
     # each part bounded and begun where a word begins: a 200 KB word costs a pass, not its square
     "email": rf"{_LOCAL}@[A-Za-z0-9-]{{1,63}}(?:\.[A-Za-z0-9-]{{1,63}}){{0,8}}\.[A-Za-z]{{2,24}}\b"
-             rf"|{_LOCAL}{_AT}[A-Za-z0-9-]{{1,63}}(?:(?:{_DOT}|\.)[A-Za-z0-9-]{{1,63}}){{0,8}}(?:{_DOT}|\.)[A-Za-z]{{2,6}}\b"
+             rf"|{_LOCAL}{_AT}[A-Za-z0-9-]{{1,63}}(?:(?:{_DOT}|\.)[A-Za-z0-9-]{{1,63}}){{0,8}}"
+             rf"(?:{_DOT}|\.)[A-Za-z]{{2,6}}\b"
              rf"|{_LOCAL}(?:{_DOT}[A-Za-z0-9._%+-]{{1,64}}){{0,4}}\s+(?i:at)\s+[A-Za-z0-9-]{{1,63}}"
              rf"(?:{_DOT}[A-Za-z0-9-]{{1,63}}){{0,8}}{_DOT}[A-Za-z]{{2,6}}\b",
     "ssn": r"(?<![\w-])\d{3}-\d{2}-\d{4}(?![\w-])"
