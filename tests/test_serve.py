@@ -454,12 +454,18 @@ def test_a_message_of_a_megabyte_written_to_be_slow_leaves_the_server_answering(
     assert code == 200
 
 
-def test_sigterm_lets_a_request_in_flight_finish_and_writes_its_conversation(tmp_path: Path) -> None:
+@pytest.mark.parametrize("group", [False, True], ids=["sigterm", "ctrl-c-to-the-process-group"])
+def test_a_signal_lets_a_request_in_flight_finish_and_writes_every_conversation(tmp_path: Path, group: bool) -> None:
+    """SIGTERM to the server; or SIGINT to its whole process group, as Ctrl-C in a terminal sends it, once a
+    conversation was written (so the process that scrubs recordings runs, and gets the signal too)."""
     env = environment(tmp_path / "home")
-    kb = make_kb(tmp_path / "kb", env, "flush_seconds = 600")
+    kb = make_kb(tmp_path / "kb", env, "flush_seconds = 0.2" if group else "flush_seconds = 600")
     with FakeOpenAI(default=reply) as fake:
-        server = Server(kb, env, "--upstream", fake.base_url, "--run", "calls")
+        server = Server(kb, env, "--upstream", fake.base_url, "--run", "calls", session=group)
         client = openai.OpenAI(base_url=server.url, api_key=KEY, max_retries=0)
+        if group:
+            client.chat.completions.create(model="m", messages=[{"role": "user", "content": "Go [first]"}])
+            assert server.wait(lambda s: s["recorder"]["written"] == 1)["recorder"]["written"] == 1
         got: list[str] = []
 
         def read() -> None:
@@ -469,42 +475,17 @@ def test_sigterm_lets_a_request_in_flight_finish_and_writes_its_conversation(tmp
 
         reader = threading.Thread(target=read)
         reader.start()
-        while not fake.count:
+        while fake.count < 1 + group:
             time.sleep(0.01)
-        code, status = server.stop()
+        code, status = server.stop(signal.SIGINT, group=True) if group else server.stop()
         reader.join()
     assert "".join(got) == " ".join(f"word{i}" for i in range(12))
-    assert code == 0 and status["recorder"]["written"] == 1
-    [record] = journal(kb, "calls").values()
-    assert record["messages"][-1]["content"] == "".join(got)
-
-
-def test_ctrl_c_to_the_whole_process_group_still_writes_every_conversation(tmp_path: Path) -> None:
-    env = environment(tmp_path / "home")
-    kb = make_kb(tmp_path / "kb", env, "flush_seconds = 0.2")
-    with FakeOpenAI(default=reply) as fake:
-        server = Server(kb, env, "--upstream", fake.base_url, "--run", "calls", session=True)
-        client = openai.OpenAI(base_url=server.url, api_key=KEY, max_retries=0)
-        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "Go [first]"}])
-        assert server.wait(lambda s: s["recorder"]["written"] == 1)["recorder"]["written"] == 1
-        got: list[str] = []
-
-        def read() -> None:
-            stream = client.chat.completions.create(model="m", stream=True,
-                                                    messages=[{"role": "user", "content": "Go [slow]"}])
-            got.extend(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
-
-        reader = threading.Thread(target=read)
-        reader.start()
-        while fake.count < 2:
-            time.sleep(0.01)
-        code, status = server.stop(signal.SIGINT, group=True)
-        reader.join()
     recorder = status["recorder"]
-    assert code == 0 and (recorder["written"], recorder["failed"], recorder["pending"]) == (2, 0, 0)
+    assert code == 0 and (recorder["written"], recorder["failed"], recorder["pending"]) == (1 + group, 0, 0)
     assert "Traceback" not in server.log.read_text()
-    records = journal(kb, "calls").values()
-    assert len(records) == 2 and "".join(got) in [r["messages"][-1]["content"] for r in records]
+    records = list(journal(kb, "calls").values())
+    assert len(records) == 1 + group and records[-1]["messages"][-1]["content"] == "".join(got)
+
 
 
 @pytest.mark.parametrize("placement, roles, where", [
