@@ -9,7 +9,8 @@ import pytest
 from brewkb.config import LLMConfig
 from brewkb.errors import LLMError
 from brewkb.llm.client import LLMClient
-from brewkb.llm.llm_roles import LLMBackend, prompt
+from brewkb.llm.llm_roles import SCHEMAS, LLMBackend, prompt
+from brewkb.llm.schema import validate
 from brewkb.llm.roles import Insight, Rubric
 from brewkb.trajectories.schema import Outcome, Trajectory
 from tests.fakes.openai_server import FakeOpenAI
@@ -85,3 +86,15 @@ def test_judge_and_relabel_and_a_nonsense_judge() -> None:
             run(b.judge(TRAJ, [Rubric("no-tool-errors", "No tool errors.")]))
     assert scores.scores == {"no-tool-errors": 0.5}
     assert relabelled is not None and relabelled.task == "Cancel order W1 now."
+
+
+def test_free_texts_are_bounded_so_a_constrained_server_ends_its_reply() -> None:
+    def reflection(insight: str, steps: list[str]) -> dict[str, Any]:
+        return {"insights": [{"concept": "cancel an order", "insight": insight, "steps": steps}]}
+
+    assert validate(reflection("i" * 600, ["s" * 200] * 10), SCHEMAS["reflection"]) == []
+    assert validate(reflection("i" * 601, []), SCHEMAS["reflection"]) == [
+        "$.insights[0].insight: longer than 600 characters"]
+    assert validate(reflection("ok", ["s"] * 11), SCHEMAS["reflection"])
+    judged = {"scores": [{"id": "concise", "score": 1, "note": "n" * 301}]}
+    assert validate(judged, SCHEMAS["judge"]) == ["$.scores[0].note: longer than 300 characters"]

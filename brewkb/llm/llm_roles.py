@@ -53,6 +53,10 @@ def untrusted(tag: str, text: str) -> str:
     return f"<{tag}>\n{defused}\n</{tag}>"
 
 _STR = {"type": "string"}
+# Bounds on the free texts: a server that constrains its output by the schema (llama.cpp, vLLM) closes a
+# string at its maxLength, so a small model's reply ends within its token cap instead of running off it.
+_NOTE = {"type": "string", "maxLength": 300}
+_TEXT = {"type": "string", "maxLength": 1500}
 
 SCHEMAS: dict[str, dict[str, Any]] = {
     "reflection": {
@@ -60,15 +64,16 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         "properties": {"insights": {"type": "array", "minItems": 1, "maxItems": 2, "items": {
             "type": "object", "additionalProperties": False, "required": ["concept", "insight", "steps"],
             "properties": {"concept": {"type": "string", "minLength": 1, "maxLength": 120},
-                           "insight": {"type": "string", "minLength": 1},
-                           "steps": {"type": "array", "items": _STR}}}}},
+                           "insight": {"type": "string", "minLength": 1, "maxLength": 600},
+                           "steps": {"type": "array", "maxItems": 10,
+                                     "items": {"type": "string", "maxLength": 200}}}}}},
     },
     "recipe": {
         "type": "object", "additionalProperties": False,
         "required": ["description", "when_to_use", "how_to_perform", "pitfalls", "example"],
         "properties": {"description": {"type": "string", "minLength": 1, "maxLength": 1024},
-                       "when_to_use": _STR, "how_to_perform": {"type": "string", "minLength": 1},
-                       "pitfalls": _STR, "example": _STR},
+                       "when_to_use": _TEXT, "how_to_perform": {"type": "string", "minLength": 1, "maxLength": 3000},
+                       "pitfalls": _TEXT, "example": _TEXT},
     },
     "relabel": {
         "type": "object", "additionalProperties": False, "required": ["summary", "task"],
@@ -77,14 +82,14 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "outcome": {
         "type": "object", "additionalProperties": False, "required": ["success", "score", "note"],
         "properties": {"success": {"type": "boolean"}, "score": {"type": "number", "minimum": 0, "maximum": 1},
-                       "note": _STR},
+                       "note": _NOTE},
     },
     "judge": {
         "type": "object", "additionalProperties": False, "required": ["scores"],
         "properties": {"scores": {"type": "array", "items": {
             "type": "object", "additionalProperties": False, "required": ["id", "score", "note"],
             "properties": {"id": _STR, "score": {"type": "number", "minimum": 0, "maximum": 1},
-                           "note": _STR}}}},
+                           "note": _NOTE}}}},
     },
 }
 
