@@ -19,7 +19,7 @@ from brewkb.llm.ledger import read_ledger, summarise
 from tests.conftest import MakeRepo
 from tests.fakes import servers
 from tests.fakes.openai_server import FakeOpenAI
-from tests.fakes.roles import GREETING, SmallModel, embed
+from tests.fakes.roles import GREETING, SmallModel, _schema_name, embed
 
 SHOP = """\
 [llm]
@@ -156,6 +156,27 @@ def test_demo_small_against_a_server_with_one_model_and_no_embeddings(tmp_path: 
     assert "learned recipes: 1" in out.stdout or "learned recipes: 2" in out.stdout
     totals = summarise(read_ledger(tmp_path / "demo" / "runs" / "demo" / "ledger.jsonl"), {})
     assert totals["agent"].modes["text_tools"] > 0 and sum(t.calls - t.cached for t in totals.values()) <= calls
+
+
+def test_the_small_demo_goes_on_without_a_reflection_the_model_got_wrong(tmp_path: Path) -> None:
+    model, inventor = SmallModel(calls_as="fenced"), SmallModel(reflector="invents")
+    wrong: list[str] = []  # the first episode reflected on: its reflection, and the repair, name a tool it lacks
+
+    def answer(body: dict[str, object]) -> dict[str, object]:
+        messages = body["messages"]
+        assert isinstance(messages, list)
+        if _schema_name(body) == "reflection":
+            wrong[:] = wrong or [messages[1]["content"]]
+            if messages[1]["content"] == wrong[0]:
+                return inventor(body)
+        return model(body)
+
+    with FakeOpenAI(default=answer, models=[MODEL], embeddings=False) as fake:
+        out = brewkb(tmp_path, fake, "demo", "--backend", "openai", "--small", "--dir", str(tmp_path / "demo"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "reflections: 1 of 6 reflections failed; the first: reflector:" in out.stderr
+    failures = (tmp_path / "demo" / "runs" / "demo" / "failures.jsonl").read_text().splitlines()
+    assert len(failures) == 1 and "names the tool tool_name" in failures[0]
 
 
 def test_doctor_names_calls_from_text_and_a_model_it_cannot_choose(shop: Path) -> None:

@@ -94,6 +94,7 @@ max_steps = 5
 relabel = false
 concepts_per_trajectory = 1
 integrate_retries = 1
+accept_failed = true       # a small model's invalid replies are left out (and listed) rather than stopping the try
 
 [retrieval]
 k = 1
