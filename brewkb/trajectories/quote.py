@@ -40,8 +40,8 @@ A held-back text is not written into the recipe; ``held_back`` lists such
 texts of a set of trajectories with their reason and the conversations they
 came from, for the pull request to show a reviewer ("Held back from the
 logs"). ``screen`` applies the same rules to a recipe an LLM wrote: a line
-that reads as instructions and repeats log text (four words in a row, or a
-link) is dropped.
+with a sentence that reads as instructions and repeats log text (four words
+in a row, or a link) is dropped.
 """
 
 from __future__ import annotations
@@ -107,6 +107,7 @@ _LATIN_LOOK = str.maketrans(_CYRILLIC + _GREEK, "aABBeEhhiIjJkKMMHHoOpPcCTTyYxXs
 read as the Latin letter they look like; NFKC has already folded fullwidth and
 mathematical forms."""
 _PLACEHOLDER = re.compile(r"<[a-z][a-z0-9_]*>")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 _DANGEROUS_TAGS = frozenset("""script style iframe frame frameset object embed applet svg math form input button
 textarea select option link meta base html head body title template slot video audio source track canvas
 noscript xml xmp plaintext marquee dialog portal param picture""".split())
@@ -282,14 +283,18 @@ _STRUCTURE = re.compile(r"^\s*(?:#{1,6}|[-*+]|\d+[.)])\s+")
 
 
 def screen(body: str, texts: Sequence[str] | LogIndex) -> tuple[str, list[tuple[str, str]]]:
-    """A recipe text (body or description) without the lines that read as
-    instructions and repeat log text (``texts``): (what is kept, [(line, reason)])."""
+    """A recipe text (body or description) without the lines one of whose
+    sentences reads as instructions and repeats log text (``texts``): (what is
+    kept, [(line, reason)]). The sentence, not the line, is what must do both: a
+    description is one line, and its one sentence naming a tool an error named
+    does not make another one, telling the agent what to do, a quote."""
     index = texts if isinstance(texts, LogIndex) else LogIndex(texts)
     kept, dropped = [], []
     for line in body.split("\n"):
         content = _STRUCTURE.sub("", line)  # the recipe's own heading or list mark is not the line's content
-        reason = instruction_reason(content) if content.strip() else None
-        if reason is not None and index.shares(line):
+        reason = next((r for s in _SENTENCE_END.split(content) if s.strip() and (r := instruction_reason(s)) is not None
+                       and index.shares(s)), None)
+        if reason is not None:
             dropped.append((line, reason))
         else:
             kept.append(line)
