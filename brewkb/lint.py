@@ -29,7 +29,15 @@ from brewkb.errors import BrewError, RecipeError
 from brewkb.fsutil import write_atomic
 from brewkb.recipes import BOM, parse_recipe, validate
 from brewkb.trajectories.boundary import invisible
-from brewkb.trajectories.quote import LINK, MARKUP, REASONS, RULE_FOR_READER, instruction_reason, is_html
+from brewkb.trajectories.quote import (
+    LINK,
+    MARKUP,
+    REASONS,
+    RULE_FOR_READER,
+    TO_THE_AGENT,
+    instruction_reason,
+    is_html,
+)
 from brewkb.trajectories.scrub import ID_SHAPE, Scrubber
 from brewkb.trajectories.secrets import SECRET
 
@@ -129,7 +137,7 @@ def untrusted_text(path: str, text: str) -> list[Problem]:
             problems.append(Problem(path, number, "warning", "a link",
                                     "an agent served this recipe may follow it: remove it unless your team put it "
                                     "there and trusts where it leads"))
-        if (reason := instruction_reason(content, skip=(RULE_FOR_READER, MARKUP, LINK))) is not None:
+        if (reason := instruction_reason(content, skip=(RULE_FOR_READER, TO_THE_AGENT, MARKUP, LINK))) is not None:
             problems.append(Problem(path, number, "warning", f"reads as instructions to an agent ({reason})",
                                     "check that your team wrote this line; text copied from a log must not tell an "
                                     "agent what to do (docs/security.md)"))

@@ -23,8 +23,9 @@ or *holds it back* with the reason:
      internal … policy / rule / instructions", "policy update", "system
      prompt"; and *a rule for whoever reads it*: a sentence that starts with
      "always" or "never", says "you / the agent must (always / never /
-     not) …", or tells an agent, assistant or model in the third person
-     what it must, should or has to do;
+     not) …", or (for log text, not a recipe's own lines) tells an agent,
+     assistant or model in the third person what it must, should or has
+     to do;
   4. *links*: URLs (any scheme, ``www.``, a host with a path), markdown links
      and images;
   5. *code or markup*: HTML (found by ``nh3``, the HTML sanitiser; the
@@ -56,7 +57,8 @@ from brewkb.trajectories.schema import Trajectory, tool_calls
 from brewkb.trajectories.scrub import ID_SHAPE
 
 __all__ = ["Quote", "HeldBack", "quote", "instruction_reason", "held_back", "log_texts", "screen",
-           "MAX_QUOTE", "LogIndex", "shown", "is_html", "RULE_FOR_READER", "LINK", "MARKUP", "REASONS"]
+           "MAX_QUOTE", "LogIndex", "shown", "is_html", "RULE_FOR_READER", "TO_THE_AGENT", "LINK", "MARKUP",
+           "REASONS"]
 
 MAX_QUOTE = 240
 """Characters a quoted text keeps by default."""
@@ -64,6 +66,8 @@ SHOWN = 200
 """Characters of a held-back text the PR shows."""
 
 RULE_FOR_READER = "a rule for whoever reads it"
+TO_THE_AGENT = "tells an agent what to do"
+"""Part of rule 3 for log text only: a recipe's own lines tell the agent what to do."""
 LINK = "a link"
 MARKUP = "code or markup"
 _ROLE = r"(?:ai|assistant|agent|model|llm|chatbot|bot|system|gpt|claude|language model)"
@@ -86,8 +90,9 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
     (RULE_FOR_READER, re.compile(
         r"(?i)(?:^|[.!?:;]\s+|\n\s*)(?:always|never)\s+(?!mind\b)[a-z]+"
         r"|\b(?:you|agents?|assistants?|the agent|the assistant)\s+(?:must|should|shall|are to|have to|need to)\s+"
-        r"(?:always|never|not|no longer)\b|\bmust (?:always|never)\b"
-        r"|\b(?:the|an?|our|your|every|any)\s+(?:agent|assistant|ai|model|bot|chatbot|llm)s?\s+(?:must|should|shall"
+        r"(?:always|never|not|no longer)\b|\bmust (?:always|never)\b")),
+    (TO_THE_AGENT, re.compile(
+        r"(?i)\b(?:the|an?|our|your|every|any)\s+(?:agent|assistant|ai|model|bot|chatbot|llm)s?\s+(?:must|should|shall"
         r"|(?:is|are)\s+(?:to|required to|expected to)|(?:has|have|needs?)\s+to)\b")),
     (LINK, re.compile(
         r"(?i)\b(?:https?|ftp|file|data|javascript|vbscript)\s*:\s*/*\S+|\bwww\d?\.\S+"
@@ -292,8 +297,8 @@ def screen(body: str, texts: Sequence[str] | LogIndex) -> tuple[str, list[tuple[
     kept, dropped = [], []
     for line in body.split("\n"):
         content = _STRUCTURE.sub("", line)  # the recipe's own heading or list mark is not the line's content
-        reason = next((r for s in _SENTENCE_END.split(content) if s.strip() and (r := instruction_reason(s)) is not None
-                       and index.shares(s)), None)
+        reason = next((r for s in _SENTENCE_END.split(content) if s.strip()
+                       and (r := instruction_reason(s, skip=(TO_THE_AGENT,))) is not None and index.shares(s)), None)
         if reason is not None:
             dropped.append((line, reason))
         else:
