@@ -234,7 +234,8 @@ class StagesConfig:
     """New samples asked for when an integrated recipe does not parse or lint."""
     seed: int = 0
     accept_failed: bool = False
-    """Go on past a stage some of whose items failed (the PR says which); by
+    """Go on past a stage some of whose items failed (the PR says which), and
+    past a search episode whose reflection failed (a warning says so); by
     default the command stops there, and running it again retries only them."""
 
 

@@ -158,25 +158,36 @@ def test_demo_small_against_a_server_with_one_model_and_no_embeddings(tmp_path: 
     assert totals["agent"].modes["text_tools"] > 0 and sum(t.calls - t.cached for t in totals.values()) <= calls
 
 
-def test_the_small_demo_goes_on_without_a_reflection_the_model_got_wrong(tmp_path: Path) -> None:
+@pytest.mark.parametrize("wrong_at", ["stage", "search"])
+def test_the_small_demo_goes_on_without_a_reflection_the_model_got_wrong(tmp_path: Path, wrong_at: str) -> None:
+    """The model names a tool the episode lacks: in the reflections stage for the first episode it reflects
+    on (its repair too), or in the search (once a recipe was asked for) for every episode."""
     model, inventor = SmallModel(calls_as="fenced"), SmallModel(reflector="invents")
-    wrong: list[str] = []  # the first episode reflected on: its reflection, and the repair, name a tool it lacks
+    wrong: list[str] = []
+    integrated: list[bool] = []
 
     def answer(body: dict[str, object]) -> dict[str, object]:
         messages = body["messages"]
         assert isinstance(messages, list)
+        integrated.extend([True] if _schema_name(body) == "recipe" else [])
         if _schema_name(body) == "reflection":
             wrong[:] = wrong or [messages[1]["content"]]
-            if messages[1]["content"] == wrong[0]:
+            if integrated if wrong_at == "search" else messages[1]["content"] == wrong[0]:
                 return inventor(body)
-        return model(body)
+        reply = model(body)
+        if integrated and body.get("tools") and reply.get("content") and not reply.get("tool_calls"):  # with the recipe
+            reply = {**reply, "content": f"{reply['content']} (as the recipe says)"}
+        return reply
 
     with FakeOpenAI(default=answer, models=[MODEL], embeddings=False) as fake:
         out = brewkb(tmp_path, fake, "demo", "--backend", "openai", "--small", "--dir", str(tmp_path / "demo"))
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "reflections: 1 of 6 reflections failed; the first: reflector:" in out.stderr
-    failures = (tmp_path / "demo" / "runs" / "demo" / "failures.jsonl").read_text().splitlines()
-    assert len(failures) == 1 and "names the tool tool_name" in failures[0]
+    if wrong_at == "stage":
+        assert "reflections: 1 of 6 reflections failed; the first: reflector:" in out.stderr
+        failures = (tmp_path / "demo" / "runs" / "demo" / "failures.jsonl").read_text().splitlines()
+        assert len(failures) == 1 and "names the tool tool_name" in failures[0]
+    else:
+        assert "gives no insight (left out: stages.accept_failed): reflector:" in out.stderr, out.stderr[-3000:]
 
 
 def test_doctor_names_calls_from_text_and_a_model_it_cannot_choose(shop: Path) -> None:

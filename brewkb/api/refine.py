@@ -191,7 +191,7 @@ async def _search(kb: KB, pipeline: Pipeline, folder: Run, spec: SearchSpec, bas
                         max_concepts=config.stages.concepts_per_trajectory,
                         insights=await _stage_insights(pipeline, mapping, q_train),
                         journal=folder.file("insights.jsonl"), rubrics=pipeline.rubrics(),
-                        scrubber=scrubber_of(config.scrub))
+                        scrubber=scrubber_of(config.scrub), accept_failed=config.stages.accept_failed)
     evaluator = Evaluator(**common, q_eval={c.slug: c.q_eval for c in concepts}, q_train=q_train,
                           lambda_corr=spec.lambda_corr, lambda_ret=spec.lambda_ret)
     store = SearchStore(kb.store, folder.id, base, kb.recipes_prefix())

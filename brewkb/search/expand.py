@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -25,6 +26,7 @@ from brewkb.agents.base import retrieves_per_turn
 from brewkb.agents.executors import Executor
 from brewkb.aio import gather_all
 from brewkb.envs.base import Environment, Task
+from brewkb.errors import LLMError
 from brewkb.fsutil import append_line
 from brewkb.llm.embed import cosine_matrix
 from brewkb.llm.ledger import ITEM
@@ -49,6 +51,8 @@ __all__ = ["Expander", "ExpandRequest"]
 
 ExpandRequest = tuple[Recipe, Sequence[int]]  # the node's document, the sample indices wanted
 
+log = logging.getLogger(__name__)
+
 
 class Expands(Protocol):
     """What the search asks of an expander: this module's ``Expander``, or
@@ -66,12 +70,13 @@ class Expander:
                  titles: Mapping[str, tuple[str, tuple[str, ...]]], k: int, budget: int, retriever: Retriever,
                  threshold: float, retries: int, max_concepts: int,
                  insights: Mapping[str, Sequence[Insight]] | None = None, journal: Path | None = None,
-                 rubrics: Sequence[Rubric] = (), scrubber: Scrubber | None = None) -> None:
+                 rubrics: Sequence[Rubric] = (), scrubber: Scrubber | None = None,
+                 accept_failed: bool = False) -> None:
         self.env, self.agent, self.executor, self.cache, self.backend = env, agent, executor, cache, backend
         self.tasks, self.q_train, self.mapping, self.titles = tasks, q_train, dict(mapping), titles
         self.k, self.budget, self.retriever = k, budget, retriever
         self.threshold, self.retries, self.max_concepts = threshold, retries, max_concepts
-        self.rubrics, self.scrubber = rubrics, scrubber
+        self.rubrics, self.scrubber, self.accept_failed = rubrics, scrubber, accept_failed
         self._reflections: dict[str, list[Insight]] = {}
         self._new: dict[str, asyncio.Future[str | None]] = {}
         self._stage = {c: list(v) for c, v in (insights or {}).items()}
@@ -149,8 +154,15 @@ class Expander:
     async def _reflect(self, trajectory: Trajectory) -> tuple[list[Insight], list[str]]:
         """Insights of one expansion episode, judged by the rubrics first, as the stages do."""
         ITEM.set(f"expand:{trajectory.task_id}")  # labels the invalid replies of its calls (a task of its own)
-        judged = await grading.judged(self.backend, trajectory, self.rubrics, self.scrubber)
-        return await reflect(self.backend, judged, self.max_concepts, self.scrubber)
+        try:
+            judged = await grading.judged(self.backend, trajectory, self.rubrics, self.scrubber)
+            return await reflect(self.backend, judged, self.max_concepts, self.scrubber)
+        except LLMError as exc:
+            if not self.accept_failed:
+                raise
+            log.warning("an episode of task %s gives no insight (left out: stages.accept_failed): %s",
+                        trajectory.task_id, exc)
+            return [], []
 
     async def expand(self, requests: Mapping[str, ExpandRequest],
                      current: Mapping[str, Recipe]) -> dict[str, dict[int, Recipe]]:
