@@ -311,6 +311,11 @@ class Scrubber:
                     found.setdefault(value, kind)
         return found
 
+    @cached_property
+    def _telling(self) -> tuple[tuple[str, re.Pattern[str]], ...]:
+        """The patterns that know a value by its context or its mark (the others find it wherever it stands)."""
+        return tuple((kind, rx) for kind, rx in self.patterns if rx.groups or any(m in rx.pattern for m in MARKS))
+
     def said(self, text: str) -> tuple[tuple[str, str], ...]:
         """Values the patterns find in ``text`` by what stands around them (``reservation
         ABC123``, ``I'm Jane Doe``) or by their mark (``#W2905754``): (value without its
@@ -318,9 +323,7 @@ class Scrubber:
         said = self._said.get(text)
         if said is None:
             found = []
-            for kind, rx in self.patterns:
-                if not rx.groups and not any(mark in rx.pattern for mark in MARKS):
-                    continue  # it finds a value wherever the value stands
+            for kind, rx in self._telling:
                 for match in self._matches(kind, rx, text):
                     value = match.group(match.lastindex or 0).strip()
                     if (match.lastindex or unmarked(value) != value) and len(unmarked(value)) >= MIN_ID:
