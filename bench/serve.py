@@ -90,6 +90,38 @@ def upstream_main(latency: float, chunks: int, gap: float) -> None:
     asyncio.run(main())
 
 
+def relay_main(upstream: str) -> None:
+    """The bare relay in front of ``upstream``: prints its base URL, relays until stdin closes."""
+
+    async def main() -> None:
+        session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=256), auto_decompress=False)
+
+        async def relay(request: web.Request) -> web.StreamResponse:
+            headers = {k: v for k, v in request.headers.items() if k.lower() not in ("host", "content-length")}
+            async with session.post(upstream + "/chat/completions", data=await request.read(),
+                                    headers=headers) as answer:
+                response = web.StreamResponse(status=answer.status,
+                                              headers={"content-type": answer.headers.get("content-type", "")})
+                await response.prepare(request)
+                async for chunk in answer.content.iter_any():
+                    await response.write(chunk)
+                await response.write_eof()
+                return response
+
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", relay)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0, backlog=2048)
+        await site.start()
+        print(f"http://127.0.0.1:{runner.addresses[0][1]}/v1", flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+        await runner.cleanup()
+        await session.close()
+
+    asyncio.run(main())
+
+
 def make_kb(folder: Path, recipes: int) -> Path:
     kb = folder / "kb"
     subprocess.run([sys.executable, "-m", "brewkb", "init", str(kb)], check=True, capture_output=True)
@@ -155,30 +187,43 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def measure(args: argparse.Namespace, upstream: str, proxy: str, pid: int) -> tuple[dict[str, Any], dict[str, Any]]:
+def measure(args: argparse.Namespace, upstream: str, relay: str, proxy: str,
+            pid: int) -> tuple[dict[str, Any], dict[str, Any]]:
     figures: dict[str, Any] = {}
     targets: dict[str, Any] = {}
     n = 1_000_000
     for concurrency, total in WAVES.items():
-        p50s, p99s, ratios, cpu = [], [], [], []
+        kept: dict[str, list[float]] = {k: [] for k in ("p50", "p99", "relay_p50", "relay_p99", "own_p50",
+                                                       "own_p99", "ratio", "cpu")}
         for _ in range(args.repeats):
-            direct, direct_s = asyncio.run(wave(upstream, concurrency, total, n))
-            n += total + concurrency
-            before = _cpu_s(pid)
-            proxied, proxied_s = asyncio.run(wave(proxy, concurrency, total, n))
-            cpu.append((_cpu_s(pid) - before) / (total + concurrency) * 1000)
-            n += total + concurrency
-            p50s.append((_percentile(proxied, 0.5) - _percentile(direct, 0.5)) * 1000)
-            p99s.append((_percentile(proxied, 0.99) - _percentile(direct, 0.99)) * 1000)
-            ratios.append(direct_s / proxied_s)
-            print(f"  {concurrency:>3} streams: direct p50 {_percentile(direct, 0.5) * 1000:7.1f} ms  p99 "
-                  f"{_percentile(direct, 0.99) * 1000:7.1f} ms  {total / direct_s:6.1f}/s | proxied p50 "
-                  f"{_percentile(proxied, 0.5) * 1000:7.1f} ms  p99 {_percentile(proxied, 0.99) * 1000:7.1f} ms  "
-                  f"{total / proxied_s:6.1f}/s | proxy CPU {cpu[-1]:.2f} ms a request", flush=True)
-        figures[f"c{concurrency}"] = {"added_p50_ms": spread(p50s, 2), "added_p99_ms": spread(p99s, 2),
-                                      "throughput_ratio": spread(ratios, 3), "proxy_cpu_ms": spread(cpu, 2)}
-        med = {k: figures[f"c{concurrency}"][k]["median"] for k in ("added_p50_ms", "added_p99_ms",
-                                                                     "throughput_ratio")}
+            waves = {}
+            for name, url in (("direct", upstream), ("relay", relay), ("proxied", proxy)):
+                before = _cpu_s(pid)
+                waves[name] = asyncio.run(wave(url, concurrency, total, n))
+                n += total + concurrency
+                if name == "proxied":
+                    kept["cpu"].append((_cpu_s(pid) - before) / (total + concurrency) * 1000)
+            (direct, direct_s), (relayed, _), (proxied, proxied_s) = waves.values()
+            for q, name in ((0.5, "p50"), (0.99, "p99")):
+                kept[name].append((_percentile(proxied, q) - _percentile(direct, q)) * 1000)
+                kept[f"relay_{name}"].append((_percentile(relayed, q) - _percentile(direct, q)) * 1000)
+                kept[f"own_{name}"].append((_percentile(proxied, q) - _percentile(relayed, q)) * 1000)
+            kept["ratio"].append(direct_s / proxied_s)
+            print(f"  {concurrency:>3} streams:" + "".join(
+                f" {name} p50 {_percentile(lat, 0.5) * 1000:6.1f} p99 {_percentile(lat, 0.99) * 1000:6.1f} ms "
+                f"{total / s:5.1f}/s |" for name, (lat, s) in waves.items())
+                + f" proxy CPU {kept['cpu'][-1]:.2f} ms a request", flush=True)
+        figures[f"c{concurrency}"] = {"added_p50_ms": spread(kept["p50"], 2), "added_p99_ms": spread(kept["p99"], 2),
+                                      "relay_added_p50_ms": spread(kept["relay_p50"], 2),
+                                      "relay_added_p99_ms": spread(kept["relay_p99"], 2),
+                                      "over_relay_p50_ms": spread(kept["own_p50"], 2),
+                                      "over_relay_p99_ms": spread(kept["own_p99"], 2),
+                                      "throughput_ratio": spread(kept["ratio"], 3), "proxy_cpu_ms": spread(kept["cpu"], 2)}
+        med = {k: v["median"] for k, v in figures[f"c{concurrency}"].items()}
+        print(f"  {concurrency:>3} streams, medians: the relay adds p50 {med['relay_added_p50_ms']:+.2f} ms, "
+              f"p99 {med['relay_added_p99_ms']:+.2f} ms; brewkb serve adds p50 {med['added_p50_ms']:+.2f} ms, "
+              f"p99 {med['added_p99_ms']:+.2f} ms, of which over the relay p50 {med['over_relay_p50_ms']:+.2f} ms, "
+              f"p99 {med['over_relay_p99_ms']:+.2f} ms", flush=True)
         targets[f"c{concurrency}_p50_added"] = target(med["added_p50_ms"], 2.0, what="ms")
         targets[f"c{concurrency}_p99_added"] = target(med["added_p99_ms"], 10.0, what="ms")
         targets[f"c{concurrency}_throughput"] = target(med["throughput_ratio"], 0.95, at_most=False,
@@ -203,10 +248,14 @@ def main() -> None:
     parser.add_argument("--recipes", type=int, default=200)
     parser.add_argument("--memory-requests", type=int, default=10_000)
     parser.add_argument("--upstream-only", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--relay-to", help=argparse.SUPPRESS)
     add_check(parser)
     args = parser.parse_args()
     if args.upstream_only:
         upstream_main(args.latency, args.chunks, args.gap)
+        return
+    if args.relay_to:
+        relay_main(args.relay_to)
         return
     repeats = checked_repeats(args)
     args.repeats = repeats
@@ -219,19 +268,25 @@ def main() -> None:
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert fake.stdout is not None
         upstream = fake.stdout.readline().strip()
+        bare = subprocess.Popen([sys.executable, __file__, "--relay-to", upstream], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True)
+        assert bare.stdout is not None
+        relay = bare.stdout.readline().strip()
         serve = subprocess.Popen([sys.executable, "-m", "brewkb", "serve", "--upstream", upstream, "--port", "0",
                                   "--json"], cwd=kb, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         assert serve.stdout is not None
         proxy = json.loads(serve.stdout.readline())["url"]
         try:
             print(f"upstream {upstream}: first byte after {args.latency * 1000:.0f} ms, {args.chunks} events "
-                  f"{args.gap * 1000:.0f} ms apart; brewkb serve at {proxy}, {args.recipes} recipes")
-            figures, targets = measure(args, upstream, proxy, serve.pid)
+                  f"{args.gap * 1000:.0f} ms apart; bare relay at {relay}; brewkb serve at {proxy}, "
+                  f"{args.recipes} recipes")
+            figures, targets = measure(args, upstream, relay, proxy, serve.pid)
         finally:
             serve.terminate()
             serve.wait(timeout=60)
-            fake.stdin.close()  # type: ignore[union-attr]
-            fake.wait(timeout=30)
+            for helper in (bare, fake):
+                helper.stdin.close()  # type: ignore[union-attr]
+                helper.wait(timeout=30)
         written = sum(1 for p in (kb / "runs").rglob("serve/*.jsonl") for _ in p.open())
     load = os.getloadavg()
     print(f"load average at end {load[0]:.2f}; {written:,} conversations recorded")

@@ -454,6 +454,30 @@ def test_a_message_of_a_megabyte_written_to_be_slow_leaves_the_server_answering(
     assert code == 200
 
 
+def test_a_conversation_refused_at_the_boundary_leaves_the_others_written(setup: Any) -> None:
+    kb, env, fake, server = setup
+    before = server.get("/brewkb/status")["recorder"]
+    invented = [{"role": "user", "content": "Go [refused]"},
+                {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "rm -rf /", "arguments": "{}"}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": "done"}]
+    results: list[int] = []
+    posts = [threading.Thread(target=lambda m=m: results.append(server.post("/chat/completions", {
+        "model": "m", "messages": m})[0])) for m in (invented, [{"role": "user", "content": "Go [kept]"}])]
+    for post in posts:
+        post.start()
+    for post in posts:
+        post.join()
+    run = server.get("/brewkb/status")["run"]
+    server.wait(lambda s: s["recorder"]["refused"] > before["refused"] and s["recorder"]["pending"] == 0)
+    status = server.get("/brewkb/status")["recorder"]
+    assert results == [200, 200]
+    assert (status["refused"], status["failed"]) == (before["refused"] + 1, before["failed"])
+    tasks = [record["task"] for record in journal(kb, run).values()]
+    assert "Go [kept]" in tasks and "Go [refused]" not in tasks
+    assert "rm -rf" not in "".join(p.read_text() for p in (kb / "runs").rglob("*.jsonl"))
+
+
 @pytest.mark.parametrize("group", [False, True], ids=["sigterm", "ctrl-c-to-the-process-group"])
 def test_a_signal_lets_a_request_in_flight_finish_and_writes_every_conversation(tmp_path: Path, group: bool) -> None:
     """SIGTERM to the server; or SIGINT to its whole process group, as Ctrl-C in a terminal sends it, once a
@@ -507,6 +531,32 @@ def test_the_block_goes_where_the_placement_says_and_the_clients_messages_stay_a
     assert sent[at]["content"] == text
     assert len(sent) == len(messages) + (placement == "message" or roles[0] == "user" and placement == "system")
     assert inject(messages, "", placement) is messages
+
+
+@pytest.mark.parametrize("newline", [b"\n", b"\r\n", b"\r"], ids=["lf", "crlf", "cr"])
+def test_an_event_stream_read_in_chunks_of_any_size_gives_the_answer_it_gives_whole(newline: bytes) -> None:
+    from brewkb.serve.answers import Events
+    events = [{"model": "m", "choices": [{"index": 0, "delta": {"role": "assistant", "content": "Looking "}}]},
+              {"choices": [{"index": 0, "delta": {"content": "it up", "tool_calls": [
+                  {"index": 0, "id": "c1", "function": {"name": "find_order", "arguments": '{"id": '}}]}}]},
+              {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": '"7"}'}}]}},
+               {"index": 1, "delta": {"content": "another choice"}}],
+               "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}}]
+    stream = b"".join(b"data: " + json.dumps(e).encode() + newline * 2 for e in events) + b"data: [DONE]" + newline * 2
+    expected = {"role": "assistant", "content": "Looking it up", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "find_order", "arguments": '{"id": "7"}'}}]}
+    for size in (1, 2, 7, len(stream)):
+        read = Events()
+        for at in range(0, len(stream), size):
+            read.feed(stream[at:at + size])
+        answer = read.answer()
+        assert read.done and answer is not None, size
+        assert (answer.message, answer.model, answer.usage) == (expected, "m", {"prompt_tokens": 5,
+                                                                              "completion_tokens": 3,
+                                                                              "total_tokens": 8}), size
+    broken = Events()
+    broken.feed(b"data: " + json.dumps(events[0]).encode() + b"\n\ndata: {\"error\": {\"message\": \"busy\"}}\n\n")
+    assert broken.done and broken.answer() is None
 
 
 def test_turns_group_by_their_history_and_a_branch_is_a_conversation_of_its_own() -> None:

@@ -106,15 +106,16 @@ def _start_admitting(scrub: ScrubConfig, max_text: int) -> None:
     _SCRUBBER = (scrubber_of(scrub), max_text)
 
 
-def _admitted(trajectory: Trajectory) -> str | None:
-    """The trajectory's line as it may be written, or ``None`` when it may not:
+def _admitted(trajectories: Sequence[Trajectory]) -> list[str | None]:
+    """Each trajectory's line as it may be written, or ``None`` when it may not:
     every recorded trajectory passes here. Tool and argument names must be
     identifiers; the rest goes through the trust boundary (``admit``)."""
     assert _SCRUBBER is not None
-    if bad_name(trajectory.messages) is not None:
-        return None
-    admitted = admit(trajectory, *_SCRUBBER)
-    return None if admitted is None else admitted.to_line()
+    lines: list[str | None] = []
+    for trajectory in trajectories:
+        admitted = None if bad_name(trajectory.messages) is not None else admit(trajectory, *_SCRUBBER)
+        lines.append(None if admitted is None else admitted.to_line())
+    return lines
 
 
 class Recorder:
@@ -174,13 +175,14 @@ class Recorder:
         if self._admitting is not None:
             self._admitting.shutdown(wait=not self._thread.is_alive(), cancel_futures=True)
 
-    def _admit(self, trajectory: Trajectory) -> str | None:
+    def _admit(self, trajectories: Sequence[Trajectory]) -> list[str | None]:
+        """The lines of ``trajectories``, from the scrubbing process: one exchange for all of them."""
         if self._admitting is None:
             scrub = self.config.scrub
             self._admitting = ProcessPoolExecutor(1, multiprocessing.get_context("spawn"), _start_admitting,
                                                   (scrub, scrub.max_text))
         try:
-            return self._admitting.submit(_admitted, trajectory).result()
+            return self._admitting.submit(_admitted, trajectories).result()
         except BrokenProcessPool:
             self._admitting = None  # the next write starts another
             raise RuntimeError("the process that scrubs recordings ended; the next conversation starts another")
@@ -189,27 +191,30 @@ class Recorder:
         last = time.monotonic()
         while True:
             stopping = self._stop.wait(TICK)
+            due: list[_Held] = []
             while self._turns:
                 turn = self._turns.popleft()
                 try:
-                    self._take(turn)
+                    due.extend(self._take(turn))
                 except Exception as exc:  # one odd turn never stops the recording of the others
                     self.counts["failed"] += 1
                     log.error("a turn of conversation %s not recorded: %s", turn.conversation, exc)
-            if stopping:
-                for held in self._held.values():
-                    self._write(held)
-                self._held.clear()
-                return
             now = time.monotonic()
-            if now - last >= min(self.idle, 1.0) / 2:
+            if stopping:
+                due.extend(self._held.values())
+                self._held.clear()
+            elif now - last >= min(self.idle, 1.0) / 2:
                 last = now
-                for conversation, held in list(self._held.items()):
+                for held in self._held.values():
                     if now - held.seen < self.idle:
                         break  # the rest came in later
-                    self._write(held)
+                    due.append(held)
+            self._write(due)
+            if stopping:
+                return
 
-    def _take(self, turn: Turn) -> None:
+    def _take(self, turn: Turn) -> list[_Held]:
+        """Hold ``turn``; returns the conversations that must be written to make room."""
         self.counts["turns"] += 1
         held = self._held.pop(turn.conversation, None)
         at = len(turn.messages)
@@ -227,28 +232,54 @@ class Recorder:
             self._runs.move_to_end(turn.conversation)
             while len(self._runs) > self.keep:
                 self._runs.popitem(last=False)
+        room = []
         while len(self._held) > self.keep:
-            self._write(self._held.popitem(last=False)[1])
+            room.append(self._held.popitem(last=False)[1])
+        return room
 
-    def _write(self, held: _Held) -> None:
-        turn, held.latest = held.latest, None
-        if turn is None:
-            return  # written already, and nothing came since
-        self.counts["pending"] -= 1
-        try:
-            trajectory = _trajectory(turn, held.turns)
-            line = None if trajectory is None else self._admit(trajectory)
-            if line is None:
-                self.counts["refused"] += 1
-                log.warning("conversation %s not recorded: a message is not a chat message or a tool name is "
-                            "not an identifier", turn.conversation)
+    def _write(self, due: Sequence[_Held]) -> None:
+        """Write the conversations ``due`` as they stand (one already written and
+        not gone on since is skipped), scrubbed together."""
+        taken = []
+        for held in due:
+            turn, held.latest = held.latest, None
+            if turn is None:
+                continue  # written already, and nothing came since
+            self.counts["pending"] -= 1
+            try:
+                trajectory = _trajectory(turn, held.turns)
+            except Exception as exc:  # one odd conversation never stops the recording of the others
+                self.counts["failed"] += 1
+                log.error("conversation %s not recorded: %s", turn.conversation, exc)
+                continue
+            if trajectory is None:
+                self._refused(turn)
             else:
-                self._begin(held.run)
-                append_line(self.journal(held.run), line)
-                self.counts["written"] += 1
+                taken.append((held.run, turn, trajectory))
+        if not taken:
+            return
+        try:
+            lines = self._admit([trajectory for _, _, trajectory in taken])
         except Exception as exc:  # the server goes on; what it could not write is said and counted
-            self.counts["failed"] += 1
-            log.error("conversation %s not recorded: %s", turn.conversation, exc)
+            self.counts["failed"] += len(taken)
+            log.error("%d conversations not recorded: %s", len(taken), exc)
+            return
+        for (run, turn, _), line in zip(taken, lines, strict=True):
+            if line is None:
+                self._refused(turn)
+                continue
+            try:
+                self._begin(run)
+                append_line(self.journal(run), line)
+                self.counts["written"] += 1
+            except Exception as exc:
+                self.counts["failed"] += 1
+                log.error("conversation %s not recorded: %s", turn.conversation, exc)
+
+    def _refused(self, turn: Turn) -> None:
+        self.counts["refused"] += 1
+        log.warning("conversation %s not recorded: a message is not a chat message or a tool name is "
+                    "not an identifier", turn.conversation)
 
 
 def _trajectory(turn: Turn, held: dict[int, dict[str, Any]]) -> Trajectory | None:

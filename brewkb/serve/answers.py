@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Answer", "from_json", "from_events", "DONE"]
+__all__ = ["Answer", "Events", "from_json", "DONE"]
 
 DONE = b"[DONE]"
 
@@ -47,46 +47,70 @@ def from_json(body: bytes) -> Answer | None:
                   _model(data.get("model")), _usage(data.get("usage")))
 
 
-def from_events(stream: bytes) -> Answer | None:
-    """The answer of a chat completion's event stream (``data:`` lines up to
-    ``[DONE]``), or ``None`` when the stream carried an error or no choice."""
-    text: list[str] = []
-    calls: dict[int, dict[str, Any]] = {}
-    model: str | None = None
-    usage: dict[str, int] = {}
-    seen = False
-    for line in stream.splitlines():
-        if not line.startswith(b"data:"):
-            continue
-        payload = line[5:].strip()
+class Events:
+    """A chat completion's event stream (``data:`` lines up to ``[DONE]``),
+    read as its chunks arrive, so that the answer is ready when the last one
+    is: each event is parsed when its line is whole."""
+
+    def __init__(self) -> None:
+        self.done = False
+        """``[DONE]`` came, or the stream carried an error or an event that is no JSON."""
+        self._failed = False
+        self._rest = b""
+        self._seen = False
+        self._text: list[str] = []
+        self._calls: dict[int, dict[str, Any]] = {}
+        self._model: str | None = None
+        self._usage: dict[str, int] = {}
+
+    def feed(self, chunk: bytes) -> None:
+        if self.done:
+            return
+        if b"\r" in chunk:  # lines may end in CR LF or CR alone
+            chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        *lines, self._rest = (self._rest + chunk).split(b"\n")
+        for line in lines:
+            if line.startswith(b"data:"):
+                self._event(line[5:].strip())
+                if self.done:
+                    return
+
+    def _event(self, payload: bytes) -> None:
         if payload == DONE:
-            break
+            self.done = True
+            return
         try:
             event = json.loads(payload)
         except (ValueError, RecursionError):
-            return None
+            event = None
         if not isinstance(event, dict) or "error" in event:
-            return None
-        model = _model(event.get("model")) or model
-        usage = _usage(event.get("usage")) or usage
+            self.done = self._failed = True
+            return
+        self._model = _model(event.get("model")) or self._model
+        self._usage = _usage(event.get("usage")) or self._usage
         for choice in event.get("choices") or ():
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
-            seen = True
+            self._seen = True
             delta = choice["delta"] if isinstance(choice.get("delta"), dict) else {}
             if isinstance(delta.get("content"), str):
-                text.append(delta["content"])
+                self._text.append(delta["content"])
             for call in delta.get("tool_calls") or ():
                 if isinstance(call, dict):
-                    _add_call(calls.setdefault(int(call.get("index") or 0), {}), call)
-    if not seen:
-        return None
-    message: dict[str, Any] = {"role": "assistant", "content": "".join(text) or None}
-    if calls:
-        message["tool_calls"] = [{"id": c.get("id", ""), "type": "function",
-                                  "function": {"name": c.get("name", ""), "arguments": c.get("arguments", "")}}
-                                 for _, c in sorted(calls.items())]
-    return Answer(message, model, usage)
+                    _add_call(self._calls.setdefault(int(call.get("index") or 0), {}), call)
+
+    def answer(self) -> Answer | None:
+        """The answer so far, or ``None`` when the stream carried an error or no choice."""
+        if not self.done and self._rest:
+            self.feed(b"\n")  # a last line without its newline
+        if self._failed or not self._seen:
+            return None
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(self._text) or None}
+        if self._calls:
+            message["tool_calls"] = [{"id": c.get("id", ""), "type": "function",
+                                      "function": {"name": c.get("name", ""), "arguments": c.get("arguments", "")}}
+                                     for _, c in sorted(self._calls.items())]
+        return Answer(message, self._model, self._usage)
 
 
 def _add_call(into: dict[str, Any], delta: dict[str, Any]) -> None:

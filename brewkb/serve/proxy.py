@@ -31,7 +31,7 @@ import aiohttp
 from aiohttp import web
 
 from brewkb.api.serve import Served, Serving, inject
-from brewkb.serve.answers import DONE, Answer, from_events, from_json
+from brewkb.serve.answers import Answer, Events, from_json
 from brewkb.serve.conversations import HEADER, Conversations, Opened, valid_id
 
 __all__ = ["Proxy"]
@@ -56,11 +56,11 @@ class _Chat:
 
     def __init__(self, opened: Opened, messages: list[Any], served: Served) -> None:
         self.opened, self.messages, self.served = opened, messages, served
-        self.parts: list[bytes] = []
+        self.events = Events()
         self.size = 0
         self.dropped = False
         """Too long to record, or the client did not get it whole."""
-        self.answer: Answer | None = None
+        self.finished = False
 
 
 class Proxy:
@@ -264,32 +264,31 @@ class Proxy:
                 if recording is not None:
                     self._keep(recording, chunk)
                 await response.write(chunk)
-            if recording is not None and recording.answer is None:
-                self._finish(recording, from_events(b"".join(recording.parts)))
+            if recording is not None:
+                self._finish(recording, recording.events.answer())
             await response.write_eof()
         except ConnectionResetError:  # the client went away; its answer is not recorded (it never saw it whole)
             self.serving.counts["gone"] += 1
         return response
 
     def _keep(self, chat: _Chat, chunk: bytes) -> None:
-        if chat.dropped:
+        if chat.dropped or chat.finished:
             return
         if chat.size + len(chunk) > RECORD_BYTES:
-            chat.parts, chat.dropped = [], True
+            chat.dropped = True
             return
-        chat.parts.append(chunk)
         chat.size += len(chunk)
-        if DONE in chunk:  # the client may send its next turn as soon as it reads this: note the state first
-            self._finish(chat, from_events(b"".join(chat.parts)))
+        chat.events.feed(chunk)
+        if chat.events.done:  # the client may send its next turn as soon as it reads this: note the state first
+            self._finish(chat, chat.events.answer())
 
     def _finish(self, chat: _Chat, answer: Answer | None) -> None:
-        if chat.answer is not None or chat.dropped:
+        if chat.finished or chat.dropped:
             return
+        chat.finished = True
         if answer is None:
             self.serving.counts["unrecorded"] += 1  # an answer with no message to record
             return
-        chat.answer = answer
-        chat.parts = []
         self.conversations.close(chat.opened, answer.message)
         self.serving.record(chat.opened.id, chat.opened.grouped_by, chat.messages, answer.message, chat.served,
                             answer.model, answer.usage)
