@@ -187,22 +187,24 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def measure(args: argparse.Namespace, upstream: str, relay: str, proxy: str,
-            pid: int) -> tuple[dict[str, Any], dict[str, Any]]:
+def measure(args: argparse.Namespace, upstream: str, relay: str, proxy: str, pids: dict[str, int],
+            ) -> tuple[dict[str, Any], dict[str, Any]]:
     figures: dict[str, Any] = {}
     targets: dict[str, Any] = {}
     n = 1_000_000
     for concurrency, total in WAVES.items():
         kept: dict[str, list[float]] = {k: [] for k in ("p50", "p99", "relay_p50", "relay_p99", "own_p50",
-                                                       "own_p99", "ratio", "cpu")}
+                                                       "own_p99", "ratio", "relay_cpu", "cpu")}
         for _ in range(args.repeats):
             waves = {}
             for name, url in (("direct", upstream), ("relay", relay), ("proxied", proxy)):
-                before = _cpu_s(pid)
+                pid = pids.get(name)
+                before = _cpu_s(pid) if pid else 0.0
                 waves[name] = asyncio.run(wave(url, concurrency, total, n))
                 n += total + concurrency
-                if name == "proxied":
-                    kept["cpu"].append((_cpu_s(pid) - before) / (total + concurrency) * 1000)
+                if pid:
+                    kept["cpu" if name == "proxied" else "relay_cpu"].append(
+                        (_cpu_s(pid) - before) / (total + concurrency) * 1000)
             (direct, direct_s), (relayed, _), (proxied, proxied_s) = waves.values()
             for q, name in ((0.5, "p50"), (0.99, "p99")):
                 kept[name].append((_percentile(proxied, q) - _percentile(direct, q)) * 1000)
@@ -212,13 +214,14 @@ def measure(args: argparse.Namespace, upstream: str, relay: str, proxy: str,
             print(f"  {concurrency:>3} streams:" + "".join(
                 f" {name} p50 {_percentile(lat, 0.5) * 1000:6.1f} p99 {_percentile(lat, 0.99) * 1000:6.1f} ms "
                 f"{total / s:5.1f}/s |" for name, (lat, s) in waves.items())
-                + f" proxy CPU {kept['cpu'][-1]:.2f} ms a request", flush=True)
+                + f" CPU a request: relay {kept['relay_cpu'][-1]:.2f} ms, proxy {kept['cpu'][-1]:.2f} ms", flush=True)
         figures[f"c{concurrency}"] = {"added_p50_ms": spread(kept["p50"], 2), "added_p99_ms": spread(kept["p99"], 2),
                                       "relay_added_p50_ms": spread(kept["relay_p50"], 2),
                                       "relay_added_p99_ms": spread(kept["relay_p99"], 2),
                                       "over_relay_p50_ms": spread(kept["own_p50"], 2),
                                       "over_relay_p99_ms": spread(kept["own_p99"], 2),
-                                      "throughput_ratio": spread(kept["ratio"], 3), "proxy_cpu_ms": spread(kept["cpu"], 2)}
+                                      "throughput_ratio": spread(kept["ratio"], 3), "proxy_cpu_ms": spread(kept["cpu"], 2),
+                                      "relay_cpu_ms": spread(kept["relay_cpu"], 2)}
         med = {k: v["median"] for k, v in figures[f"c{concurrency}"].items()}
         print(f"  {concurrency:>3} streams, medians: the relay adds p50 {med['relay_added_p50_ms']:+.2f} ms, "
               f"p99 {med['relay_added_p99_ms']:+.2f} ms; brewkb serve adds p50 {med['added_p50_ms']:+.2f} ms, "
@@ -229,9 +232,9 @@ def measure(args: argparse.Namespace, upstream: str, relay: str, proxy: str,
         targets[f"c{concurrency}_throughput"] = target(med["throughput_ratio"], 0.95, at_most=False,
                                                        what="of direct")
     first, _ = asyncio.run(wave(proxy, 128, MEMORY_MARK, n))
-    at_mark = _rss_mb(pid)
+    at_mark = _rss_mb(pids["proxied"])
     rest, _ = asyncio.run(wave(proxy, 128, args.memory_requests - MEMORY_MARK, n + MEMORY_MARK + 200))
-    at_end = _rss_mb(pid)
+    at_end = _rss_mb(pids["proxied"])
     print(f"  memory: {at_mark:.1f} MB after {MEMORY_MARK:,} requests, {at_end:.1f} MB after "
           f"{args.memory_requests:,}", flush=True)
     figures["memory_mb"] = {"after_2000": round(at_mark, 1), "at_end": round(at_end, 1),
@@ -280,7 +283,7 @@ def main() -> None:
             print(f"upstream {upstream}: first byte after {args.latency * 1000:.0f} ms, {args.chunks} events "
                   f"{args.gap * 1000:.0f} ms apart; bare relay at {relay}; brewkb serve at {proxy}, "
                   f"{args.recipes} recipes")
-            figures, targets = measure(args, upstream, relay, proxy, serve.pid)
+            figures, targets = measure(args, upstream, relay, proxy, {"relay": bare.pid, "proxied": serve.pid})
         finally:
             serve.terminate()
             serve.wait(timeout=60)
