@@ -17,8 +17,9 @@ Every trajectory passes ``_admitted`` before it is written: the one place where
 what a client sent meets the trust boundary. The recording runs on a thread of
 its own, which takes the turns that came in every ``TICK`` (so a request never
 wakes it), and the event loop never waits for a disk; the scrubbing, the one
-costly part, runs in a process of its own (started at the first write), so the
-requests never wait for the interpreter's lock either.
+costly part, runs in a process of its own (started at the first write; the
+conversations due at one look go to it together), so the requests never wait
+for the interpreter's lock either.
 That process ignores SIGINT and SIGTERM (a Ctrl-C or a supervisor's signal
 reaches the whole process group): the server decides when it ends, after the
 last conversation is written.
@@ -106,15 +107,22 @@ def _start_admitting(scrub: ScrubConfig, max_text: int) -> None:
     _SCRUBBER = (scrubber_of(scrub), max_text)
 
 
-def _admitted(trajectories: Sequence[Trajectory]) -> list[str | None]:
-    """Each trajectory's line as it may be written, or ``None`` when it may not:
-    every recorded trajectory passes here. Tool and argument names must be
-    identifiers; the rest goes through the trust boundary (``admit``)."""
+def _admitted(conversations: Sequence[tuple[Turn, dict[int, dict[str, Any]]]]) -> list[str | Exception | None]:
+    """Each conversation's line (its latest turn and what each turn was given)
+    as it may be written, ``None`` when it may not, or what went wrong: every recorded
+    conversation passes here. Its messages must be chat messages and its tool
+    and argument names identifiers; the rest goes through the trust boundary
+    (``admit``)."""
     assert _SCRUBBER is not None
-    lines: list[str | None] = []
-    for trajectory in trajectories:
-        admitted = None if bad_name(trajectory.messages) is not None else admit(trajectory, *_SCRUBBER)
-        lines.append(None if admitted is None else admitted.to_line())
+    lines: list[str | Exception | None] = []
+    for turn, turns in conversations:
+        try:
+            trajectory = _trajectory(turn, turns)
+            admitted = None if trajectory is None or bad_name(trajectory.messages) is not None \
+                else admit(trajectory, *_SCRUBBER)
+            lines.append(None if admitted is None else admitted.to_line())
+        except Exception as exc:  # one odd conversation never stops the recording of the others
+            lines.append(exc)
     return lines
 
 
@@ -175,14 +183,15 @@ class Recorder:
         if self._admitting is not None:
             self._admitting.shutdown(wait=not self._thread.is_alive(), cancel_futures=True)
 
-    def _admit(self, trajectories: Sequence[Trajectory]) -> list[str | None]:
-        """The lines of ``trajectories``, from the scrubbing process: one exchange for all of them."""
+    def _admit(self, conversations: Sequence[tuple[Turn, dict[int, dict[str, Any]]]]
+               ) -> list[str | Exception | None]:
+        """The lines of ``conversations``, from the scrubbing process: one exchange for all of them."""
         if self._admitting is None:
             scrub = self.config.scrub
             self._admitting = ProcessPoolExecutor(1, multiprocessing.get_context("spawn"), _start_admitting,
                                                   (scrub, scrub.max_text))
         try:
-            return self._admitting.submit(_admitted, trajectories).result()
+            return self._admitting.submit(_admitted, conversations).result()
         except BrokenProcessPool:
             self._admitting = None  # the next write starts another
             raise RuntimeError("the process that scrubs recordings ended; the next conversation starts another")
@@ -243,23 +252,13 @@ class Recorder:
         taken = []
         for held in due:
             turn, held.latest = held.latest, None
-            if turn is None:
-                continue  # written already, and nothing came since
-            self.counts["pending"] -= 1
-            try:
-                trajectory = _trajectory(turn, held.turns)
-            except Exception as exc:  # one odd conversation never stops the recording of the others
-                self.counts["failed"] += 1
-                log.error("conversation %s not recorded: %s", turn.conversation, exc)
-                continue
-            if trajectory is None:
-                self._refused(turn)
-            else:
-                taken.append((held.run, turn, trajectory))
+            if turn is not None:  # else written already, and nothing came since
+                self.counts["pending"] -= 1
+                taken.append((held.run, turn, held.turns))
         if not taken:
             return
         try:
-            lines = self._admit([trajectory for _, _, trajectory in taken])
+            lines = self._admit([(turn, turns) for _, turn, turns in taken])
         except Exception as exc:  # the server goes on; what it could not write is said and counted
             self.counts["failed"] += len(taken)
             log.error("%d conversations not recorded: %s", len(taken), exc)
@@ -269,6 +268,8 @@ class Recorder:
                 self._refused(turn)
                 continue
             try:
+                if isinstance(line, Exception):
+                    raise line
                 self._begin(run)
                 append_line(self.journal(run), line)
                 self.counts["written"] += 1
