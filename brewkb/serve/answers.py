@@ -56,7 +56,7 @@ class Events:
         self.done = False
         """``[DONE]`` came, or the stream carried an error or an event that is no JSON."""
         self._failed = False
-        self._rest = b""
+        self._rest: list[bytes] = []
         self._seen = False
         self._text: list[str] = []
         self._calls: dict[int, dict[str, Any]] = {}
@@ -68,7 +68,11 @@ class Events:
             return
         if b"\r" in chunk:  # lines may end in CR LF or CR alone
             chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        *lines, self._rest = (self._rest + chunk).split(b"\n")
+        if b"\n" not in chunk:  # a line still coming: kept in parts, joined once whole
+            self._rest.append(chunk)
+            return
+        *lines, rest = b"".join((*self._rest, chunk)).split(b"\n")
+        self._rest = [rest] if rest else []
         for line in lines:
             if line.startswith(b"data:"):
                 self._event(line[5:].strip())
