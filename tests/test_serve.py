@@ -478,6 +478,30 @@ def test_a_conversation_refused_at_the_boundary_leaves_the_others_written(setup:
     assert "rm -rf" not in "".join(p.read_text() for p in (kb / "runs").rglob("*.jsonl"))
 
 
+def test_a_conversation_that_ends_the_scrubbing_process_loses_only_itself(tmp_path: Path) -> None:
+    from brewkb.config import Config
+    from brewkb.run.folder import Run
+    from brewkb.run.recordings import Recorder, Turn
+
+    class Ending(Recorder):
+        """The scrubbing process ends whenever it is given the conversation ``poison``."""
+
+        def _admit(self, conversations: Any) -> Any:
+            if any(turn.conversation == "poison" for turn, _ in conversations):
+                raise RuntimeError("the process that scrubs recordings ended")
+            return super()._admit(conversations)
+
+    run = Run("calls", tmp_path / "runs" / "calls")
+    recorder = Ending(Config(), writer="w")
+    for name in ("first", "poison", "last"):
+        recorder.add(Turn(name, "header", [{"role": "user", "content": f"Go [{name}]"}],
+                          {"role": "assistant", "content": "done"}, "r1", (), "m", {}, run))
+    recorder.close()  # every conversation held is written at once: one batch
+    assert (recorder.counts["written"], recorder.counts["failed"]) == (2, 1)
+    written = [json.loads(line)["task"] for line in (run.path / "serve" / "w.jsonl").read_text().splitlines()]
+    assert written == ["Go [first]", "Go [last]"]
+
+
 @pytest.mark.parametrize("group", [False, True], ids=["sigterm", "ctrl-c-to-the-process-group"])
 def test_a_signal_lets_a_request_in_flight_finish_and_writes_every_conversation(tmp_path: Path, group: bool) -> None:
     """SIGTERM to the server; or SIGINT to its whole process group, as Ctrl-C in a terminal sends it, once a

@@ -18,8 +18,9 @@ what a client sent meets the trust boundary. The recording runs on a thread of
 its own, which takes the turns that came in every ``TICK`` (so a request never
 wakes it), and the event loop never waits for a disk; the scrubbing, the one
 costly part, runs in a process of its own (started at the first write; the
-conversations due at one look go to it together), so the requests never wait
-for the interpreter's lock either.
+conversations due at one look go to it together, and one by one when that
+process ends during a batch, so a conversation that ends it loses only
+itself), so the requests never wait for the interpreter's lock either.
 That process ignores SIGINT and SIGTERM (a Ctrl-C or a supervisor's signal
 reaches the whole process group): the server decides when it ends, after the
 last conversation is written.
@@ -257,12 +258,7 @@ class Recorder:
                 taken.append((held.run, turn, held.turns))
         if not taken:
             return
-        try:
-            lines = self._admit([(turn, turns) for _, turn, turns in taken])
-        except Exception as exc:  # the server goes on; what it could not write is said and counted
-            self.counts["failed"] += len(taken)
-            log.error("%d conversations not recorded: %s", len(taken), exc)
-            return
+        lines = self._lines([(turn, turns) for _, turn, turns in taken])
         for (run, turn, _), line in zip(taken, lines, strict=True):
             if line is None:
                 self._refused(turn)
@@ -276,6 +272,18 @@ class Recorder:
             except Exception as exc:
                 self.counts["failed"] += 1
                 log.error("conversation %s not recorded: %s", turn.conversation, exc)
+
+    def _lines(self, conversations: Sequence[tuple[Turn, dict[int, dict[str, Any]]]]
+               ) -> list[str | Exception | None]:
+        """``_admit``, and when the scrubbing process ends during a batch, each
+        conversation of it alone: one that ends the process loses only itself."""
+        try:
+            return self._admit(conversations)
+        except Exception as exc:
+            if len(conversations) == 1:
+                return [exc]
+            log.warning("%s; scrubbing its %d conversations one by one", exc, len(conversations))
+            return [self._lines([one])[0] for one in conversations]
 
     def _refused(self, turn: Turn) -> None:
         self.counts["refused"] += 1
