@@ -12,6 +12,8 @@ from typing import Any
 __all__ = ["Answer", "Events", "from_json", "DONE"]
 
 DONE = b"[DONE]"
+_DECODE = json.JSONDecoder().raw_decode
+"""One event's JSON (``json.loads`` is its wrapper, at twice the cost for an event this small)."""
 
 
 @dataclass
@@ -84,7 +86,10 @@ class Events:
             self.done = True
             return
         try:
-            event = json.loads(payload)
+            text = payload.decode()
+            event, end = _DECODE(text)
+            if end != len(text):
+                event = None
         except (ValueError, RecursionError):
             event = None
         if not isinstance(event, dict) or "error" in event:
