@@ -112,7 +112,7 @@ def end_to_end(folder: Path, repeat: int) -> dict[str, float]:
     subprocess.run([sys.executable, "-m", "brewkb", "init", str(kb)], check=True, capture_output=True)
     seconds = {}
     for hostile in (False, True):
-        run = f"{'hostile' if hostile else 'ordinary'}"
+        run = "hostile" if hostile else "ordinary"
         seconds[run] = _cpu(["import", str(_log(folder, hostile)), "--format", "openai", "--run", run], kb) + \
             _cpu(["distill", run], kb)
     return seconds

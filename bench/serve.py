@@ -35,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -76,50 +77,44 @@ def upstream_main(latency: float, chunks: int, gap: float) -> None:
         await response.write_eof()
         return response
 
-    async def main() -> None:
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", chat)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0, backlog=2048)
-        await site.start()
-        print(f"http://127.0.0.1:{runner.addresses[0][1]}/v1", flush=True)
-        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
-        await runner.cleanup()
-
-    asyncio.run(main())
+    asyncio.run(_serve_until_stdin_closes(chat))
 
 
 def relay_main(upstream: str) -> None:
     """The bare relay in front of ``upstream``: prints its base URL, relays until stdin closes."""
 
     async def main() -> None:
-        session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=256), auto_decompress=False)
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=256),
+                                         auto_decompress=False) as session:
+            async def relay(request: web.Request) -> web.StreamResponse:
+                headers = {k: v for k, v in request.headers.items() if k.lower() not in ("host", "content-length")}
+                async with session.post(upstream + "/chat/completions", data=await request.read(),
+                                        headers=headers) as answer:
+                    response = web.StreamResponse(status=answer.status,
+                                                  headers={"content-type": answer.headers.get("content-type", "")})
+                    await response.prepare(request)
+                    async for chunk in answer.content.iter_any():
+                        await response.write(chunk)
+                    await response.write_eof()
+                    return response
 
-        async def relay(request: web.Request) -> web.StreamResponse:
-            headers = {k: v for k, v in request.headers.items() if k.lower() not in ("host", "content-length")}
-            async with session.post(upstream + "/chat/completions", data=await request.read(),
-                                    headers=headers) as answer:
-                response = web.StreamResponse(status=answer.status,
-                                              headers={"content-type": answer.headers.get("content-type", "")})
-                await response.prepare(request)
-                async for chunk in answer.content.iter_any():
-                    await response.write(chunk)
-                await response.write_eof()
-                return response
-
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", relay)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0, backlog=2048)
-        await site.start()
-        print(f"http://127.0.0.1:{runner.addresses[0][1]}/v1", flush=True)
-        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
-        await runner.cleanup()
-        await session.close()
+            await _serve_until_stdin_closes(relay)
 
     asyncio.run(main())
+
+
+async def _serve_until_stdin_closes(chat: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> None:
+    """Serve ``chat`` at ``/v1/chat/completions`` on a free loopback port, print
+    the base URL, stop when stdin closes."""
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, backlog=2048)
+    await site.start()
+    print(f"http://127.0.0.1:{runner.addresses[0][1]}/v1", flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+    await runner.cleanup()
 
 
 def make_kb(folder: Path, recipes: int) -> Path:

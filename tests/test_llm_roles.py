@@ -49,7 +49,8 @@ def test_rubric_scores_reach_the_reflector() -> None:
     judged = TRAJ.with_(rubric={"scores": {"no-tool-errors": 0.0, "concise": None},
                                 "notes": {"no-tool-errors": "1 of 1 tool calls failed"}})
     with FakeOpenAI() as fake:
-        answer = {"content": json.dumps({"insights": [{"concept": "cancel an order", "insight": "Look the customer up before cancelling.", "steps": []}]})}
+        answer = {"content": json.dumps({"insights": [{"concept": "cancel an order", "steps": [],
+                                                        "insight": "Look the customer up before cancelling."}]})}
         fake.reply(answer)
         run(backend(fake).reflect(judged))
         fake.reply(answer)

@@ -19,7 +19,7 @@ from brewkb.llm.ledger import read_ledger, summarise
 from tests.conftest import MakeRepo
 from tests.fakes import servers
 from tests.fakes.openai_server import FakeOpenAI
-from tests.fakes.roles import GREETING, SmallModel, _schema_name, embed
+from tests.fakes.roles import GREETING, SmallModel, schema_name, embed
 
 SHOP = """\
 [llm]
@@ -169,8 +169,8 @@ def test_the_small_demo_goes_on_without_a_reflection_the_model_got_wrong(tmp_pat
     def answer(body: dict[str, object]) -> dict[str, object]:
         messages = body["messages"]
         assert isinstance(messages, list)
-        integrated.extend([True] if _schema_name(body) == "recipe" else [])
-        if _schema_name(body) == "reflection":
+        integrated.extend([True] if schema_name(body) == "recipe" else [])
+        if schema_name(body) == "reflection":
             wrong[:] = wrong or [messages[1]["content"]]
             if integrated if wrong_at == "search" else messages[1]["content"] == wrong[0]:
                 return inventor(body)

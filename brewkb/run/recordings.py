@@ -101,11 +101,11 @@ _SCRUBBER: tuple[Scrubber, int] | None = None
 """The admitting process's scrubber and longest text."""
 
 
-def _start_admitting(scrub: ScrubConfig, max_text: int) -> None:
+def _start_admitting(scrub: ScrubConfig) -> None:
     global _SCRUBBER
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
-    _SCRUBBER = (scrubber_of(scrub), max_text)
+    _SCRUBBER = (scrubber_of(scrub), scrub.max_text)
 
 
 def _admitted(conversations: Sequence[tuple[Turn, dict[int, dict[str, Any]]]]) -> list[str | Exception | None]:
@@ -188,9 +188,8 @@ class Recorder:
                ) -> list[str | Exception | None]:
         """The lines of ``conversations``, from the scrubbing process: one exchange for all of them."""
         if self._admitting is None:
-            scrub = self.config.scrub
             self._admitting = ProcessPoolExecutor(1, multiprocessing.get_context("spawn"), _start_admitting,
-                                                  (scrub, scrub.max_text))
+                                                  (self.config.scrub,))
         try:
             return self._admitting.submit(_admitted, conversations).result()
         except BrokenProcessPool:
@@ -263,15 +262,20 @@ class Recorder:
             if line is None:
                 self._refused(turn)
                 continue
-            try:
-                if isinstance(line, Exception):
-                    raise line
-                self._begin(run)
-                append_line(self.journal(run), line)
-                self.counts["written"] += 1
-            except Exception as exc:
+            problem = line if isinstance(line, Exception) else self._append(run, line)
+            if problem is not None:
                 self.counts["failed"] += 1
-                log.error("conversation %s not recorded: %s", turn.conversation, exc)
+                log.error("conversation %s not recorded: %s", turn.conversation, problem)
+
+    def _append(self, run: Run, line: str) -> Exception | None:
+        """Append one conversation's line to this process's file of ``run``; what went wrong, if anything."""
+        try:
+            self._begin(run)
+            append_line(self.journal(run), line)
+        except Exception as exc:  # the server goes on; what it could not write is said and counted
+            return exc
+        self.counts["written"] += 1
+        return None
 
     def _lines(self, conversations: Sequence[tuple[Turn, dict[int, dict[str, Any]]]]
                ) -> list[str | Exception | None]:

@@ -187,6 +187,8 @@ class _Cache(dict[str, Any]):
         self[text] = value
         self.chars += len(text)
         return value
+
+
 _PLACEHOLDER = re.compile(r"<[a-z_]+>")
 
 
@@ -326,8 +328,9 @@ class Scrubber:
             for kind, rx in self._telling:
                 for match in self._matches(kind, rx, text):
                     value = match.group(match.lastindex or 0).strip()
-                    if (match.lastindex or unmarked(value) != value) and len(unmarked(value)) >= MIN_ID:
-                        found.append((unmarked(value), kind))
+                    bare = unmarked(value)
+                    if (match.lastindex or bare != value) and len(bare) >= MIN_ID:
+                        found.append((bare, kind))
             said = self._said.keep(text, tuple(found))
         return said
 

@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 __all__ = ["role_player", "RolePlayer", "embed", "agent_reply", "InvalidFirst", "Outage", "Policy", "SmallModel",
-           "written", "GREETING"]
+           "schema_name", "written", "GREETING"]
 
 Body = dict[str, Any]
 Policy = Callable[[Body], "dict[str, Any] | None"]
@@ -45,7 +45,7 @@ def _seed(*parts: Any) -> int:
     return int.from_bytes(hashlib.sha256(json.dumps(parts, default=str).encode()).digest()[:4], "big")
 
 
-def _schema_name(body: Body) -> str | None:
+def schema_name(body: Body) -> str | None:
     fmt = body.get("response_format") or {}
     if fmt.get("type") == "json_schema":
         return str((fmt.get("json_schema") or {}).get("name") or "reply")
@@ -191,7 +191,7 @@ class RolePlayer:
         self.policy = policy
 
     def __call__(self, body: Body) -> dict[str, Any]:
-        name = _schema_name(body)
+        name = schema_name(body)
         if name in STRUCTURED:
             return {"content": json.dumps(STRUCTURED[name](body))}
         if body.get("tools"):
@@ -228,7 +228,7 @@ class InvalidFirst:
         self._bad: dict[str, int] = {}  # prompt → invalid replies it was given
 
     def __call__(self, body: Body) -> dict[str, Any]:
-        if _schema_name(body) is not None:
+        if schema_name(body) is not None:
             prompt = json.dumps(body["messages"][:2], sort_keys=True)
             with self._lock:
                 if prompt not in self._bad and len(self._bad) < self.n:
@@ -286,7 +286,7 @@ class SmallModel:
         self.judge_scores_none, self.reflector = judge_scores_none, reflector
 
     def __call__(self, body: Body) -> dict[str, Any]:
-        name = _schema_name(body)
+        name = schema_name(body)
         if name == "judge" and self.judge_scores_none:
             return {"content": json.dumps({"scores": []})}
         if name == "reflection" and self.reflector == "invents":
