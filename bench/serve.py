@@ -8,9 +8,15 @@ it (its own process, a KB of ``--recipes`` generated recipes, recording every
 conversation). A client in this process streams chat completions, each a new
 conversation whose user message is different words (so every request
 retrieves and records), at 1, 32 and 128 concurrent streams: the same
-requests once directly to the upstream and once through the proxy,
-alternating, ``--repeats`` times each. A request's latency is from sending it
-to reading its last byte.
+requests in turn directly to the upstream, through two reference relays and
+through the proxy, ``--repeats`` times each. A request's latency is from
+sending it to reading its last byte.
+
+The references say what one more hop costs on the machine: a bare relay in
+Python (aiohttp's server and client in a process of their own, relaying and
+nothing else) and, where ``socat`` is installed, a relay in C (socat, one
+process per connection, bytes in and bytes out). What the proxy adds over the
+Python relay is brewkb's own share.
 
 Figures per concurrency (medians over the repeats): the latency the proxy
 adds at p50 and p99 (proxied minus direct, in the same repeat), and the
@@ -31,6 +37,8 @@ import asyncio
 import json
 import os
 import random
+import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -117,6 +125,27 @@ async def _serve_until_stdin_closes(chat: Callable[[web.Request], Awaitable[web.
     await runner.cleanup()
 
 
+def socat_relay(upstream: str) -> tuple[subprocess.Popen[bytes], str] | None:
+    """socat relaying a free loopback port to ``upstream``, once it listens (None without socat)."""
+    if not shutil.which("socat"):
+        return None
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    target = upstream.split("//", 1)[1].split("/", 1)[0]
+    process = subprocess.Popen(["socat", f"TCP-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr,backlog=2048",
+                                f"TCP:{target}"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    for _ in range(100):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return process, f"http://127.0.0.1:{port}/v1"
+        except OSError:
+            time.sleep(0.05)
+    process.kill()
+    raise SystemExit("socat did not start listening")
+
+
 def make_kb(folder: Path, recipes: int) -> Path:
     kb = folder / "kb"
     subprocess.run([sys.executable, "-m", "brewkb", "init", str(kb)], check=True, capture_output=True)
@@ -182,17 +211,19 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def measure(args: argparse.Namespace, upstream: str, relay: str, proxy: str, pids: dict[str, int],
+def measure(args: argparse.Namespace, urls: dict[str, str], pids: dict[str, int],
             ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``urls``: the base URL of each arm, "direct" first and "proxied" last."""
     figures: dict[str, Any] = {}
     targets: dict[str, Any] = {}
     n = 1_000_000
     for concurrency, total in WAVES.items():
-        kept: dict[str, list[float]] = {k: [] for k in ("p50", "p99", "relay_p50", "relay_p99", "own_p50",
-                                                       "own_p99", "ratio", "relay_cpu", "cpu")}
+        kept: dict[str, list[float]] = {k: [] for k in ("p50", "p99", "relay_p50", "relay_p99", "socat_p50",
+                                                       "socat_p99", "own_p50", "own_p99", "ratio", "relay_cpu",
+                                                       "cpu")}
         for _ in range(args.repeats):
             waves = {}
-            for name, url in (("direct", upstream), ("relay", relay), ("proxied", proxy)):
+            for name, url in urls.items():
                 pid = pids.get(name)
                 before = _cpu_s(pid) if pid else 0.0
                 waves[name] = asyncio.run(wave(url, concurrency, total, n))
@@ -200,11 +231,13 @@ def measure(args: argparse.Namespace, upstream: str, relay: str, proxy: str, pid
                 if pid:
                     kept["cpu" if name == "proxied" else "relay_cpu"].append(
                         (_cpu_s(pid) - before) / (total + concurrency) * 1000)
-            (direct, direct_s), (relayed, _), (proxied, proxied_s) = waves.values()
+            (direct, direct_s), (relayed, _), (proxied, proxied_s) = (waves[k] for k in ("direct", "relay", "proxied"))
             for q, name in ((0.5, "p50"), (0.99, "p99")):
                 kept[name].append((_percentile(proxied, q) - _percentile(direct, q)) * 1000)
                 kept[f"relay_{name}"].append((_percentile(relayed, q) - _percentile(direct, q)) * 1000)
                 kept[f"own_{name}"].append((_percentile(proxied, q) - _percentile(relayed, q)) * 1000)
+                if "socat" in waves:
+                    kept[f"socat_{name}"].append((_percentile(waves["socat"][0], q) - _percentile(direct, q)) * 1000)
             kept["ratio"].append(direct_s / proxied_s)
             print(f"  {concurrency:>3} streams:" + "".join(
                 f" {name} p50 {_percentile(lat, 0.5) * 1000:6.1f} p99 {_percentile(lat, 0.99) * 1000:6.1f} ms "
@@ -217,7 +250,13 @@ def measure(args: argparse.Namespace, upstream: str, relay: str, proxy: str, pid
                                       "over_relay_p99_ms": spread(kept["own_p99"], 2),
                                       "throughput_ratio": spread(kept["ratio"], 3), "proxy_cpu_ms": spread(kept["cpu"], 2),
                                       "relay_cpu_ms": spread(kept["relay_cpu"], 2)}
+        if kept["socat_p50"]:
+            figures[f"c{concurrency}"].update(socat_added_p50_ms=spread(kept["socat_p50"], 2),
+                                              socat_added_p99_ms=spread(kept["socat_p99"], 2))
         med = {k: v["median"] for k, v in figures[f"c{concurrency}"].items()}
+        if kept["socat_p50"]:
+            print(f"  {concurrency:>3} streams, medians: the relay in C (socat) adds p50 "
+                  f"{med['socat_added_p50_ms']:+.2f} ms, p99 {med['socat_added_p99_ms']:+.2f} ms", flush=True)
         print(f"  {concurrency:>3} streams, medians: the relay adds p50 {med['relay_added_p50_ms']:+.2f} ms, "
               f"p99 {med['relay_added_p99_ms']:+.2f} ms; brewkb serve adds p50 {med['added_p50_ms']:+.2f} ms, "
               f"p99 {med['added_p99_ms']:+.2f} ms, of which over the relay p50 {med['over_relay_p50_ms']:+.2f} ms, "
@@ -226,9 +265,10 @@ def measure(args: argparse.Namespace, upstream: str, relay: str, proxy: str, pid
         targets[f"c{concurrency}_p99_added"] = target(med["added_p99_ms"], 10.0, what="ms")
         targets[f"c{concurrency}_throughput"] = target(med["throughput_ratio"], 0.95, at_most=False,
                                                        what="of direct")
-    first, _ = asyncio.run(wave(proxy, 128, MEMORY_MARK, n))
+    proxy = urls["proxied"]
+    asyncio.run(wave(proxy, 128, MEMORY_MARK, n))
     at_mark = _rss_mb(pids["proxied"])
-    rest, _ = asyncio.run(wave(proxy, 128, args.memory_requests - MEMORY_MARK, n + MEMORY_MARK + 200))
+    asyncio.run(wave(proxy, 128, args.memory_requests - MEMORY_MARK, n + MEMORY_MARK + 200))
     at_end = _rss_mb(pids["proxied"])
     print(f"  memory: {at_mark:.1f} MB after {MEMORY_MARK:,} requests, {at_end:.1f} MB after "
           f"{args.memory_requests:,}", flush=True)
@@ -270,6 +310,7 @@ def main() -> None:
                                 stdout=subprocess.PIPE, text=True)
         assert bare.stdout is not None
         relay = bare.stdout.readline().strip()
+        socat = socat_relay(upstream)
         serve = subprocess.Popen([sys.executable, "-m", "brewkb", "serve", "--upstream", upstream, "--port", "0",
                                   "--json"], cwd=kb, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         assert serve.stdout is not None
@@ -277,11 +318,15 @@ def main() -> None:
         try:
             print(f"upstream {upstream}: first byte after {args.latency * 1000:.0f} ms, {args.chunks} events "
                   f"{args.gap * 1000:.0f} ms apart; bare relay at {relay}; brewkb serve at {proxy}, "
-                  f"{args.recipes} recipes")
-            figures, targets = measure(args, upstream, relay, proxy, {"relay": bare.pid, "proxied": serve.pid})
+                  f"{args.recipes} recipes; " + (f"socat at {socat[1]}" if socat else "no socat installed"))
+            urls = {"direct": upstream, "relay": relay, **({"socat": socat[1]} if socat else {}), "proxied": proxy}
+            figures, targets = measure(args, urls, {"relay": bare.pid, "proxied": serve.pid})
         finally:
             serve.terminate()
             serve.wait(timeout=60)
+            if socat:
+                socat[0].terminate()
+                socat[0].wait(timeout=30)
             for helper in (bare, fake):
                 helper.stdin.close()  # type: ignore[union-attr]
                 helper.wait(timeout=30)
