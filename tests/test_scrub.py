@@ -32,6 +32,14 @@ from tests.test_lint import run_cli
     ("cancel my flights in reservation ID SI5UKW, please", "booking_code"),
     ("the confirmation number is 1N99U6.", "booking_code"),
     ("changes to my upcoming flight in reservation HXDUBJ.", "booking_code"),
+    ("card ending 1111, cvv 123, thanks", "security_code"),
+    ("the security code is 456.", "security_code"),
+    ("my PIN 1234 works", "security_code"),
+    ("DOB 1980-02-03 as on file", "birth_date"),
+    ("my date of birth is March 3, 1980.", "birth_date"),
+    ('curl -H "Authorization: Bearer 9f8e7d6c5b4a39281706f5e4d3c2b1a0" https://api', "secret"),
+    ("use token: tok_live_abcdefghij123 here", "secret"),
+    ("set api_key=plainlongsecretvalue123456 and go", "secret"),
 ])
 def test_each_default_pattern_becomes_its_placeholder(text: str, kind: str) -> None:
     scrubbed = Scrubber.build().text(text)
@@ -64,7 +72,8 @@ def test_a_value_a_pattern_knew_by_its_mark_or_its_words_is_replaced_where_it_st
 
 def test_ordinary_numbers_and_codes_are_left_alone() -> None:
     text = ("Flight HAT136 on 2024-05-20 costs 250 dollars for 3 bags; item 1008292230. I'm happy, This Is fine. "
-            "My reservation is NOT changed; the booking CANCELLED")
+            "My reservation is NOT changed; the booking CANCELLED. The token is expired, the bearer of the card "
+            "asks for a PIN code reset for 3 cards.")
     assert Scrubber.build().text(text) == text
 
 

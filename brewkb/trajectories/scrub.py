@@ -10,7 +10,9 @@ Three kinds of rule; patterns and keys are configurable under ``[scrub]`` in
 - **patterns** (``kind = regex``): every match becomes ``<kind>``. A pattern
   with a capture group replaces only the group (``reservation (ABC123)``
   keeps the word "reservation"). The defaults cover passwords said in text
-  (``my password is …``), e-mail addresses (obfuscated ones too:
+  (``my password is …``), card security codes and PINs given as such
+  (``CVV 123``, ``PIN 1234``), birth dates given as such (``DOB 1980-02-03``),
+  e-mail addresses (obfuscated ones too:
   ``name(at)domain(dot)com``), social security numbers, IBANs (check digits
   verified), payment card numbers (digits in groups of four, with spaces,
   dots or dashes), phone numbers (international ones with ``+`` or ``00``),
@@ -62,6 +64,12 @@ _STREET = (r"Street|St|Avenue|Ave|Road|Rd|Boulevard|Blvd|Lane|Ln|Drive|Dr|Court|
 DEFAULT_PATTERNS: dict[str, str] = {
     "password": r"(?i:\b(?:password|passcode|passphrase|passwd|pwd|pin(?: code)?)\b)[\"']?\s*(?:is|was|:|=)\s*"
                 r"[\"']?([^\s\"',;<]{3,})",
+    "security_code": r"(?i:\b(?:cvv2?|cvc2?|csc|(?:card )?security code|pin(?: code| number)?)\b)"
+                     r"(?:\s+(?:is|was))?\s*[:=#]?\s*(\d{3,8})(?![\w-])",
+    "birth_date": r"(?i:\b(?:dob|d\.o\.b\.?|date of birth|birth ?date|birthday|born(?: on)?)\b)(?:\s+(?:is|was))?"
+                  r"\s*[:=]?\s*(\d{4}[-/.]\d{1,2}[-/.]\d{1,2}|\d{1,2}[-/.]\d{1,2}[-/.]\d{2,4}"
+                  r"|(?:\d{1,2}\s+)?(?i:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\.?(?:\s+\d{1,2})?,?"
+                  r"\s+\d{4})\b",
     # each part bounded and begun where a word begins: a 200 KB word costs a pass, not its square
     "email": rf"{_LOCAL}@[A-Za-z0-9-]{{1,63}}(?:\.[A-Za-z0-9-]{{1,63}}){{0,8}}\.[A-Za-z]{{2,24}}\b"
              rf"|{_LOCAL}{_AT}[A-Za-z0-9-]{{1,63}}(?:(?:{_DOT}|\.)[A-Za-z0-9-]{{1,63}}){{0,8}}"

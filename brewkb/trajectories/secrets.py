@@ -17,7 +17,12 @@ adds what it does not cover for text that is not source code:
 - **whole tokens**: a plugin may report part of a token (the JWT plugin stops
   before the signature); the whole token around a finding is replaced;
 - **private key blocks**: the plugin finds the ``BEGIN … PRIVATE KEY`` line;
-  the whole block, to its ``END`` line, is replaced.
+  the whole block, to its ``END`` line, is replaced;
+- **credentials named as such in prose**: the value after an HTTP auth scheme
+  (``Authorization: Bearer 9f8e…``) or after a credential's name and ``is``,
+  ``:`` or ``=`` (``api_key=…``, ``token: …``, ``client secret is …``), when it
+  has a digit (``the token is expired`` names no secret). detect-secrets' own
+  keyword plugin reads such assignments as code writes them, quoted.
 
 No plugin ever verifies a secret over the network: ``analyze_string`` is
 called directly, never the scan functions that can verify.
@@ -42,6 +47,12 @@ _TOKEN_EDGE = re.compile(rf"[{_TOKEN_CHARS}.~]*")
 _PRIVATE_KEY = re.compile(r"-----BEGIN[A-Z ]*PRIVATE KEY[A-Z ]*-----.*?(?:-----END[A-Z ]*PRIVATE KEY[A-Z ]*-----|\Z)",
                           re.S)
 _PLACEHOLDER = re.compile(r"<[a-z][a-z0-9_]*>")
+_NAMED = re.compile(
+    r"(?i:\b(?:bearer|basic|digest|token)\s+|\b(?:api[_ -]?key|apikey|access[_ -]?key(?:[_ -]?id)?"
+    r"|(?:client[_ -]?|aws[_ -]?)?secret(?:[_ -]?(?:access[_ -]?)?key)?|(?:auth|access|refresh|session|id|api)?[_ -]?token"
+    r"|credentials?)\b[\"']?\s*(?:is|was|[:=]|=>)\s*[\"']?)"
+    r"((?=[^\s\"',;<>]*\d)[^\s\"',;<>]{6,})")
+"""A credential's value after its auth scheme or its name (it has a digit: "the token is expired" has none)."""
 _QUICK = re.compile(r"(?i)pass|pwd|secret|token|key|auth|bearer|cred|private|-----|://|[A-Za-z0-9+/=_\-]{20}"
                     r"|\b(?:\d{1,3}\.){3}\d{1,3}\b")
 """Text with none of these cannot hold a finding of any plugin: most texts are skipped at once."""
@@ -81,6 +92,7 @@ def secret_spans(text: str) -> list[tuple[int, int]]:
         return []
     plain, entropy, keywords, words = _plugins()
     spans = [m.span() for m in _PRIVATE_KEY.finditer(text)]
+    spans += [m.span(1) for m in _NAMED.finditer(text)]
     values: set[str] = set()
     for plugin in [*plain, *([keywords] if words.search(text) else [])]:
         values.update(v for v in plugin.analyze_string(text) if v and not _PLACEHOLDER.fullmatch(v))
