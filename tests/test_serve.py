@@ -5,6 +5,7 @@ subprocess in front of the fake upstream, and agents written against the
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import os
 import re
@@ -414,6 +415,42 @@ def test_an_upstream_that_is_down_is_a_502_naming_it(setup: Any) -> None:
     assert (wrong.returncode, wrong.stderr.splitlines()) == (1, [
         "brewkb: error: the upstream must be an http:// or https:// URL such as https://api.openai.com/v1, got "
         "'localhost:8000'; check --upstream or serve.upstream"])
+    # `--upstream "$OPENAI_BASE_URL"` with the variable unset: refused, not api.openai.com; --json says so in a line
+    empty = brewkb(kb, env, "serve", "--upstream", "", "--port", "0", "--json")
+    assert empty.returncode == 1 and "--upstream is empty" in empty.stderr
+    assert json.loads(empty.stdout) == {"event": "error", "error": empty.stderr.split("brewkb: error: ", 1)[1].strip()}
+
+
+def test_a_server_that_is_its_own_upstream_answers_508_at_once(setup: Any) -> None:
+    kb, env, fake, server = setup
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    looped = Server(kb, env, "--port", str(port), "--upstream", f"http://127.0.0.1:{port}/v1", "--run", "loop")
+    try:
+        code, answer = looped.post("/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+        assert code == 508 and answer["error"]["type"] == "loop_detected"
+        assert "leads back to this server" in answer["error"]["message"]
+        assert looped.get("/brewkb/status")["requests"] == 2  # the request, and itself coming back once
+    finally:
+        assert looped.stop()[0] == 0
+
+
+def test_a_compressed_body_goes_on_decompressed_and_one_that_does_not_decompress_is_a_400(setup: Any) -> None:
+    kb, env, fake, server = setup
+    body = {"model": "m", "messages": [{"role": "user", "content": "cancel order [gzip]"}]}
+    for data, expected in ((gzip.compress(json.dumps(body).encode()), 200), (b"not gzip at all", 400)):
+        request = urllib.request.Request(server.url + "/chat/completions", data=data, method="POST", headers={
+            "content-type": "application/json", "content-encoding": "gzip"})
+        try:
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                code, said = answer.status, json.loads(answer.read())
+        except urllib.error.HTTPError as exc:
+            code, said = exc.code, json.loads(exc.read())
+        assert code == expected, said
+    assert len(sent_to_upstream(fake, "cancel order [gzip]")) == 1
+    assert said["error"]["type"] == "invalid_request_error" and "Content-Encoding: gzip" in said["error"]["message"]
+    assert "Traceback" not in server.log.read_text()
 
 
 def _raw(server: Server, request: bytes) -> bytes:
@@ -441,6 +478,9 @@ def test_hostile_requests_are_answered_and_leave_no_traceback(setup: Any) -> Non
     log = server.log.read_text()
     assert "Traceback" not in log and re.search(r"brewkb: WARNING: Error handling request from \S+: \S", log)
     assert "not recorded" not in log
+    # a score JSON reads as infinite is no score
+    code, said = server.post("/brewkb/outcomes", {"conversation_id": "c-1", "score": float("inf")})
+    assert code == 400 and said["error"]["message"] == "`score` must be a finite number"
 
 
 def test_a_message_of_a_megabyte_written_to_be_slow_leaves_the_server_answering(setup: Any) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from brewkb.cli.output import echo, note, plural
+from brewkb.errors import BrewError
 
 
 @click.command("serve")
@@ -20,7 +21,8 @@ from brewkb.cli.output import echo, note, plural
               help="Port to listen on (0: any free port, printed when the server is ready).")
 @click.option("--run", default=None,
               help="Record into this run (default: serve-<revision>, which follows the revision).")
-@click.option("--json", "as_json", is_flag=True, help="Print the start and the end as one JSON line each.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the start (or why it could not start) and the end as one JSON line each.")
 def serve_cmd(rev: str | None, upstream: str | None, host: str, port: int, run: str | None, as_json: bool) -> None:
     """Serve the KB to any OpenAI-compatible agent: a proxy that adds recipes to each chat request and records
     the conversations as a serve run for `brewkb distill`."""
@@ -35,7 +37,12 @@ def serve_cmd(rev: str | None, upstream: str | None, host: str, port: int, run: 
         echo(f"Recording into run {info['run']} ({info['journal']}). Point agents at it: "
              f"OPENAI_BASE_URL={info['url']}")
 
-    status = serve(rev=rev, run=run, upstream=upstream, host=host, port=port, ready=ready, notify=note)
+    try:
+        status = serve(rev=rev, run=run, upstream=upstream, host=host, port=port, ready=ready, notify=note)
+    except BrewError as exc:
+        if as_json:  # a script waiting for the first line gets one
+            echo(json.dumps({"event": "error", "error": str(exc)}))
+        raise
     if as_json:
         echo(json.dumps({"event": "stopped", **status}))
         return

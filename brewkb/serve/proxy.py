@@ -15,6 +15,12 @@ reached is a 502 naming it, one that stays silent past
 with an ``error`` event. A client that goes away cancels its upstream request.
 At most ``serve.concurrency`` requests are forwarded at once; up to
 ``serve.queue`` more wait, and the next is answered 503.
+
+A request body sent compressed (``Content-Encoding: gzip``) goes on
+decompressed, without that header; one that does not decompress is a 400.
+Every forwarded request names this server in ``X-Brewkb-Via``: a request that
+comes back to it (an upstream that is the server itself, or another proxy
+that sends it back) is answered 508 instead of going round again.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
+import secrets
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -40,7 +48,8 @@ log = logging.getLogger(__name__)
 
 HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
                         "trailers", "transfer-encoding", "upgrade", "host", "content-length"})
-NOT_FORWARDED = HOP_BY_HOP | {"accept-encoding", HEADER.lower()}
+VIA = "X-Brewkb-Via"
+NOT_FORWARDED = HOP_BY_HOP | {"accept-encoding", "content-encoding", HEADER.lower(), VIA.lower()}
 NOT_RELAYED = HOP_BY_HOP
 RECORD_BYTES = 4 * 2**20
 """An answer longer than this is relayed whole but not recorded."""
@@ -76,6 +85,8 @@ class Proxy:
         self.timeout = aiohttp.ClientTimeout(total=None, connect=config.connect_timeout,
                                              sock_read=config.read_timeout)
         self.session: aiohttp.ClientSession | None = None
+        self.token = secrets.token_hex(8)
+        """This server's name in ``X-Brewkb-Via``."""
         # hybrid retrieval may wait for an embeddings endpoint: one worker thread, never the event loop
         self.retriever = ThreadPoolExecutor(1, "brewkb-retrieval") if serving.waits else None
 
@@ -104,9 +115,12 @@ class Proxy:
                                   "waiting": self.waiting, "conversations_started": self.conversations.started})
 
     async def outcomes(self, request: web.Request) -> web.Response:
+        raw = await self._body(request)
+        if isinstance(raw, web.Response):
+            return raw
         try:
-            body = await request.json()
-        except (ValueError, UnicodeDecodeError):
+            body = json.loads(raw)
+        except (ValueError, RecursionError):
             return error(400, "the body must be JSON: {\"conversation_id\": ..., \"success\": true} or a list of them",
                          "invalid_request_error")
         rows = body if isinstance(body, list) else [body]
@@ -129,8 +143,8 @@ class Proxy:
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         raw = await self._body(request)
-        if raw is None:
-            return self._late()
+        if isinstance(raw, web.Response):
+            return raw
         try:
             body = json.loads(raw)
         except (ValueError, RecursionError):
@@ -156,25 +170,34 @@ class Proxy:
 
     async def relay(self, request: web.Request, raw: bytes | None = None) -> web.StreamResponse:
         data = raw if raw is not None else await self._body(request)
-        if data is None:
-            return self._late()
+        if isinstance(data, web.Response):
+            return data
         return await self.forward(request, data, {}, None)
 
-    async def _body(self, request: web.Request) -> bytes | None:
-        """The request's body, or ``None`` when the client did not send it whole in time."""
+    async def _body(self, request: web.Request) -> bytes | web.Response:
+        """The request's body (decompressed), or the error answer when the client
+        did not send it whole in time or it does not decompress."""
         try:
             async with asyncio.timeout(self.config.body_timeout):
                 return await request.read()
         except TimeoutError:
-            return None
-
-    def _late(self) -> web.Response:
-        return self._failed(408, f"the request's body did not arrive whole within {self.config.body_timeout:g} s "
-                                 "(serve.body_timeout)", "request_timeout")
+            return self._failed(408, f"the request's body did not arrive whole within "
+                                     f"{self.config.body_timeout:g} s (serve.body_timeout)", "request_timeout")
+        except web.RequestPayloadError as exc:
+            return self._failed(400, f"the request's body could not be read: {str(exc).splitlines()[-1].strip()} "
+                                     f"(Content-Encoding: {request.headers.get('Content-Encoding', 'none')})",
+                                "invalid_request_error")
 
     async def forward(self, request: web.Request, data: bytes, extra: dict[str, str],
                       chat: _Chat | None) -> web.StreamResponse:
         self.serving.counts["requests"] += 1
+        via = [name.strip() for name in request.headers.get(VIA, "").split(",") if name.strip()]
+        if self.token in via:
+            return self._failed(508, f"this request came back to brewkb serve through its upstream {self.shown}: "
+                                     "the upstream leads back to this server (is --upstream the server's own URL, or "
+                                     "OPENAI_BASE_URL already pointed at it?); give the model's endpoint as --upstream",
+                                "loop_detected")
+        extra_via = {VIA: ", ".join([*via[-7:], self.token])}
         if self.waiting >= self.config.queue and self.slots.locked():
             return error(503, f"brewkb serve is forwarding {self.config.concurrency} requests and "
                               f"{self.waiting} more wait (serve.concurrency, serve.queue); retry shortly",
@@ -186,18 +209,18 @@ class Proxy:
             self.waiting -= 1
         self.in_flight += 1
         try:
-            return await self._exchange(request, data, extra, chat)
+            return await self._exchange(request, data, extra, chat, extra_via)
         finally:
             self.in_flight -= 1
             self.slots.release()
 
     async def _exchange(self, request: web.Request, data: bytes, extra: dict[str, str],
-                        chat: _Chat | None) -> web.StreamResponse:
+                        chat: _Chat | None, via: dict[str, str]) -> web.StreamResponse:
         assert self.session is not None
         path = request.rel_url.path
         tail = path[3:] if path == "/v1" or path.startswith("/v1/") else path
         url = self.base + tail + (f"?{request.rel_url.raw_query_string}" if request.rel_url.raw_query_string else "")
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in NOT_FORWARDED}
+        headers = {**{k: v for k, v in request.headers.items() if k.lower() not in NOT_FORWARDED}, **via}
         try:
             upstream = await self.session.request(request.method, url, data=data or None, headers=headers,
                                                   allow_redirects=False)
@@ -309,8 +332,9 @@ def _outcome_problem(row: Any) -> str | None:
     success, score = row.get("success"), row.get("score")
     if not isinstance(success, bool | None):
         return "`success` must be true or false"
-    if score is not None and (isinstance(score, bool) or not isinstance(score, int | float) or score != score):
-        return "`score` must be a number"
+    if score is not None and (isinstance(score, bool) or not isinstance(score, int | float)
+                              or not math.isfinite(score)):
+        return "`score` must be a finite number"
     if success is None and score is None:
         return "an outcome needs `success` (true/false) or `score` (a number)"
     return None

@@ -35,6 +35,10 @@ def serve(start: Path = Path("."), *, rev: str | None = None, run: str | None = 
     """Serve until SIGTERM or SIGINT; ``ready`` hears the address and what is
     served once the server listens, ``notify`` each change of revision or run.
     Returns the final status (every conversation held is written by then)."""
+    if upstream is not None and not upstream.strip():
+        raise ServeError("--upstream is empty (an unset variable, such as $OPENAI_BASE_URL?); give the model "
+                         "endpoint's base URL, such as https://api.openai.com/v1, or leave --upstream out to use "
+                         "serve.upstream")
     serving = Serving.open(start, rev=rev, run=run)
     upstream = upstream or serving.config.serve.upstream
     parts = urlsplit(upstream)
@@ -53,6 +57,8 @@ def _bad_requests_in_one_line(record: logging.LogRecord) -> bool:
     a traceback: anyone can send one, so it is one warning line; a failure of
     the server's own stays an error with its traceback."""
     error = record.exc_info[1] if record.exc_info else None
+    if isinstance(error, web.RequestPayloadError):
+        return False  # a body that does not decompress: answered 400 and said once; aiohttp meets it again after
     if isinstance(error, HttpProcessingError):
         record.msg, record.args = "%s: %s", (record.getMessage(), error.message or type(error).__name__)
         record.exc_info, record.exc_text = None, None
