@@ -478,6 +478,15 @@ def test_hostile_requests_are_answered_and_leave_no_traceback(setup: Any) -> Non
     log = server.log.read_text()
     assert "Traceback" not in log and re.search(r"brewkb: WARNING: Error handling request from \S+: \S", log)
     assert "not recorded" not in log
+    # the server's own paths never reach the upstream
+    asked = len(fake.requests)
+    for method, path, expected in (("PUT", "/brewkb/status", 405), ("GET", "/brewkb/outcomes", 405),
+                                   ("GET", "/brewkb/nothing", 404)):
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(urllib.request.Request(server.url + path, method=method), timeout=10)
+        assert refused.value.code == expected and json.loads(refused.value.read())["error"]["type"] in (
+            "method_not_allowed", "not_found")
+    assert len(fake.requests) == asked
     # a score JSON reads as infinite is no score
     code, said = server.post("/brewkb/outcomes", {"conversation_id": "c-1", "score": float("inf")})
     assert code == 400 and said["error"]["message"] == "`score` must be a finite number"

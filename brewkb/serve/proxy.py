@@ -51,6 +51,8 @@ HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy
 VIA = "X-Brewkb-Via"
 NOT_FORWARDED = HOP_BY_HOP | {"accept-encoding", "content-encoding", HEADER.lower(), VIA.lower()}
 NOT_RELAYED = HOP_BY_HOP
+OWN_PATHS = {"status": "GET", "outcomes": "POST"}
+"""The server's own paths under ``/v1/brewkb/`` and their method; nothing under it goes to the upstream."""
 RECORD_BYTES = 4 * 2**20
 """An answer longer than this is relayed whole but not recorded."""
 
@@ -94,6 +96,7 @@ class Proxy:
         app = web.Application(client_max_size=self.config.max_request_mb * 2**20)
         app.router.add_get("/v1/brewkb/status", self.status)
         app.router.add_post("/v1/brewkb/outcomes", self.outcomes)
+        app.router.add_route("*", "/v1/brewkb/{tail:.*}", self.own)
         app.router.add_route("*", "/{tail:.*}", self.any)
         app.on_startup.append(self._open)
         app.on_cleanup.append(self._close)
@@ -133,6 +136,14 @@ class Proxy:
             checked.append((row["conversation_id"], row.get("success"), None if score is None else float(score)))
         await asyncio.to_thread(self.serving.outcomes, checked)
         return web.json_response({"recorded": len(checked)})
+
+    async def own(self, request: web.Request) -> web.Response:
+        """A path of the server's own with another method, or one it does not have: never the upstream's."""
+        method = OWN_PATHS.get(request.match_info["tail"])
+        if method is not None:
+            return error(405, f"{request.rel_url.path} takes {method}", "method_not_allowed", {"Allow": method})
+        return error(404, "brewkb serve's own paths are " + ", ".join(
+            f"{m} /v1/brewkb/{p}" for p, m in OWN_PATHS.items()), "not_found")
 
     async def any(self, request: web.Request) -> web.StreamResponse:
         """A chat completion (``/v1/chat/completions``, or any path ending so, as Azure's
