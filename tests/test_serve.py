@@ -383,6 +383,8 @@ def test_outcomes_are_posted_and_a_serve_run_distils_into_a_pr_that_is_served_on
     assert answer.headers["x-brewkb-revision"] == head
     assert "cancel-pending-order" in answer.headers["x-brewkb-recipes"].split(",")
     assert "cancel_pending_order" in sent_to_upstream(fake, ask)[0]["messages"][0]["content"]
+    runs = server.wait(lambda s: s["run"] in s["recorder"]["runs"])["recorder"]["runs"]
+    assert runs[run] >= 18 and runs[status["run"]] >= 1  # what was written where, as the stop line says it
 
 
 def test_the_key_is_in_no_file(setup: Any) -> None:
@@ -549,6 +551,48 @@ def test_a_conversation_that_ends_the_scrubbing_process_loses_only_itself(tmp_pa
     assert (recorder.counts["written"], recorder.counts["failed"]) == (2, 1)
     written = [json.loads(line)["task"] for line in (run.path / "serve" / "w.jsonl").read_text().splitlines()]
     assert written == ["Go [first]", "Go [last]"]
+
+
+def test_the_stop_line_names_every_run_written_into(tmp_path: Path) -> None:
+    """Without --json: the start lines, and a stop line that names each run when the branch moved meanwhile."""
+    env = environment(tmp_path / "home")
+    kb = make_kb(tmp_path / "kb", env, "flush_seconds = 0.1\nrefresh_seconds = 0.1")
+    with FakeOpenAI(default=reply) as fake:
+        process = subprocess.Popen([sys.executable, "-m", "brewkb", "serve", "--port", "0", "--upstream",
+                                    fake.base_url], cwd=kb, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True)
+        assert process.stdout is not None
+        started = process.stdout.readline()
+        url = re.search(r" on (http://\S+/v1), in front of ", started)
+        assert url, started + process.stdout.readline()
+        assert process.stdout.readline().startswith("Recording into run serve-")
+        client = openai.OpenAI(base_url=url[1], api_key=KEY, max_retries=0)
+
+        def status() -> dict[str, Any]:
+            with urllib.request.urlopen(url[1] + "/brewkb/status", timeout=10) as answer:
+                return json.loads(answer.read())
+
+        def written(n: int) -> dict[str, Any]:
+            deadline = time.monotonic() + 30
+            while (now := status())["recorder"]["written"] < n and time.monotonic() < deadline:
+                time.sleep(0.05)
+            return now
+
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "Go [one]"}])
+        first = written(1)["run"]
+        (kb / "recipes" / "refund-order.md").write_text(RECIPE.replace("cancel-order", "refund-order"))
+        git(kb, "add", "-A")
+        git(kb, "commit", "-qm", "another recipe")
+        deadline = time.monotonic() + 30
+        while status()["run"] == first and time.monotonic() < deadline:
+            time.sleep(0.05)
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "Go [two]"}])
+        second = written(2)["run"]
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err
+    assert out.splitlines()[-1] == (f"Stopped after 2 requests (2 chat); 2 conversations written into runs {first} (1) "
+                                    f"and {second} (1).")
 
 
 @pytest.mark.parametrize("group", [False, True], ids=["sigterm", "ctrl-c-to-the-process-group"])

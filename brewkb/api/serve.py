@@ -205,7 +205,7 @@ class Serving:
         return {"revision": self.revision.commit, "ref": self.ref, "run": self.run.id,
                 "journal": str(self.recorder.journal(self.run)), "placement": self.config.serve.placement,
                 "uptime": round(time.time() - self.started, 1), **self.counts,
-                "recorder": {**self.recorder.counts, "held": self.recorder.held()}}
+                "recorder": {**self.recorder.counts, "held": self.recorder.held(), "runs": dict(self.recorder.runs)}}
 
     def close(self) -> None:
         """Write every conversation held and let the KB go."""

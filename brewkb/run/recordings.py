@@ -144,6 +144,8 @@ class Recorder:
         self._begun: set[str] = set()  # runs whose manifest this process has seen marked
         # pending: conversations with turns not written yet
         self.counts = {"turns": 0, "written": 0, "refused": 0, "failed": 0, "outcomes": 0, "pending": 0}
+        self.runs: dict[str, int] = {}
+        """Conversations written into each run (a server that follows its branch moves on to new runs)."""
         self._admitting: ProcessPoolExecutor | None = None
         self._thread = threading.Thread(target=self._work, name="brewkb-recorder", daemon=True)
         self._thread.start()
@@ -275,6 +277,7 @@ class Recorder:
         except Exception as exc:  # the server goes on; what it could not write is said and counted
             return exc
         self.counts["written"] += 1
+        self.runs[run.id] = self.runs.get(run.id, 0) + 1
         return None
 
     def _lines(self, conversations: Sequence[tuple[Turn, dict[int, dict[str, Any]]]]
