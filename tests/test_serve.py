@@ -370,6 +370,9 @@ def test_outcomes_are_posted_and_a_serve_run_distils_into_a_pr_that_is_served_on
 
     done = brewkb(kb, env, "distill", run, "--iterations", "1")
     assert done.returncode == 0, done.stderr
+    again = brewkb(kb, env, "import", f"runs/{run}", "--format", "serve")  # the way on keeps the recordings
+    assert again.returncode == 1 and f"`brewkb import runs/{run} --format serve --run NEW`" in again.stderr
+    assert "delete" not in again.stderr and (kb / "runs" / run / "serve").is_dir()
     assert "imported from serve logs" in git(kb, "log", "-1", "--format=%B", f"brew/{run}/pr")
     changed = git(kb, "diff", "--name-only", "HEAD", f"brew/{run}/pr").split()
     assert "recipes/cancel-pending-order.md" in changed
