@@ -357,9 +357,9 @@ def test_outcomes_are_posted_and_a_serve_run_distils_into_a_pr_that_is_served_on
     assert json.loads(plan.stdout)["trajectories"] == len(journal(kb, run)) and \
         not (kb / "runs" / run / "rollouts.jsonl").exists()
     (tmp_path / "late.csv").write_text("conversation_id,success\nt8-1,false\n")
-    imported = brewkb(kb, env, "import", f"runs/{run}", "--format", "serve", "--outcomes", str(tmp_path / "late.csv"),
-                      "--json")
+    imported = brewkb(kb, env, "import", f"runs/{run}", "--outcomes", str(tmp_path / "late.csv"), "--json")
     assert imported.returncode == 0, imported.stderr
+    assert f"runs/{run} looks like `serve`" in imported.stderr
     counts = json.loads(imported.stdout)
     assert (counts["run"], counts["labels_attached"], counts["unmatched_labels"]) == (run, 1, 0)
     rollouts = [json.loads(line) for line in (kb / "runs" / run / "rollouts.jsonl").read_text().splitlines()]

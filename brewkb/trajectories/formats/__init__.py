@@ -58,7 +58,7 @@ def sniff(path: Path) -> str | None:
     """The format ``path`` looks like, or ``None``. A trace holding both
     OpenInference and GenAI spans is left to ``--format``."""
     if path.is_dir():
-        return "osworld" if osworld.looks_like(path) else None
+        return "osworld" if osworld.looks_like(path) else "serve" if serve.looks_like(path) else None
     try:
         with path.open(encoding="utf-8-sig", errors="replace") as handle:
             head = handle.read(200_000)

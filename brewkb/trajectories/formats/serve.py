@@ -133,6 +133,12 @@ def _turns(trajectory: Trajectory) -> dict[int, dict[str, Any]]:
         if isinstance(turns, list) else {}
 
 
+def looks_like(path: Path) -> bool:
+    """Whether ``path`` is a serve run's folder (or its ``serve/`` folder) with conversations recorded."""
+    folder = path / "serve" if (path / "serve").is_dir() else path if path.name == "serve" else None
+    return folder is not None and any(not p.name.endswith(OUTCOMES_SUFFIX) for p in folder.glob("*.jsonl"))
+
+
 def _journals(path: Path) -> list[Path]:
     folder = path / "serve" if (path / "serve").is_dir() else path
     if not folder.is_dir():
