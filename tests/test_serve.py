@@ -556,6 +556,21 @@ def test_a_conversation_that_ends_the_scrubbing_process_loses_only_itself(tmp_pa
     assert written == ["Go [first]", "Go [last]"]
 
 
+def test_a_body_over_the_limit_is_a_413_in_openais_shape(tmp_path: Path) -> None:
+    env = environment(tmp_path / "home")
+    kb = make_kb(tmp_path / "kb", env, "max_request_mb = 1")
+    with FakeOpenAI(default=reply) as fake:
+        server = Server(kb, env, "--upstream", fake.base_url)
+        try:
+            code, said = server.post("/chat/completions", {"model": "m", "messages": [
+                {"role": "user", "content": "x" * 1_200_000}]})
+        finally:
+            server.stop()
+    assert code == 413 and said["error"] == {"message": "the request's body is over 1 MB (serve.max_request_mb)",
+                                             "type": "request_too_large", "param": None, "code": "request_too_large"}
+    assert not fake.requests
+
+
 def test_the_stop_line_names_every_run_written_into(tmp_path: Path) -> None:
     """Without --json: the start lines, and a stop line that names each run when the branch moved meanwhile."""
     env = environment(tmp_path / "home")

@@ -194,6 +194,9 @@ class Proxy:
         except TimeoutError:
             return self._failed(408, f"the request's body did not arrive whole within "
                                      f"{self.config.body_timeout:g} s (serve.body_timeout)", "request_timeout")
+        except web.HTTPRequestEntityTooLarge:
+            return self._failed(413, f"the request's body is over {self.config.max_request_mb} MB "
+                                     "(serve.max_request_mb)", "request_too_large")
         except web.RequestPayloadError as exc:
             return self._failed(400, f"the request's body could not be read: {str(exc).splitlines()[-1].strip()} "
                                      f"(Content-Encoding: {request.headers.get('Content-Encoding', 'none')})",
