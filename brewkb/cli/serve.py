@@ -47,10 +47,8 @@ def serve_cmd(rev: str | None, upstream: str | None, host: str, port: int, run: 
         echo(json.dumps({"event": "stopped", **status}))
         return
     recorder = status["recorder"]
-    runs = recorder["runs"]
-    into = (f"run {status['run']}" if len(runs) < 2 else
-            "runs " + ", ".join(f"{run} ({n})" for run, n in list(runs.items())[:-1])
-            + " and {} ({})".format(*list(runs.items())[-1]))
+    names = [f"{run} ({n})" for run, n in recorder["runs"].items()]
+    into = f"run {status['run']}" if len(names) < 2 else f"runs {', '.join(names[:-1])} and {names[-1]}"
     echo(f"Stopped after {plural(status['requests'], 'request')} ({status['chat']} chat); "
          f"{plural(recorder['written'], 'conversation')} written into {into}"
          + (f", {recorder['refused']} refused" if recorder["refused"] else "") + ".")

@@ -49,8 +49,8 @@ _PRIVATE_KEY = re.compile(r"-----BEGIN[A-Z ]*PRIVATE KEY[A-Z ]*-----.*?(?:-----E
 _PLACEHOLDER = re.compile(r"<[a-z][a-z0-9_]*>")
 _NAMED = re.compile(
     r"(?i:\b(?:bearer|basic|digest|token)\s+|\b(?:api[_ -]?key|apikey|access[_ -]?key(?:[_ -]?id)?"
-    r"|(?:client[_ -]?|aws[_ -]?)?secret(?:[_ -]?(?:access[_ -]?)?key)?|(?:auth|access|refresh|session|id|api)?[_ -]?token"
-    r"|credentials?)\b[\"']?\s*(?:is|was|[:=]|=>)\s*[\"']?)"
+    r"|(?:client[_ -]?|aws[_ -]?)?secret(?:[_ -]?(?:access[_ -]?)?key)?"
+    r"|(?:auth|access|refresh|session|id|api)?[_ -]?token|credentials?)\b[\"']?\s*(?:is|was|[:=]|=>)\s*[\"']?)"
     r"((?=[^\s\"',;<>]*\d)[^\s\"',;<>]{6,})")
 """A credential's value after its auth scheme or its name (it has a digit: "the token is expired" has none)."""
 _QUICK = re.compile(r"(?i)pass|pwd|secret|token|key|auth|bearer|cred|private|-----|://|[A-Za-z0-9+/=_\-]{20}"
