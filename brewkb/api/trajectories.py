@@ -170,15 +170,13 @@ def _check_importable(target: Run) -> None:
                               "import logs into a run of their own: --run NEW")
     done = target.manifest()["stages"]
     later = [stage for stage in (*STAGES, "search") if stage in done and stage != "rollouts"]
-    if later and target.file(SERVE_FOLDER).is_dir():  # it holds the server's recordings: never advise deleting it
-        raise TrajectoryError(f"run {target.id} has gone on past its import ({', '.join(later)}): new conversations "
-                              "would leave those stages out of date; import the recordings into a new run: "
-                              f"`brewkb import runs/{target.id} --format serve --run NEW` (they stay in "
-                              f"runs/{target.id}/serve/)")
     if later:
+        # a serve run's folder holds the server's recordings: never advise deleting it
+        way = (f"import the recordings into a new run: `brewkb import runs/{target.id} --format serve --run NEW` "
+               f"(they stay in runs/{target.id}/serve/)" if target.file(SERVE_FOLDER).is_dir() else
+               f"import them into a new run (--run NEW), or delete {target.path} and import everything again")
         raise TrajectoryError(f"run {target.id} has gone on past its import ({', '.join(later)}): new logs would "
-                              "leave those stages out of date; import them into a new run (--run NEW), or delete "
-                              f"{target.path} and import everything again")
+                              f"leave those stages out of date; {way}")
 
 
 def _import(target: Run, path: Path, fmt: str, items: Iterator[Item], labels: Labels | None, skip_bad: bool,

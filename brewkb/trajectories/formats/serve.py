@@ -133,14 +133,19 @@ def _turns(trajectory: Trajectory) -> dict[int, dict[str, Any]]:
         if isinstance(turns, list) else {}
 
 
+def _folder(path: Path) -> Path:
+    """The ``serve/`` folder of a serve run's folder, or ``path`` itself (given that folder)."""
+    return path / "serve" if (path / "serve").is_dir() else path
+
+
 def looks_like(path: Path) -> bool:
     """Whether ``path`` is a serve run's folder (or its ``serve/`` folder) with conversations recorded."""
-    folder = path / "serve" if (path / "serve").is_dir() else path if path.name == "serve" else None
-    return folder is not None and any(not p.name.endswith(OUTCOMES_SUFFIX) for p in folder.glob("*.jsonl"))
+    folder = _folder(path)
+    return folder.name == "serve" and any(not p.name.endswith(OUTCOMES_SUFFIX) for p in folder.glob("*.jsonl"))
 
 
 def _journals(path: Path) -> list[Path]:
-    folder = path / "serve" if (path / "serve").is_dir() else path
+    folder = _folder(path)
     if not folder.is_dir():
         raise TrajectoryError(f"{path}: `serve` reads a serve run's folder (runs/RUN) or its serve/ folder")
     found = sorted(p for p in folder.glob("*.jsonl") if not p.name.endswith(OUTCOMES_SUFFIX))
@@ -220,7 +225,7 @@ def _absorb(entries: dict[str, _Entry]) -> dict[str, _Entry]:
 
 def _labels(path: Path) -> dict[str, Outcome]:
     """The outcome last posted for each conversation; a bad line is skipped."""
-    folder = path / "serve" if (path / "serve").is_dir() else path
+    folder = _folder(path)
     posted: list[tuple[float, str, Outcome]] = []
     for file in sorted(folder.glob(f"*{OUTCOMES_SUFFIX}")):
         with file.open("rb") as handle:
