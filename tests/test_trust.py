@@ -243,11 +243,11 @@ JWT = ("eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI
 PEM = "-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEAq7BFUpkGp3+LQmlQ\n-----END RSA PRIVATE KEY-----"
 SAID = ("By the way: my password is Tr0ub4dor&3x, my SSN is 123-45-6789, IBAN GB82 WEST 1234 5698 7654 32, "
         "card 4111.1111.1111.1111, mail jane.roe(at)example(dot)com or call +44 20 7946 0958, passport number "
-        f"X1234567, I live at 742 Evergreen Terrace. My key is {OPENAI_KEY}. Card cvv 734, PIN 8862, DOB "
+        f"X1234567, I live at 742 Evergreen Terrace. My key is {OPENAI_KEY}. Card cvv 734, PIN 73915824, DOB "
         "1980-02-03; I called with -H 'Authorization: Bearer 9f8e7d6c5b4a39281706f5e4d3c2b1a0' and "
         "api_key=plainlongsecretvalue123456.")
 PLANTED = ["Tr0ub4dor", "123-45-6789", "GB82", "4111.1111", "jane.roe", "7946 0958", "X1234567", "Evergreen",
-           "cvv 734", "8862", "1980-02-03", "9f8e7d6c5b4a", "plainlongsecret",
+           "cvv 734", "73915824", "1980-02-03", "9f8e7d6c5b4a", "plainlongsecret",
            OPENAI_KEY[8:30], AWS_ID, AWS_SECRET[:20], GITHUB[4:], JWT[:30], JWT[-20:], "MIIEpAIBAAKCAQEA"]
 
 
