@@ -147,12 +147,15 @@ class Server:
         return self.process.returncode, json.loads(out.strip().splitlines()[-1])
 
 
+QUICK = "flush_seconds = 0.2\nrefresh_seconds = 0.2\nread_timeout = 0.5\nbody_timeout = 0.5"
+"""The ``[serve]`` settings of the tests' servers: quick to write, to follow the branch and to give up."""
+
+
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str], FakeOpenAI, Server]]:
     home = tmp_path_factory.mktemp("serve-home")
     env = environment(home)
-    kb = make_kb(tmp_path_factory.mktemp("serve") / "kb", env,
-                 "flush_seconds = 0.2\nrefresh_seconds = 0.2\nread_timeout = 0.5\nbody_timeout = 0.5")
+    kb = make_kb(tmp_path_factory.mktemp("serve") / "kb", env, QUICK)
     with FakeOpenAI(default=reply) as fake:
         server = Server(kb, env, "--upstream", fake.base_url)
         yield kb, env, fake, server
@@ -329,7 +332,18 @@ def test_a_client_that_goes_away_cancels_its_upstream_request(setup: Any) -> Non
 
 def test_outcomes_are_posted_and_a_serve_run_distils_into_a_pr_that_is_served_once_merged(setup: Any,
                                                                                           tmp_path: Path) -> None:
-    kb, env, fake, server = setup
+    _, env, fake, _ = setup
+    # a server of its own: the run holds these conversations alone, so the tasks distill holds out are known
+    kb = make_kb(tmp_path / "kb", env, QUICK)
+    server = Server(kb, env, "--upstream", fake.base_url)
+    try:
+        _serve_run_to_merged_pr(kb, env, fake, server, tmp_path)
+    finally:
+        server.stop()
+    assert not [p for p in tmp_path.rglob("*") if p.is_file() and KEY.encode() in p.read_bytes()]
+
+
+def _serve_run_to_merged_pr(kb: Path, env: dict[str, str], fake: FakeOpenAI, server: Server, tmp_path: Path) -> None:
     client = openai.OpenAI(base_url=server.url, api_key=KEY, max_retries=0)
     outcomes = []
     for task in range(9):

@@ -1,11 +1,13 @@
-"""The held-out parts of logged conversations, chosen by task and by content
-hash, so adding logs of other tasks does not move a task across the split and
-every trial of a task stays on one side.
+"""The held-out parts of logged conversations, chosen by task: the tasks in
+the order of a content hash of their ids, every ``HOLD_OUT_EVERY``-th from the
+first the *eval* split (what ``distill``'s search and its gate measure recipes
+on), every ``HOLD_OUT_EVERY``-th from the second the *test* split (the PR's
+evidence, which no stage of the run ever reads); the rest is learned from.
 
-One task in ``HOLD_OUT_EVERY`` is the *eval* split (what ``distill``'s search
-and its gate measure recipes on) and another one in ``HOLD_OUT_EVERY`` the
-*test* split (the PR's evidence, which no stage of the run ever reads); the
-rest is learned from.
+Every trial of a task stays on one side, and the same tasks always give the
+same split. Logs of more tasks give another one: a task's place in the order
+moves when tasks join it, so a task one run learned from can be held out by a
+run on a larger log.
 """
 
 from __future__ import annotations
