@@ -66,8 +66,9 @@ def test_distill_skips_a_broken_recipe_and_names_uncommitted_files(tmp_path: Pat
     assert brewkb(tmp_path, "init", "kb").returncode == 0
     kb = tmp_path / "kb"
     (kb / "recipes" / "broken.md").write_text('---\nname: broken\ndescription: "unterminated\n---\nbody\n')
+    (kb / "recipes" / "cancel-pending-order.md").write_text("---\nname: [cancel-pending-order\n---\nbody\n")  # learned
     git(kb, "add", "-A")
-    git(kb, "commit", "-qm", "a broken recipe")
+    git(kb, "commit", "-qm", "broken recipes")
     tau, _ = write_logs(tmp_path)
     imported = brewkb(kb, "import", str(tau), "--run", "air")  # no --format: it looks like tau-bench
     assert imported.returncode == 0 and "looks like `tau-bench`: reading it as that" in imported.stderr
@@ -83,6 +84,11 @@ def test_distill_skips_a_broken_recipe_and_names_uncommitted_files(tmp_path: Pat
     assert any("recipes/hand.md is not committed: the run starts from HEAD without it" in w for w in warnings)
     assert any("brewkb.toml has uncommitted changes: the run uses them" in w for w in warnings)
     assert done.stderr.index("skipping recipes/broken.md") < done.stderr.index("grades:")  # before any stage
+    # a concept whose recipe in the base does not parse is chosen as a new recipe, and the PR's file parses
+    assert re.search(r"recipes/cancel-pending-order.md at \w{12} does not parse \(.*\): its concept is chosen as a "
+                     r"new recipe", done.stderr), done.stderr
+    assert git(kb, "show", "brew/air/pr:recipes/cancel-pending-order.md").startswith(
+        "---\nname: cancel-pending-order\ndescription:")
     assert re.search(r"Then `brewkb gc air` deletes its \d+ node branches", done.stdout)
     report = brewkb(kb, "report", "air")
     assert report.returncode == 0, report.stderr

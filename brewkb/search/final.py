@@ -29,12 +29,14 @@ instead of evaluating again.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from brewkb.errors import RecipeError
 from brewkb.recipes import Recipe, parse_recipe, render_recipe
 from brewkb.search.evaluate import Evaluates
 from brewkb.search.store import SearchStore
@@ -44,6 +46,8 @@ __all__ = ["FinalChoice", "Effect", "finalize", "recorded_choices", "chosen_node
 
 BASE = "base"
 LEFT_OUT = "left-out"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -159,10 +163,9 @@ async def finalize(store: SearchStore, evaluator: Evaluates, trees: Mapping[str,
             # a document the search measured below its root is no candidate, whatever a second measurement says
             if (node.reward or 0.0) >= root_reward:
                 pool[f"{concept}/n{node.id}"] = (concept, parse_recipe(text[(concept, node.id)]))
-        held = existing.get(store.path(concept))
+        held = _readable(store, concept, existing.get(store.path(concept)))
         base_key = f"{concept}/{BASE}" if held is not None else f"{concept}/n0"
-        pool[base_key] = (concept, parse_recipe(held.decode()) if held is not None else
-                          parse_recipe(text[(concept, 0)]))
+        pool[base_key] = (concept, held if held is not None else parse_recipe(text[(concept, 0)]))
     evaluator.cache.begin("final")
     results = await evaluator.evaluate(pool, current)
     choices: dict[str, FinalChoice] = {}
@@ -227,6 +230,19 @@ async def _gate(evaluator: Evaluates, choices: dict[str, FinalChoice], pool: Map
             out[concept] = dataclasses.replace(choice, node=None, kept=True, reward=choice.base_reward,
                                                effect=effect, left_out=reason)
     return out
+
+
+def _readable(store: SearchStore, concept: str, held: bytes | None) -> Recipe | None:
+    """The base KB's recipe of ``concept``, or ``None`` when it has none or
+    one that does not parse (then the concept is a new recipe, and says so)."""
+    if held is None:
+        return None
+    try:
+        return parse_recipe(held.decode())
+    except (RecipeError, UnicodeDecodeError) as exc:
+        log.warning("%s at %s does not parse (%s): its concept is chosen as a new recipe, and the PR replaces the "
+                    "file", store.path(concept), store.base[:12], exc)
+        return None
 
 
 def _outcome(choice: FinalChoice) -> str:
