@@ -30,6 +30,7 @@ from brewkb.fsutil import write_atomic
 from brewkb.recipes import BOM, parse_recipe, validate
 from brewkb.trajectories.boundary import invisible
 from brewkb.trajectories.quote import (
+    DIRECTS_A_CALL,
     LINK,
     MARKUP,
     REASONS,
@@ -108,6 +109,7 @@ def personal_data(path: str, text: str, scrubber: Scrubber | None = None) -> lis
 
 
 _CODE_SPAN = re.compile(r"`[^`\n]*`")
+_QUOTATION = re.compile(r'"([^"\n]+)"|“([^”\n]+)”')
 _FRONT_KEYS_READ = ("description",)
 """Front matter keys whose text is read like the body (the others hold names, ids and provenance)."""
 
@@ -137,7 +139,11 @@ def untrusted_text(path: str, text: str) -> list[Problem]:
             problems.append(Problem(path, number, "warning", "a link",
                                     "an agent served this recipe may follow it: remove it unless your team put it "
                                     "there and trusts where it leads"))
-        if (reason := instruction_reason(content, skip=(RULE_FOR_READER, TO_THE_AGENT, MARKUP, LINK))) is not None:
+        reason = instruction_reason(content, skip=(RULE_FOR_READER, TO_THE_AGENT, DIRECTS_A_CALL, MARKUP, LINK))
+        # a quotation is what a log said: it is read by every rule for log text
+        reason = reason or next((r for m in _QUOTATION.finditer(content)
+                                 if (r := instruction_reason(m.group(1) or m.group(2), skip=(MARKUP, LINK)))), None)
+        if reason is not None:
             problems.append(Problem(path, number, "warning", f"reads as instructions to an agent ({reason})",
                                     "check that your team wrote this line; text copied from a log must not tell an "
                                     "agent what to do (docs/security.md)"))

@@ -10,15 +10,16 @@ or *holds it back* with the reason:
   parentheses, angle brackets that are not a placeholder such as
   ``<email>`` by ``‹ ›``), any id-shaped token left replaced by ``<id>``,
   and cut to a length.
-- **held back** when the text reads as instructions to an agent, by five
+- **held back** when the text reads as instructions to an agent, by six
   general rules (``instruction_reason``), none of them about one log:
 
   1. *addressed to the assistant*: words addressed to an assistant, system,
      model or agent by that name ("AI: …", "note to the assistant", "you are
      an AI"), chat-template tokens (``<|im_start|>``, ``[INST]``);
   2. *overrides its instructions*: "ignore / disregard / forget / override /
-     bypass" + "previous / above / prior / system" or + "instructions /
-     rules / policy / prompt / guidelines / checks";
+     bypass / skip" + "previous / above / prior / system" or + (up to two
+     words, then) "instructions / rules / policy / prompt / guidelines /
+     checks / verification"; "forget / ignore what you were told";
   3. *claims a policy or rule*: "new / updated / revised / official /
      internal … policy / rule / instructions", "policy update", "system
      prompt"; and *a rule for whoever reads it*: a sentence that starts with
@@ -28,7 +29,12 @@ or *holds it back* with the reason:
      to do;
   4. *links*: URLs (any scheme, ``www.``, a host with a path), markdown links
      and images;
-  5. *code or markup*: HTML (found by ``nh3``, the HTML sanitiser; the
+  5. *directs a tool call* (log text only: a recipe's own lines name the
+     calls an agent makes): a verb of calling ("call", "invoke", "run",
+     "use", …) before a name in code form (``force_cancel_order``), or a
+     parameter set in code form (``override=true``): people ask for what they
+     want done, a text that names the call to make speaks to the agent;
+  6. *code or markup*: HTML (found by ``nh3``, the HTML sanitiser; the
      placeholders brewkb writes are not HTML), code fences, markdown
      headings, template tags.
 
@@ -57,7 +63,8 @@ from brewkb.trajectories.schema import Trajectory, tool_calls
 from brewkb.trajectories.scrub import ID_SHAPE
 
 __all__ = ["Quote", "HeldBack", "quote", "instruction_reason", "held_back", "log_texts", "screen",
-           "MAX_QUOTE", "LogIndex", "shown", "is_html", "RULE_FOR_READER", "TO_THE_AGENT", "LINK", "MARKUP",
+           "MAX_QUOTE", "LogIndex", "shown", "is_html", "RULE_FOR_READER", "TO_THE_AGENT", "DIRECTS_A_CALL", "LINK",
+           "MARKUP",
            "REASONS"]
 
 MAX_QUOTE = 240
@@ -68,6 +75,8 @@ SHOWN = 200
 RULE_FOR_READER = "a rule for whoever reads it"
 TO_THE_AGENT = "tells an agent what to do"
 """Part of rule 3 for log text only: a recipe's own lines tell the agent what to do."""
+DIRECTS_A_CALL = "directs a tool call"
+"""Rule 5, for log text only: a recipe's own lines name the calls the agent makes."""
 LINK = "a link"
 MARKUP = "code or markup"
 _ROLE = r"(?:ai|assistant|agent|model|llm|chatbot|bot|system|gpt|claude|language model)"
@@ -80,9 +89,12 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"(?:ai|assistant|language model|llm|chatbot|large language model)\b"
         r"|<\|[^|>\n]{1,40}\|>|\[/?INST\]|<</?SYS>>|#{2,}\s*(?:instruction|system|response)\b")),
     ("overrides its instructions", re.compile(
-        r"(?i)\b(?:ignore|disregard|forget|override|bypass|circumvent)\s+(?:all\s+|any\s+|every\s+|the\s+|your\s+|"
-        r"these\s+|those\s+|of\s+)*(?:(?:previous|prior|above|earlier|preceding|original|system|safety|usual)\b"
-        r"|(?:instructions?|rules?|prompts?|polic(?:y|ies)|guidelines?|directives?|checks?|verifications?)\b)")),
+        r"(?i)\b(?:ignore|disregard|forget|override|bypass|circumvent|skip)\s+(?:all\s+|any\s+|every\s+|the\s+|"
+        r"your\s+|these\s+|those\s+|of\s+)*(?:(?:previous|prior|above|earlier|preceding|original|system|safety|usual)"
+        r"\b|(?:[a-z]+[\s-]+){0,2}(?:instructions?|rules?|prompts?|polic(?:y|ies)|guidelines?|directives?|checks?"
+        r"|verifications?|authentications?)\b)"
+        r"|\b(?:ignore|disregard|forget)\s+(?:what|everything|anything|all)\s+(?:that\s+)?(?:you|you've|you'?ve)\s+"
+        r"(?:were|was|have been|had been|'ve been|are|got)?\s*(?:told|instructed|given|taught|asked)\b")),
     ("claims a policy or rule", re.compile(
         r"(?i)\b(?:new|updated|revised|official|internal|special|secret|changed|latest)\s+(?:company\s+|store\s+|"
         r"support\s+)?(?:polic(?:y|ies)|rules?|instructions?|guidelines?|directives?|procedures?)\b"
@@ -99,6 +111,10 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
         # a host and its path, a markdown link: begun where a word begins, each part bounded (no backtracking)
         r"|(?<![a-z0-9.-])[a-z0-9-]{1,63}(?:\.[a-z0-9-]{1,63}){0,8}\.[a-z]{2,24}/\S*"
         r"|!?\[[^\]\n]{0,500}\]\([^)\n]{0,2000}\)|^\s*\[[^\]\n]+\]:\s*\S+")),
+    (DIRECTS_A_CALL, re.compile(
+        r"(?i)\b(?:call|calls|calling|invoke|run|execute|use|trigger|try)\s+(?:the\s+|a\s+)?(?:tool\s+|function\s+"
+        r"|api\s+|endpoint\s+|method\s+)?['\"`]?[a-z]+(?:_[a-z]+)+\b"
+        r"|\b[a-z]+(?:_[a-z]+)*\s*=\s*(?:true|false|yes|no|none|null|\d|['\"])")),
     (MARKUP, re.compile(r"```|~~~|^\s{0,3}#{1,6}\s|\{\{[^}]{0,1000}\}\}|\{%[^%]{0,1000}%\}|<!--|<\?|<!\w", re.M)),
 )
 REASONS = tuple(reason for reason, _ in _RULES)
@@ -298,7 +314,8 @@ def screen(body: str, texts: Sequence[str] | LogIndex) -> tuple[str, list[tuple[
     for line in body.split("\n"):
         content = _STRUCTURE.sub("", line)  # the recipe's own heading or list mark is not the line's content
         reason = next((r for s in _SENTENCE_END.split(content) if s.strip()
-                       and (r := instruction_reason(s, skip=(TO_THE_AGENT,))) is not None and index.shares(s)), None)
+                       and (r := instruction_reason(s, skip=(TO_THE_AGENT, DIRECTS_A_CALL))) is not None
+                       and index.shares(s)), None)
         if reason is not None:
             dropped.append((line, reason))
         else:
