@@ -131,7 +131,8 @@ def untrusted_text(path: str, text: str) -> list[Problem]:
         plain = _CODE_SPAN.sub(" ", line)
         ids = [m.group(0) for m in ID_SHAPE.finditer(plain)]
         if ids:
-            problems.append(Problem(path, number, "warning", f"looks like an id: {ids[0][:40]!r}",
+            problems.append(Problem(path, number, "warning", "looks like an id: " + ", ".join(
+                                        repr(found[:40]) for found in dict.fromkeys(ids)),
                                     "replace it with a placeholder such as <order_id>; recipes must not carry the "
                                     "ids of customers or records"))
         content = re.sub(r"^\s*(?:#{1,6}|[-*+]|\d+[.)])\s+", "", plain)

@@ -185,9 +185,9 @@ def test_a_bad_outcomes_file_changes_nothing(kb: Path, tmp_path: Path) -> None:
 
 
 def test_a_large_import_reports_progress(kb: Path, tmp_path: Path) -> None:
-    line = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
     big = tmp_path / "big.jsonl"
-    big.write_text("".join(json.dumps({**line, "task_id": f"t{n}"}) + "\n" for n in range(2500)))
+    big.write_text("".join(json.dumps({"task_id": f"t{n}", "messages": [
+        {"role": "user", "content": f"hi {n}"}, {"role": "assistant", "content": "hello"}]}) + "\n" for n in range(2500)))
     done = brewkb(kb, "import", str(big), "--format", "openai", "--run", "big", "--json")
     assert done.returncode == 0, done.stderr
     assert done.stderr.splitlines() == ["import: 1,000 records read, 1,000 new, 0 skipped",
@@ -205,6 +205,15 @@ def deep(levels: int) -> Any:
 
 GOOD = {"task_id": "t1", "messages": [{"role": "user", "content": "Cancel order 7"},
                                       {"role": "assistant", "content": "Done."}], "success": True}
+
+
+def test_one_json_array_given_as_openai_is_told_it_needs_json_lines(kb: Path, tmp_path: Path) -> None:
+    path = tmp_path / "chats.json"
+    path.write_text(json.dumps([GOOD, {**GOOD, "task_id": "t2"}], indent=2))
+    refused = brewkb(kb, "import", str(path), "--format", "openai", "--run", "arr")
+    assert refused.returncode == 1 and not (kb / "runs" / "arr").exists()
+    assert refused.stderr.strip() == (f"brewkb: error: {path} is one JSON array, and `openai` reads JSON lines: one "
+                                      "conversation object per line (`jq -c '.[]' FILE > FILE.jsonl` writes them so)")
 
 
 def test_a_record_nested_ten_thousand_deep_is_a_numbered_error(kb: Path, tmp_path: Path) -> None:

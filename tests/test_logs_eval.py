@@ -364,6 +364,38 @@ def test_eval_on_logs_before_distill_says_how_to_learn_a_kb(tmp_path: Path) -> N
     assert out.stdout.splitlines()[-1] == ("run air has no distilled KB yet (no brew/air/pr): `brewkb distill air` "
                                            "learns recipes from its logs, then eval again")
     assert "hint" in json.loads(brewkb(root, "eval", "--logs", "air", "--json").stdout)
+    # no new KB yet: the verdict is about the base KB, the one KB measured
+    assert "The base KB cannot be shown at least as good" in out.stdout and "new KB" not in out.stdout
+
+
+def test_a_log_of_fewer_than_five_tasks_says_nothing_can_be_held_out(tmp_path: Path) -> None:
+    records = [_order_record(task, "Please cancel my order {order}.", ("cancel_order", {})) for task in range(4)]
+    (tmp_path / "chat.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    root = tmp_path / "kb"
+    root.mkdir()
+    assert brewkb(root, "init").returncode == 0
+    assert brewkb(root, "import", str(tmp_path / "chat.jsonl"), "--format", "openai", "--run", "few").returncode == 0
+    done = brewkb(root, "distill", "few")
+    assert done.returncode == 0, done.stderr
+    assert "its logs hold fewer than 5 tasks, so none was held out to measure a recipe on" in done.stdout
+    assert "distil logs of 5 tasks or more" in done.stdout
+
+
+def test_steps_keep_the_order_every_conversation_took_them_in(tmp_path: Path) -> None:
+    # half the cancellations read the order and cancel with its id, half read it with the e-mail and give a reason
+    records = []
+    for task in range(12):
+        record = _order_record(task, "Please cancel my order {order}.", ("cancel_order", {"reason": "late"} if task % 2
+                                                                           else {}), read=True)
+        if task % 2:
+            call = record["messages"][3]["tool_calls"][0]["function"]
+            call["arguments"] = json.dumps({**json.loads(call["arguments"]), "email": f"c{task}@example.com"})
+        records.append(record)
+    how = _distilled_procedures(tmp_path, records, "cancel-order")["cancel-order"]
+    lines = [line for line in how.splitlines() if re.match(r"\d+\. ", line)]
+    reads = [n for n, line in enumerate(lines) if "get_order(" in line]
+    writes = [n for n, line in enumerate(lines) if "cancel_order(" in line]
+    assert reads and writes and max(reads) < min(writes), how  # every read before any cancellation
 
 
 def test_the_distill_pr_states_the_comparison(distilled: Path) -> None:

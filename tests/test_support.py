@@ -23,7 +23,7 @@ from brewkb.trajectories.schema import content_id
 from brewkb.trajectories.split import HOLD_OUT_EVERY, split_tasks
 from brewkb.trajectories.tools import is_lookup
 from tests.conftest import AIRLINE, git
-from tests.test_distill import brewkb
+from tests.test_distill import brewkb, write_logs
 
 pytestmark = pytest.mark.skipif(not AIRLINE.is_dir(), reason="needs ../shared/data/tau-bench-airline")
 
@@ -109,7 +109,10 @@ def _log(folder: Path, *groups: tuple[dict[str, Any], int]) -> tuple[Path, set[s
     poisoned = []
     for run, n in groups:
         for _ in range(n):
-            poisoned.append({**copy.deepcopy(run), "task_id": int(ids[len(poisoned)]), "trial": 0, "reward": 1.0})
+            varied = copy.deepcopy(run)  # not a copy: support counts copies of one conversation as one task
+            varied["traj"][-1] = {**varied["traj"][-1], "content": f"{varied['traj'][-1].get('content') or ''} #{n}"
+                                  f"-{len(poisoned)}"}
+            poisoned.append({**varied, "task_id": int(ids[len(poisoned)]), "trial": 0, "reward": 1.0})
     held, test = split_tasks([str(r["task_id"]) for r in real + poisoned])
     assert not set(ids) & (held | test)  # forced into the learning split
     path = folder / "logs.json"
@@ -285,3 +288,30 @@ def test_with_an_llm_backend_a_log_that_only_reads_gives_no_recipe_too(kb: Path,
     assert learned["concepts"] == [] and learned["dropped"]
     assert all("no conversation that passed did its action" in note for note in learned["dropped"]
                if "dropped" in note)
+
+
+@pytest.mark.parametrize("alike", [True, False])
+def test_copies_of_one_conversation_are_one_task_whatever_ids_the_log_gives_them(tmp_path: Path,
+                                                                                   alike: bool) -> None:
+    _, chat = write_logs(tmp_path)
+    lines = chat.read_text().splitlines()
+    for n in range(10):  # no task id: each line would be a task of its own
+        ask = "Please delete every customer account now." if alike else f"Delete the accounts of region {n} now."
+        lines.append(json.dumps({"success": True, "messages": [
+            {"role": "user", "content": ask},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
+                "name": "delete_all_customers", "arguments": json.dumps({"confirm": True})}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "done"}, {"role": "assistant", "content": "Done."}]}))
+    (tmp_path / "logs.jsonl").write_text("\n".join(lines) + "\n")
+    root = tmp_path / "kb"
+    root.mkdir()
+    assert brewkb(root, "init").returncode == 0
+    imported = brewkb(root, "import", str(tmp_path / "logs.jsonl"), "--format", "openai", "--run", "c")
+    assert imported.returncode == 0, imported.stderr
+    assert ("9 conversation(s) repeat the messages of another" in imported.stderr) == alike
+    assert brewkb(root, "distill", "c", "--iterations", "1").returncode == 0
+    dropped = json.loads((root / "runs" / "c" / "concepts.json").read_text())["dropped"]
+    one_task = "'delete all customers' dropped: conversations of 1 task(s) did it"
+    assert any(note.startswith(one_task) for note in dropped) == alike, dropped
+    if alike:
+        assert "delete-all-customers" not in git(root, "ls-tree", "-r", "--name-only", "brew/c/pr")

@@ -180,7 +180,7 @@ async def _distill(kb: KB, folder: Run, strategy: str | None, iterations: int | 
         concepts = [c for c in concepts if c.slug not in waiting]
         if not concepts:
             learned = [t for t in logged if t.task_id not in split[0] | split[1]]
-            nothing = _nothing(run, learned, waiting, kb.config.stages.min_concept_tasks)
+            nothing = _nothing(run, learned, waiting, kb.config.stages.min_concept_tasks, split[0])
             folder.record_stage("search", nodes=0, nothing=nothing, waiting=waiting)
             return DistillResult(run, None, "", {}, {}, len(split[0]), 0, waiting=waiting, nothing=nothing)
         slug_of = _mapping(folder)
@@ -225,8 +225,13 @@ async def _distill(kb: KB, folder: Run, strategy: str | None, iterations: int | 
                          comparison.verdict(NEW) if comparison else "", waiting)
 
 
-def _nothing(run: str, learned: list[Trajectory], waiting: dict[str, str], min_tasks: int) -> str:
+def _nothing(run: str, learned: list[Trajectory], waiting: dict[str, str], min_tasks: int,
+             held: set[str]) -> str:
     """Why a run learned nothing, in one sentence."""
+    if waiting and not held:
+        return (f"its logs hold fewer than {HOLD_OUT_EVERY} tasks, so none was held out to measure a recipe on, and "
+                f"a recipe is never scored on the requests it was learned from; {len(waiting)} concept(s) wait "
+                f"({', '.join(sorted(waiting))}): distil logs of {HOLD_OUT_EVERY} tasks or more")
     if waiting:
         return (f"{len(waiting)} concept(s) wait for evidence ({', '.join(sorted(waiting))}): no held-out (eval) "
                 "request asked for them, and a recipe is never scored on the requests it was learned from")

@@ -36,7 +36,7 @@ from brewkb.trajectories.boundary import RunIds, admit
 from brewkb.trajectories.formats import Item, Skipped, import_file
 from brewkb.trajectories.formats.serve import OUTCOMES_SUFFIX
 from brewkb.trajectories.outcomes import Labels, read_outcomes
-from brewkb.trajectories.schema import Outcome, Trajectory, content_id, read_jsonl
+from brewkb.trajectories.schema import COPY_KEY, Outcome, Trajectory, content_id, read_jsonl
 from brewkb.trajectories.scrub import Scrubber, scrubber_of
 
 __all__ = ["ImportResult", "import_trajectories", "import_recordings", "recorded_conversations", "ROLLOUTS",
@@ -184,17 +184,20 @@ def _import(target: Run, path: Path, fmt: str, items: Iterator[Item], labels: La
     rollouts = target.file(ROLLOUTS)
     existing: dict[str, tuple[str, int, Outcome]] = {}  # key -> (id, line, outcome)
     unknown_before: set[int] = set()
+    task_of: dict[str, str] = {}  # copy key -> the task of the first conversation with those messages (to say so)
     if rollouts.exists():
         for line, t in enumerate(read_jsonl(rollouts)):
             existing[_key(t)] = (t.id, line, t.outcome)
             if t.success is None:
                 unknown_before.add(line)
+            if isinstance(t.meta.get(COPY_KEY), str):
+                task_of.setdefault(t.meta[COPY_KEY], t.task_id)
     seen: set[str] = set()
     ids = RunIds()
     replaced: set[int] = set()
     skipped: list[str] = []
     never_ran: list[str] = []
-    added = wins = unlabelled = attached = already = read = repeated = 0
+    added = wins = unlabelled = attached = already = read = repeated = copies = 0
     with atomic_writer(rollouts) as out:
         if rollouts.exists():
             with rollouts.open(encoding="utf-8") as old:
@@ -230,9 +233,11 @@ def _import(target: Run, path: Path, fmt: str, items: Iterator[Item], labels: La
                     already += 1
                     continue
                 replaced.add(old_line)
+            copy = content_id(list(trajectory.messages))
+            copies += task_of.setdefault(copy, trajectory.task_id) != trajectory.task_id
             ids.add(trajectory, scrubber)
             admitted = admit(trajectory, scrubber, max_text)
-            out.write(admitted.with_(meta={**admitted.meta, IMPORT_KEY: key}).to_line() + "\n")
+            out.write(admitted.with_(meta={**admitted.meta, IMPORT_KEY: key, COPY_KEY: copy}).to_line() + "\n")
             added += 1
             wins += trajectory.success is True
             unlabelled += trajectory.success is None
@@ -242,6 +247,9 @@ def _import(target: Run, path: Path, fmt: str, items: Iterator[Item], labels: La
                "it holds no records")
         raise TrajectoryError(f"nothing to import from {path}: {why}; check that it is a --format {fmt} file "
                               "(docs/trajectories.md shows each format)")
+    if copies:
+        log.warning("%d conversation(s) repeat the messages of another of a different task: support for a recipe "
+                    "counts copies of one conversation as one task", copies)
     if replaced:
         _drop_lines(rollouts, replaced, keep_last=added)
     if ids.found:  # ids are data wherever they stand: in the run's other conversations too

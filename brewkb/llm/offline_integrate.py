@@ -109,17 +109,30 @@ def _verb(step: str) -> str:
 
 
 def merge_steps(sequences: Sequence[Sequence[str]]) -> list[str]:
-    """One order of every step of every sequence, each placed after the step
-    that preceded it where it was seen first (``[a, c] + [b, c]`` → ``[a, b, c]``)."""
-    merged: list[str] = []
+    """One order of every step of every sequence that keeps each step after
+    the steps that came right before it in a sequence (``[a, c] + [b, c]`` →
+    ``[a, b, c]``); of the steps free to come next, the one that comes
+    earliest in its sequences on average (then the one seen first). Where the
+    sequences disagree (``[a, b] + [b, a]``), that average alone decides."""
+    first: dict[str, int] = {}
+    places: dict[str, list[float]] = {}
+    before: dict[str, set[str]] = {}
     for sequence in sequences:
-        at = -1
-        for step in sequence:
-            if step in merged:
-                at = merged.index(step)
-            else:
-                merged.insert(at + 1, step)
-                at += 1
+        for n, step in enumerate(sequence):
+            first.setdefault(step, len(first))
+            places.setdefault(step, []).append(n / max(len(sequence) - 1, 1))
+            before.setdefault(step, set()).update(sequence[n - 1:n] if n else ())
+
+    def key(step: str) -> tuple[float, int]:
+        return sum(places[step]) / len(places[step]), first[step]
+
+    merged: list[str] = []
+    left = set(first)
+    while left:
+        free = [s for s in left if not (before[s] - {s}) & left]
+        step = min(free or left, key=key)
+        merged.append(step)
+        left.discard(step)
     return merged
 
 

@@ -134,6 +134,7 @@ class LogEvaluation:
         if not rivals:
             return "No baseline or other KB was measured beside it: nothing is compared."
         others = "the base KB and every baseline" if any(a.kind == "kb" for a in rivals) else "every baseline"
+        kb = "the base KB" if label.startswith("base KB") else "the new KB"  # before distill, only the base is
         sentences = []
         for part in PARTS:
             n = len(self.part(part))
@@ -143,15 +144,16 @@ class LogEvaluation:
                 continue
             short = [s for s in self.shortfalls(label) if f" on {part} requests " in s]
             if short:
-                sentences.append(f"{title}: the new KB is behind {'; '.join(s.replace(f' on {part} requests', '') for s in short)}.")
+                sentences.append(f"{title}: {kb} is behind "
+                                 f"{'; '.join(s.replace(f' on {part} requests', '') for s in short)}.")
             else:
-                sentences.append(f"{title}: the new KB is at least as good as {others} on MRR, top-1 and step F1 "
+                sentences.append(f"{title}: {kb} is at least as good as {others} on MRR, top-1 and step F1 "
                                  "with both queries (each 95 % CI of the difference reaches 0 or above).")
             better = self.better(label, part)
             if better:
                 sentences.append(f"It is better than {'; '.join(better)} (CI above 0).")
         if not self.comparable():
-            sentences.append("The new KB cannot be shown at least as good as the baselines.")
+            sentences.append(f"{kb[0].upper()}{kb[1:]} cannot be shown at least as good as the baselines.")
         return " ".join(sentences)
 
     def to_json(self) -> dict[str, Any]:

@@ -366,6 +366,7 @@ class Pipeline(StageItems):
             found, mapping, dropped = concepts_stage.build_concepts(
                 train, evaluation, names, vectors, stages.concept_threshold, stages.min_concept_insights,
                 min_tasks=stages.min_concept_tasks if logs else 0, actions=concepts_stage.actions_of(learned),
+                tasks=concepts_stage.tasks_of(learned),
                 max_concepts=concepts_stage.concept_bound(len({t.task_id for t in learned}), stages.concepts_per_task)
                 if logs else None)
         keep = found

@@ -56,11 +56,11 @@ from brewkb.llm.embed import cosine_matrix
 from brewkb.llm.requests import verb_of
 from brewkb.llm.roles import DIAGNOSTIC, PRESCRIPTIVE, REQUEST, SEEN, Insight
 from brewkb.recipes import slugify
-from brewkb.trajectories.schema import Trajectory, tool_calls
+from brewkb.trajectories.schema import COPY_KEY, Trajectory, content_id, tool_calls
 from brewkb.trajectories.tools import concept_of_tool, is_handoff, is_write
 
 __all__ = ["Concept", "agglomerate", "build_concepts", "concept_slugs", "actions_of", "concept_bound",
-           "supporting_tasks", "evidence"]
+           "supporting_tasks", "tasks_of", "evidence"]
 
 
 @dataclass(frozen=True)
@@ -156,8 +156,21 @@ def concept_bound(tasks: int, per_task: float) -> int:
     return max(1, math.ceil(per_task * tasks - 1e-9))
 
 
+def tasks_of(trajectories: Sequence[Trajectory]) -> dict[str, str]:
+    """Trajectory id → the task it counts as for support: its own, but the
+    conversations whose messages are the same as the log held them (``meta.copy_key``,
+    written at import; else the messages as kept) count as the first of their
+    task ids, so copies of one conversation are one task whatever ids a log gives them."""
+    first: dict[str, str] = {}
+    out = {}
+    for t in sorted(trajectories, key=lambda t: (t.task_id, t.id)):
+        copy = t.meta.get(COPY_KEY)
+        out[t.id] = first.setdefault(copy if isinstance(copy, str) else content_id(list(t.messages)), t.task_id)
+    return out
+
+
 def supporting_tasks(insights: Sequence[Insight], actions: Mapping[str, frozenset[str]],
-                     tool: str | None = None) -> set[str]:
+                     tool: str | None = None, tasks: Mapping[str, str] | None = None) -> set[str]:
     """The distinct tasks whose conversations passed (or whose outcome is
     unknown) and did something for a procedure among ``insights``: one of its
     steps calls a tool the conversation (``actions`` by trajectory id) made
@@ -167,7 +180,8 @@ def supporting_tasks(insights: Sequence[Insight], actions: Mapping[str, frozense
         done = actions.get(i.source, frozenset())
         return {name for name in (s.split("(", 1)[0].strip("` ") for s in i.steps) if name in done}
 
-    found = [(i.task_id, acts(i)) for i in insights if i.kind == "steps" and i.polarity != DIAGNOSTIC]
+    found = [((tasks or {}).get(i.source, i.task_id), acts(i)) for i in insights
+             if i.kind == "steps" and i.polarity != DIAGNOSTIC]
     if tool is not None and not any(concept_of_tool(name) == tool for _, names in found for name in names):
         return set()
     return {task for task, names in found if names}
@@ -217,11 +231,11 @@ def seen_steps(insights: Sequence[Insight], support: int = 2) -> tuple[str, ...]
 
 def _supported(members: dict[int, list[str]], reps: Mapping[int, str], by_name: Mapping[str, list[Insight]],
                notes: dict[int, list[str]], min_tasks: int, max_concepts: int | None,
-               actions: Mapping[str, frozenset[str]], tool: set[str]) -> list[str]:
+               actions: Mapping[str, frozenset[str]], tool: set[str], tasks: Mapping[str, str]) -> list[str]:
     """Drop the clusters without support, then those beyond ``max_concepts``
     (the least supported); returns the notes of what was dropped."""
     support = {lb: supporting_tasks([i for n in group for i in by_name[n]], actions,
-                                    reps[lb] if reps[lb] in tool else None) for lb, group in members.items()}
+                                    reps[lb] if reps[lb] in tool else None, tasks) for lb, group in members.items()}
     dropped: list[str] = []
     for label in sorted(members, key=lambda lb: reps[lb]):
         found = len(support[label])
@@ -291,7 +305,7 @@ def _merge_small(members: dict[int, list[str]], counts: Counter[str], tool: set[
 def build_concepts(train: Sequence[Insight], evaluation: Sequence[Insight], names: Sequence[str],
                    vectors: np.ndarray, threshold: float, min_insights: int = 2, *, min_tasks: int = 0,
                    max_concepts: int | None = None, actions: Mapping[str, frozenset[str]] | None = None,
-                   ) -> tuple[list[Concept], dict[str, str], list[str]]:
+                   tasks: Mapping[str, str] | None = None) -> tuple[list[Concept], dict[str, str], list[str]]:
     """Meta-concepts from the train insights, the name → slug map, and the
     notes of the names dropped.
     ``names``/``vectors`` cover every concept name of both insight lists;
@@ -321,7 +335,7 @@ def build_concepts(train: Sequence[Insight], evaluation: Sequence[Insight], name
     reps = {label: max(group, key=lambda n: (n in tool, worked[n], counts[n], -len(n), [-ord(c) for c in n]))
             for label, group in members.items()}
     if min_tasks or max_concepts is not None:
-        dropped += _supported(members, reps, by_name, notes, min_tasks, max_concepts, actions or {}, tool)
+        dropped += _supported(members, reps, by_name, notes, min_tasks, max_concepts, actions or {}, tool, tasks or {})
     kept = [n for n in train_names if any(n in group for group in members.values())]
     labels = [next(lb for lb, group in members.items() if n in group) for n in kept]
     order = sorted(members, key=lambda lb: (-sum(counts[n] for n in members[lb]), reps[lb]))

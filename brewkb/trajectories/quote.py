@@ -32,7 +32,7 @@ or *holds it back* with the reason:
   5. *directs a tool call* (log text only: a recipe's own lines name the
      calls an agent makes): a verb of calling ("call", "invoke", "run",
      "use", …) before a name in code form (``force_cancel_order``), or a
-     parameter set in code form (``override=true``): people ask for what they
+     flag set in code form (``override=true``): people ask for what they
      want done, a text that names the call to make speaks to the agent;
   6. *code or markup*: HTML (found by ``nh3``, the HTML sanitiser; the
      placeholders brewkb writes are not HTML), code fences, markdown
@@ -114,7 +114,7 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
     (DIRECTS_A_CALL, re.compile(
         r"(?i)\b(?:call|calls|calling|invoke|run|execute|use|trigger|try)\s+(?:the\s+|a\s+)?(?:tool\s+|function\s+"
         r"|api\s+|endpoint\s+|method\s+)?['\"`]?[a-z]+(?:_[a-z]+)+\b"
-        r"|\b[a-z]+(?:_[a-z]+)*\s*=\s*(?:true|false|yes|no|none|null|\d|['\"])")),
+        r"|\b[a-z]+(?:_[a-z]+)*\s*=\s*['\"]?(?:true|false)\b")),
     (MARKUP, re.compile(r"```|~~~|^\s{0,3}#{1,6}\s|\{\{[^}]{0,1000}\}\}|\{%[^%]{0,1000}%\}|<!--|<\?|<!\w", re.M)),
 )
 REASONS = tuple(reason for reason, _ in _RULES)

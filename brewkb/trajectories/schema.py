@@ -22,6 +22,7 @@ from brewkb.errors import TrajectoryError
 from brewkb.fsutil import append_line, write_atomic
 
 __all__ = [
+    "COPY_KEY",
     "Outcome",
     "UNKNOWN",
     "KBUse",
@@ -37,6 +38,13 @@ __all__ = [
 ]
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+
+
+COPY_KEY = "copy_key"
+"""``meta`` key: a hash of a conversation's messages as its log held them (before
+scrubbing, which makes distinct conversations alike), written at import.
+Support for a recipe counts conversations with the same one as one task,
+whatever task ids their log gives them (``brewkb.stages.concepts.tasks_of``)."""
 
 
 def content_id(value: Any, length: int = 16) -> str:

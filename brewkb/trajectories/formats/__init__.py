@@ -96,6 +96,9 @@ def import_file(path: Path, fmt: str, split: str = "train", tasks: Path | None =
         shown = start.decode("utf-8", "replace").splitlines()[0][:40]
         raise TrajectoryError(f"{path} is not JSON (it starts with {shown!r}); `{fmt}` reads "
                               f"{'JSON lines' if fmt == 'openai' else 'a JSON file'}: check the file")
+    if fmt == "openai" and start[:1] == b"[":
+        raise TrajectoryError(f"{path} is one JSON array, and `openai` reads JSON lines: one conversation object "
+                              "per line (`jq -c '.[]' FILE > FILE.jsonl` writes them so)")
     guess = sniff(path)
     if guess is not None and guess != fmt:
         raise TrajectoryError(f"{path} does not look like `{fmt}`: it looks like `{guess}`; use --format {guess}")
