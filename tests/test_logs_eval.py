@@ -249,7 +249,7 @@ def test_lookups_led_by_other_verbs_are_never_alternatives() -> None:
     # never used together and followed by the same step, but one checks a status and the other searches
     runs = [("get_status(order_id)", "cancel_order(order_id)"), ("search_orders(email)", "cancel_order(order_id)")]
     assert [sorted(line) for line in step_lines(runs, "cancel order")] == [
-        ["search_orders(email)"], ["get_status(order_id)"], ["cancel_order(order_id)"]]
+        ["get_status(order_id)"], ["search_orders(email)"], ["cancel_order(order_id)"]]
 
 
 def test_an_aside_is_no_action_and_a_request_left_undone_is_marked_so() -> None:
@@ -502,9 +502,9 @@ def test_require_better_fails_a_distill_that_could_not_be_compared(tmp_path: Pat
     assert brewkb(root, "import", str(logs), "--format", "openai", "--run", "few").returncode == 0
     done = brewkb(root, "distill", "few", "--iterations", "1", "--require-better")
     assert done.returncode == 1
-    # with no held-out request a recipe is never scored: it waits, and there is nothing to compare
+    # three tasks: none is held out, a recipe is never scored on its own requests, and there is nothing to compare
     assert done.stderr.strip().splitlines()[-1] == (
-        "brewkb: error: run few learned nothing, so nothing shows a better KB: 1 concept(s) wait for evidence "
-        "(cancel-order): no held-out (eval) request asked for them, and a recipe is never scored on the requests "
-        "it was learned from")
+        "brewkb: error: run few learned nothing, so nothing shows a better KB: its logs hold fewer than 5 tasks, so "
+        "none was held out to measure a recipe on, and a recipe is never scored on the requests it was learned from; "
+        "1 concept(s) wait (cancel-order): distil logs of 5 tasks or more")
     assert git(root, "branch", "--list", "brew/few/pr") == ""
