@@ -186,8 +186,9 @@ def test_a_bad_outcomes_file_changes_nothing(kb: Path, tmp_path: Path) -> None:
 
 def test_a_large_import_reports_progress(kb: Path, tmp_path: Path) -> None:
     big = tmp_path / "big.jsonl"
-    big.write_text("".join(json.dumps({"task_id": f"t{n}", "messages": [
-        {"role": "user", "content": f"hi {n}"}, {"role": "assistant", "content": "hello"}]}) + "\n" for n in range(2500)))
+    lines = [{"task_id": f"t{n}", "messages": [{"role": "user", "content": f"hi {n}"},
+                                               {"role": "assistant", "content": "hello"}]} for n in range(2500)]
+    big.write_text("".join(json.dumps(line) + "\n" for line in lines))
     done = brewkb(kb, "import", str(big), "--format", "openai", "--run", "big", "--json")
     assert done.returncode == 0, done.stderr
     assert done.stderr.splitlines() == ["import: 1,000 records read, 1,000 new, 0 skipped",

@@ -87,7 +87,8 @@ def test_pre_commit_hook_definition_runs_the_linter() -> None:
 
 def test_every_id_of_a_line_is_named(tmp_path: Path) -> None:
     (tmp_path / "recipes").mkdir()
-    (tmp_path / "recipes" / "r.md").write_text(recipe_text("r") + '\n- "Cancel W8765432 and W1234999, then W8765432."\n')
+    line = '- "Cancel W8765432 and W1234999, then W8765432."'
+    (tmp_path / "recipes" / "r.md").write_text(recipe_text("r") + f"\n{line}\n")
     done = run_cli(tmp_path, "lint", "recipes", "--json")
     [problem] = [p for p in json.loads(done.stdout) if p["message"].startswith("looks like an id")]
     assert problem["message"] == "looks like an id: 'W8765432', 'W1234999'"

@@ -134,7 +134,7 @@ class LogEvaluation:
         if not rivals:
             return "No baseline or other KB was measured beside it: nothing is compared."
         others = "the base KB and every baseline" if any(a.kind == "kb" for a in rivals) else "every baseline"
-        kb = "the base KB" if label.startswith("base KB") else "the new KB"  # before distill, only the base is
+        kb = "the base KB" if label.startswith("base KB") else "the new KB"  # before distill the base is measured alone
         sentences = []
         for part in PARTS:
             n = len(self.part(part))
