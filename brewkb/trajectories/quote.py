@@ -31,9 +31,10 @@ or *holds it back* with the reason:
      and images;
   5. *directs a tool call* (log text only: a recipe's own lines name the
      calls an agent makes): a verb of calling ("call", "invoke", "run",
-     "use", …) before a name in code form (``force_cancel_order``), or a
-     flag set in code form (``override=true``): people ask for what they
-     want done, a text that names the call to make speaks to the agent;
+     "use", …) before a name in code form (``force_cancel_order``,
+     ``forceCancel``, ``force(…)``; letters only, as an id holds digits),
+     or a flag set in code form (``override=true``): people ask for what
+     they want done, a text that names the call to make speaks to the agent;
   6. *code or markup*: HTML (found by ``nh3``, the HTML sanitiser; the
      placeholders brewkb writes are not HTML), code fences, markdown
      headings, template tags.
@@ -112,9 +113,11 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"|(?<![a-z0-9.-])[a-z0-9-]{1,63}(?:\.[a-z0-9-]{1,63}){0,8}\.[a-z]{2,24}/\S*"
         r"|!?\[[^\]\n]{0,500}\]\([^)\n]{0,2000}\)|^\s*\[[^\]\n]+\]:\s*\S+")),
     (DIRECTS_A_CALL, re.compile(
-        r"(?i)\b(?:call|calls|calling|invoke|run|execute|use|trigger|try)\s+(?:the\s+|a\s+)?(?:tool\s+|function\s+"
-        r"|api\s+|endpoint\s+|method\s+)?['\"`]?[a-z]+(?:_[a-z]+)+\b"
-        r"|\b[a-z]+(?:_[a-z]+)*\s*=\s*['\"]?(?:true|false)\b")),
+        # a name in code form: snake_case, camelCase or written as a call; letters only (an id holds digits)
+        r"\b(?i:call|calls|calling|invoke|run|execute|use|trigger|try)\s+(?i:the\s+|a\s+)?"
+        r"(?i:(?:tool|function|api|endpoint|method)\s+)?['\"`]?"
+        r"(?:[A-Za-z]+(?:_[A-Za-z]+)+\b|[a-z]{2,}(?:[A-Z][a-z]+)+\b|[A-Za-z_]+\()"
+        r"|(?i:\b[a-z]+(?:_[a-z]+)*\s*=\s*['\"]?(?:true|false)\b)")),
     (MARKUP, re.compile(r"```|~~~|^\s{0,3}#{1,6}\s|\{\{[^}]{0,1000}\}\}|\{%[^%]{0,1000}%\}|<!--|<\?|<!\w", re.M)),
 )
 REASONS = tuple(reason for reason, _ in _RULES)
