@@ -96,6 +96,8 @@ MAX_ANCHOR = 500
 NO_PROCEDURE = "No procedure is known yet; record what works."
 SUPPORT = 2
 """Conversations that must have taken a line before a recipe names it: one adds nothing."""
+LONE_ERROR = "(an error text only one task returned, not quoted)"
+"""What Conditions and Pitfalls say of an error text conversations of fewer than ``SUPPORT`` tasks returned."""
 SHARE = 0.5
 """Share of the concept's passing runs (each task weighing the same) at which a supported line is a step."""
 
@@ -304,13 +306,36 @@ def _asked_with(insights: Sequence[Insight], concept: str, support: int = SUPPOR
     return lines
 
 
-def _conditions(picked: Sequence[Insight]) -> list[str]:
+def _error_of(text: str) -> str | None:
+    """The error text an insight quotes (``… failed with: "TEXT"…``), else ``None``."""
+    _, found, rest = text.partition('failed with: "')
+    end = rest.rfind('"')
+    return rest[:end] if found and end >= 0 else None
+
+
+def _lone_errors(insights: Sequence[Insight], support: int = SUPPORT) -> set[str]:
+    """The error texts the concept's conversations of fewer than ``support``
+    tasks returned: one conversation's tool result must not put words in
+    front of an agent, so such a text is named, not quoted."""
+    tasks: dict[str, set[str]] = defaultdict(set)
+    for i in insights:
+        if (error := _error_of(i.insight)) is not None:
+            tasks[error].add(i.task_id)
+    return {error for error, seen in tasks.items() if len(seen) < support}
+
+
+def _unquoted(text: str, lone: set[str]) -> str:
+    error = _error_of(text)
+    return text.replace(f'"{error}"', LONE_ERROR, 1) if error is not None and error in lone else text
+
+
+def _conditions(picked: Sequence[Insight], lone: set[str]) -> list[str]:
     """Errors that ended an attempt, grouped by the call and the lookup that
     checks it; then requests rightly left undone."""
     errors: dict[tuple[str, ...], list[str]] = {}
     for i in picked:
         if i.kind == "condition" and i.steps:
-            errors.setdefault(i.steps, []).append(i.insight.split("failed with: ", 1)[-1])
+            errors.setdefault(i.steps, []).append(_unquoted(i.insight, lone).split("failed with: ", 1)[-1])
     lines = []
     for steps, found in errors.items():
         quoted = ", ".join(list(dict.fromkeys(found))[:3])
@@ -346,13 +371,14 @@ async def integrate(concept: str, aliases: Sequence[str], insights: Sequence[Ins
     description = f"{title}." + (" Requests such as: " + "; ".join(f'"{first_line(r, 160)}"' for r in shown[:2])
                                  if shown else "")
     old_pitfalls = [p for p in (current.section("Pitfalls") if current else "").splitlines() if p.strip()]
-    pitfalls = _distinct([f"- {i.insight}" for i in picked if i.kind == "pitfall" or
+    lone = _lone_errors(insights)
+    pitfalls = _distinct([f"- {_unquoted(i.insight, lone)}" for i in picked if i.kind == "pitfall" or
                           (i.kind in ("undone", "note") and i.polarity == "diagnostic")] + old_pitfalls)[:MAX_LINES]
     when = f"The request is to {concept}."
     if shown:
         when += " For example (personal data replaced):\n\n" + "\n".join(f'- "{r}"' for r in shown)
     body = build_body([("When to use", when), ("How to perform", _how(concept, insights, current, seen)),
-                       ("Conditions", "\n".join(_conditions(picked))), ("Pitfalls", "\n".join(pitfalls)),
+                       ("Conditions", "\n".join(_conditions(picked, lone))), ("Pitfalls", "\n".join(pitfalls)),
                        (LEARNED_FROM, "\n".join(anchor_line(a) for a in anchors)
                         if anchors else "\n".join(f'- "{r}"' for r in learned))])
     sources = list(dict.fromkeys([*(current.sources if current else ()), *(i.source for i in picked)]))

@@ -10,8 +10,9 @@ an item.
 Names are identifiers. Every reader builds its trajectories with ``build``,
 which refuses a record whose tool names or argument names do not match
 ``IDENTIFIER`` (a letter or ``_``, then letters, digits, ``_``, ``.`` or
-``-``; at most 64 characters): a name is what recipes write steps with, so a
-name carrying a newline, markdown or an instruction must never get that far.
+``-``; at most 64 characters; no run of four digits): a name is what recipes
+write steps with, so a name carrying a newline, markdown, an instruction or a
+number of a person's must never get that far.
 The record becomes a ``Skipped`` naming the message and call, with the name
 shown only as a short escaped repr.
 """
@@ -187,8 +188,9 @@ def outcome_json(outcome: Outcome) -> dict[str, Any]:
     return {"success": outcome.success, "score": outcome.score}
 
 
-IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
-"""What a tool name and an argument name must be (matched whole)."""
+IDENTIFIER = re.compile(r"(?![^\n]*\d{4})[A-Za-z_][A-Za-z0-9_.-]{0,63}")
+"""What a tool name and an argument name must be (matched whole): no run of
+four digits either, which names do not hold and card numbers, phones and ids do."""
 SHOWN_NAME = 40
 """Characters of a refused name an error message shows (escaped)."""
 
@@ -238,7 +240,7 @@ def build(where: str, **fields: Any) -> Item:
     messages = fields.get("messages")
     if isinstance(messages, list) and (why := bad_name(messages)) is not None:
         return Skipped(where, f"{why}: tool and argument names must be identifiers (a letter or _, then letters, "
-                              "digits, _ . -; at most 64 characters); the record is refused, the name is not kept")
+                              "digits, _ . -; at most 64 characters; no run of four digits); the record is refused, the name is not kept")
     try:
         return Trajectory.from_json(fields)
     except TrajectoryError as exc:
