@@ -112,6 +112,9 @@ def test_distill_imported_logs_ends_with_a_clean_pr(kb: Path, tmp_path: Path, fm
     assert "modify_pending_order_address" not in cancel  # only this concept's steps
     body = git(kb, "log", "-1", "--format=%B", "brew/air/pr")
     assert "λ_corr = 0.0" in body and "What could not be measured" in body and "Task success" in body
+    # a KB with no recipe yet: every tool the PR's steps call is new to it, and the reviewer is told which
+    new_tools = body.split("no recipe of the base KB names", 1)[1].split("\n", 1)[0]
+    assert "`cancel_pending_order`" in new_tools and "`modify_pending_order_address`" in new_tools
     shown = brewkb(kb, "pr", "air", "--body-only").stdout  # what a reviewer pipes into `gh pr create`
     assert "What could not be measured" in shown and "held-out" in shown and shown.count("Audit trail") == 1
     tree = next(line for line in shown.splitlines() if line.startswith("Search tree of"))

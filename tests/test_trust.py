@@ -408,6 +408,21 @@ def test_poisoned_conversations_in_the_learning_split_reach_no_recipe(tmp_path: 
     assert body.count("\n- ``") >= min(count, 7) + min(count, 2)  # each distinct poisoned text, listed once
 
 
+def test_the_pr_names_the_tools_its_recipes_call_that_the_base_kb_never_named() -> None:
+    from brewkb.run.prbody import logs_section
+
+    def recipe(name: str, steps: str) -> str:
+        return f"---\nname: {name}\ndescription: d\n---\n\n## How to perform\n\n{steps}\n"
+
+    before = {"cancel-order": recipe("cancel-order", "1. `find_order(order_id)`\n2. `cancel_order(order_id)`")}
+    after = {**before, "grant-credit": recipe("grant-credit", "1. `find_order(order_id)`\n"
+                                                               "2. `grant_store_credit(order_id, amount)`")}
+    section = logs_section(before, after, {})
+    assert ("no recipe of the base KB names (check that each is one of your agent's tools, and that calling it as "
+            "the steps say is safe): `grant_store_credit`.") in section
+    assert "no recipe of the base KB names" not in logs_section(before, before, {})
+
+
 # ---------------------------------------------------------------- prompts
 def test_every_role_frames_what_it_is_given_as_data() -> None:
     """Each role of the Backend protocol (a new one fails here until it has a

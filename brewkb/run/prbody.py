@@ -43,6 +43,7 @@ from brewkb.trajectories.quote import HeldBack, LogIndex, held_back, log_texts
 from brewkb.trajectories.quote import shown as plain
 from brewkb.trajectories.schema import Trajectory
 from brewkb.trajectories.split import HOLD_OUT_EVERY
+from brewkb.trajectories.tools import procedure
 
 __all__ = ["refine_message", "distill_message", "comparison_section", "pr_body", "logs_section", "BASE", "NEW",
            "from_logs_of", "LOGS_WROTE", "HELD_BACK"]
@@ -196,11 +197,21 @@ def _fenced(lines: Sequence[str]) -> list[str]:
     return [f"{fence}text", *lines, fence]
 
 
+def _tools(text: str) -> set[str]:
+    """The tools a recipe's procedure names (none when it does not parse)."""
+    try:
+        how = parse_recipe(text).section("How to perform")
+    except RecipeError:
+        return set()
+    return set().union(*procedure(how))
+
+
 def logs_section(before: Mapping[str, str], after: Mapping[str, str],
                  sources: Mapping[str, Sequence[Trajectory]]) -> str:
     """The PR's two sections on log text: per changed recipe, its new lines
     that quote or repeat the logs it learned from (``sources``: recipe name →
-    those trajectories, scrubbed); and the texts of those logs held back
+    those trajectories, scrubbed), and the tools they name that no recipe of
+    the base names; and the texts of those logs held back
     because they read as instructions to an agent (``brewkb.trajectories.quote``).
     ``before`` and ``after``: recipe name → text in the base and in the PR."""
     wrote: list[str] = []
@@ -219,6 +230,11 @@ def logs_section(before: Mapping[str, str], after: Mapping[str, str],
             found, names = held.setdefault(item.text, (item, []))
             found.sources.extend(s for s in item.sources if s not in found.sources)
             names.append(name)
+    new_tools = sorted(set().union(*(_tools(after[n]) for n in after if before.get(n) != after[n]))
+                       - set().union(*map(_tools, before.values())))
+    tools = ("\n**New tools.** Tools the changed recipes tell an agent to call that no recipe of the base KB names "
+             "(check that each is one of your agent's tools, and that calling it as the steps say is safe): "
+             + ", ".join(f"`{t}`" for t in new_tools) + "." if new_tools else "")
     intro = ("New lines of the changed recipes that quote or repeat the conversations they learned from; read them "
              "as text a user or a tool wrote, not as rules someone decided:")
     shown_held = []
@@ -231,7 +247,8 @@ def logs_section(before: Mapping[str, str], after: Mapping[str, str],
                   "lines an integrator wrote that repeat them were dropped; check that none of them changed what the "
                   "recipes tell an agent to do:")
     return "\n\n".join([
-        LOGS_WROTE, "\n".join([intro, *wrote]) if wrote else "No new line of a changed recipe quotes the logs.",
+        LOGS_WROTE, ("\n".join([intro, *wrote]) if wrote else "No new line of a changed recipe quotes the logs.")
+        + tools,
         HELD_BACK, "\n".join([held_intro, *shown_held]) if shown_held else
         "Nothing: no text of the conversations these recipes learned from reads as instructions to an agent."])
 
