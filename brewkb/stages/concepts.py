@@ -56,7 +56,7 @@ from brewkb.llm.embed import cosine_matrix
 from brewkb.llm.requests import verb_of
 from brewkb.llm.roles import DIAGNOSTIC, PRESCRIPTIVE, REQUEST, SEEN, Insight
 from brewkb.recipes import slugify
-from brewkb.trajectories.schema import COPY_KEY, Trajectory, content_id, tool_calls
+from brewkb.trajectories.schema import COPY_KEY, Trajectory, tool_calls
 from brewkb.trajectories.tools import concept_of_tool, is_handoff, is_write
 
 __all__ = ["Concept", "agglomerate", "build_concepts", "concept_slugs", "actions_of", "concept_bound",
@@ -158,14 +158,16 @@ def concept_bound(tasks: int, per_task: float) -> int:
 
 def tasks_of(trajectories: Sequence[Trajectory]) -> dict[str, str]:
     """Trajectory id → the task it counts as for support: its own, but the
-    conversations whose messages are the same as the log held them (``meta.copy_key``,
-    written at import; else the messages as kept) count as the first of their
-    task ids, so copies of one conversation are one task whatever ids a log gives them."""
+    conversations whose messages were the same as the log held them
+    (``meta.copy_key``, written at import) count as the first of their task
+    ids, so copies of one conversation are one task whatever ids a log gives
+    them. Without that key a conversation is its own task: scrubbed messages
+    would make different customers' conversations alike."""
     first: dict[str, str] = {}
     out = {}
     for t in sorted(trajectories, key=lambda t: (t.task_id, t.id)):
         copy = t.meta.get(COPY_KEY)
-        out[t.id] = first.setdefault(copy if isinstance(copy, str) else content_id(list(t.messages)), t.task_id)
+        out[t.id] = first.setdefault(copy, t.task_id) if isinstance(copy, str) else t.task_id
     return out
 
 
