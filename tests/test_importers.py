@@ -21,6 +21,42 @@ def items(path: Path, fmt: str, **kw: object) -> list[object]:
     return list(import_file(path, fmt, **kw))  # type: ignore[arg-type]
 
 
+def as_said(messages: list[dict], *markers: str) -> list[dict]:
+    """``messages`` without the simulated user's end markers: a user turn
+    loses them, and a turn of nothing else is gone."""
+    out = []
+    for m in messages:
+        text = m.get("content")
+        if m.get("role") == "user" and isinstance(text, str) and any(k in text for k in markers):
+            for k in markers:
+                text = text.replace(k, " ")
+            if not text.split():
+                continue
+            m = {**m, "content": " ".join(text.split())}
+        out.append(m)
+    return out
+
+
+@pytest.mark.skipif(not AIRLINE.is_dir(), reason="needs ../shared/data")
+def test_a_simulated_users_end_markers_are_not_its_words(make_repo: MakeRepo) -> None:
+    """τ-bench's and τ²'s simulated users end a conversation with markers
+    (``###TRANSFER###``); read as words, one named a concept "transfer flight"."""
+    root = make_repo({"README.md": "kb\n"})
+    tau2 = AIRLINE.parent / "tau2-airline" / "claude-sonnet-4-5_airline_default_gpt4.1_1trials.json"
+    markers = {"tau-bench": ("###STOP###",), "tau2": ("###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###")}
+    for fmt, path, raw in (("tau-bench", AIRLINE_FILE, [r["traj"] for r in json.loads(AIRLINE_FILE.read_text())]),
+                           ("tau2", tau2, [s["messages"] for s in json.loads(tau2.read_text())["simulations"]])):
+        out = subprocess.run([sys.executable, "-m", "brewkb", "import", str(path), "--format", fmt, "--run", fmt],
+                             cwd=root, capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        loaded = list(read_jsonl(root / "runs" / fmt / "rollouts.jsonl"))
+        said = [[m for m in as_said(r, *markers[fmt]) if m["role"] == "user"] for r in raw]
+        turns = [[m["content"] for m in t.messages if m["role"] == "user"] for t in loaded]
+        assert sum(map(len, turns)) == sum(map(len, said)) < sum(m["role"] == "user" for r in raw for m in r)
+        assert not any("###" in turn for t in turns for turn in t)
+        assert all(told_from(a, b["content"]) for t, s in zip(turns, said, strict=True) for a, b in zip(t, s, strict=True))
+
+
 @pytest.mark.skipif(not AIRLINE.is_dir(), reason="needs ../shared/data/tau-bench-airline")
 def test_airline_runs_import_with_their_rewards_and_tool_calls(make_repo: MakeRepo) -> None:
     root = make_repo({"README.md": "kb\n"})
@@ -31,8 +67,9 @@ def test_airline_runs_import_with_their_rewards_and_tool_calls(make_repo: MakeRe
     raw = json.loads(AIRLINE_FILE.read_text())
     assert [t.outcome.score for t in loaded] == [r["reward"] for r in raw]
     for t, r in zip(loaded, raw, strict=True):  # the same conversations, told without personal data
-        assert [m["role"] for m in t.messages] == [m["role"] for m in r["traj"]]
-        assert all(told_from(m.get("content") or "", o.get("content") or "") for m, o in zip(t.messages, r["traj"]))
+        said = as_said(r["traj"], "###STOP###")
+        assert [m["role"] for m in t.messages] == [m["role"] for m in said]
+        assert all(told_from(m.get("content") or "", o.get("content") or "") for m, o in zip(t.messages, said))
         assert [(c.name, told_from(c.arguments, o.arguments)) for c, o in zip(
             tool_calls(t.messages), tool_calls(r["traj"]), strict=True)] == [(o.name, True) for o in tool_calls(r["traj"])]
     n_calls = sum(len(m.get("tool_calls") or []) for r in raw for m in r["traj"])

@@ -32,7 +32,8 @@ from brewkb.errors import TrajectoryError
 from brewkb.trajectories.schema import UNKNOWN, Outcome, Trajectory
 
 __all__ = ["Skipped", "Item", "Reader", "MAX_DEPTH", "RECORD_ERRORS", "outcome_of", "outcome_json", "UNKNOWN_JSON", "build", "obj", "first_line", "first_user", "guarded", "parse_json",
-           "json_lines", "json_items", "open_text", "depth_ok", "IDENTIFIER", "bad_name", "shown_name"]
+           "json_lines", "json_items", "open_text", "depth_ok", "IDENTIFIER", "bad_name", "shown_name",
+           "without_markers"]
 
 MAX_DEPTH = 200
 """Nesting deeper than this is refused: no chat message needs it, and deeper
@@ -159,6 +160,27 @@ def first_user(messages: Any) -> str:
             content = m.get("content")
             return content if isinstance(content, str) else json.dumps(content) if content else ""
     return ""
+
+
+def without_markers(messages: Any, markers: Sequence[str]) -> Any:
+    """``messages`` with the control markers a user simulator writes into its
+    turns (τ-bench's ``###STOP###``) taken out of the user's text: the harness
+    said them, not the user, so no request is read from them. A user turn of
+    nothing else is left out. Anything that is not a list of messages is
+    returned as it is, for the reader to refuse."""
+    if not isinstance(messages, list):
+        return messages
+    out = []
+    for m in messages:
+        content = m.get("content") if isinstance(m, dict) and m.get("role") == "user" else None
+        if isinstance(content, str) and any(marker in content for marker in markers):
+            for marker in markers:
+                content = content.replace(marker, " ")
+            if not content.strip() and not m.get("tool_calls"):
+                continue
+            m = {**m, "content": " ".join(content.split())}
+        out.append(m)
+    return out
 
 
 def outcome_of(reward: Any, success: Any = None) -> Outcome:

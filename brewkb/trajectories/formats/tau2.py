@@ -11,7 +11,8 @@ at a time.
 A simulation is ``{id, task_id, trial, messages[{role, content, tool_calls[{id,
 name, arguments, requestor}]}], reward_info{reward}}``. Tool calls the
 simulated user made are kept in ``meta.user_tool_calls``, not in the
-conversation.
+conversation. The markers the simulated user ends a conversation with
+(``MARKERS``) are taken out of its turns.
 """
 
 from __future__ import annotations
@@ -32,9 +33,13 @@ from brewkb.trajectories.formats.base import (
     obj,
     outcome_json,
     outcome_of,
+    without_markers,
 )
 
-__all__ = ["read", "looks_like", "task_text"]
+__all__ = ["read", "looks_like", "task_text", "MARKERS"]
+
+MARKERS = ("###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###")
+"""What τ²'s user simulator writes to end a conversation (``without_markers``)."""
 
 
 def read(path: Path, split: str, tasks: Path | None = None) -> Iterator[Item]:
@@ -82,7 +87,7 @@ def _convert(where: str, i: int, sim: Any, split: str, texts: dict[str, str]) ->
     info = sim.get("reward_info")
     reward = info.get("reward") if isinstance(info, dict) else None
     outcome = outcome_of(reward)
-    messages, user_calls = _messages(sim["messages"])
+    messages, user_calls = _messages(without_markers(sim["messages"], MARKERS))
     task_id = str(sim.get("task_id", i))
     meta = {"source": "tau2", "trial": sim.get("trial"), "simulation_id": sim.get("id"),
             "user_tool_calls": user_calls}

@@ -1,6 +1,6 @@
 """``tau-bench``: historical trajectories, a JSON array of
 ``{task_id, trial, reward, traj, info{task{instruction, user_id}}}``, read one
-run at a time."""
+run at a time. The simulated user's ``###STOP###`` is taken out of its turns."""
 
 from __future__ import annotations
 
@@ -19,9 +19,13 @@ from brewkb.trajectories.formats.base import (
     obj,
     outcome_json,
     outcome_of,
+    without_markers,
 )
 
-__all__ = ["read", "looks_like"]
+__all__ = ["read", "looks_like", "MARKERS"]
+
+MARKERS = ("###STOP###",)
+"""What tau-bench's user simulator writes to end a conversation (``without_markers``)."""
 
 
 def read(path: Path, split: str, tasks: Path | None = None) -> Iterator[Item]:
@@ -40,7 +44,7 @@ def _convert(where: str, i: int, run: Any, split: str) -> Item:
         raise TrajectoryError("not a tau-bench run (no `traj`)")
     outcome = outcome_of(run.get("reward"))
     task = obj(obj(run.get("info")).get("task"))
-    traj = run["traj"]
+    traj = without_markers(run["traj"], MARKERS)
     return build(where, task_id=str(run.get("task_id", i)), task=task.get("instruction") or first_user(traj),
                  split=split, messages=traj, outcome=outcome_json(outcome),
                  meta={"source": "tau-bench", "trial": run.get("trial"), "user_id": task.get("user_id")})
