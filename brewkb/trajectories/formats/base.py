@@ -166,8 +166,9 @@ def without_markers(messages: Any, markers: Sequence[str]) -> Any:
     """``messages`` with the control markers a user simulator writes into its
     turns (τ-bench's ``###STOP###``) taken out of the user's text: the harness
     said them, not the user, so no request is read from them. A user turn of
-    nothing else is left out. Anything that is not a list of messages is
-    returned as it is, for the reader to refuse."""
+    nothing else is left out (one that also calls a tool keeps its calls).
+    Anything that is not a list of messages is returned as it is, for the
+    reader to refuse."""
     if not isinstance(messages, list):
         return messages
     out = []
@@ -176,9 +177,10 @@ def without_markers(messages: Any, markers: Sequence[str]) -> Any:
         if isinstance(content, str) and any(marker in content for marker in markers):
             for marker in markers:
                 content = content.replace(marker, " ")
-            if not content.strip() and not m.get("tool_calls"):
+            text = " ".join(content.split())
+            if not text and not m.get("tool_calls"):
                 continue
-            m = {**m, "content": " ".join(content.split())}
+            m = {**m, "content": text or None}
         out.append(m)
     return out
 
