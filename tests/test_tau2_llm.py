@@ -70,7 +70,7 @@ def test_rollout_writes_graded_conversations_whose_user_turns_come_from_the_user
     for t in runs:
         assert t.outcome.detail["grader"] == "tau2", t.outcome.detail
         users = [m["content"] for m in t.messages if m["role"] == "user"]
-        assert users == [USER_OPENING, USER_THANKS]
+        assert users == [USER_OPENING, "That is all, thank you."]  # τ²'s ###STOP### is the harness's, not said
         assert t.meta["ended_by"] == "user"
     user_calls = [r for _, r in endpoint.requests[probes:] if r.get("model") == "user-sim"]
     assert len(user_calls) == 16 and not any(r.get("tools") for r in user_calls)
@@ -79,6 +79,21 @@ def test_rollout_writes_graded_conversations_whose_user_turns_come_from_the_user
     assert {"agent", "user"} <= roles
     # A read-only conversation succeeds exactly on the tasks that expect no change and no answer.
     assert 0 < sum(t.success for t in runs) < len(runs)
+
+
+def test_a_user_turn_that_is_only_taus_end_marker_is_not_recorded_and_the_episode_still_grades(
+        tmp_path: Path) -> None:
+    kb = tau2_kb(tmp_path / "kb", AIRLINE.replace('domain = "airline"\n', 'domain = "airline"\ntasks = 2\n'))
+    with FakeOpenAI(default=Tau2Player(user=scripted_user(USER_OPENING, "###TRANSFER###")), embed=embed) as fake:
+        out = brewkb(kb, fake, "rollout", "--run", "m", "--split", "train", "--context", "none")
+    assert out.returncode == 0, out.stderr[-3000:]
+    runs = list(read_jsonl(kb / "runs" / "m" / "rollouts.jsonl"))
+    assert len(runs) == 2
+    for t in runs:
+        assert [m["content"] for m in t.messages if m["role"] == "user"] == [USER_OPENING]
+        assert t.meta["ended_by"] == "user" and t.messages[-1]["role"] == "assistant"
+        assert t.outcome.detail["grader"] == "tau2" and "error" not in t.outcome.detail, t.outcome.detail
+    assert "###TRANSFER###" not in (kb / "runs" / "m" / "rollouts.jsonl").read_text()
 
 
 USER_CANCEL = "Also, please cancel my reservation EHGLP3."

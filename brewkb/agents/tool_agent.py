@@ -78,7 +78,7 @@ class ToolAgent:
                    retriever: ContextProvider | None = None) -> Trajectory:
         session = env.session(task)
         tools = env.tools()
-        user = (UserSimulator(self.client, env.user_prompt(task), env.user_ends)  # type: ignore[attr-defined]
+        user = (UserSimulator(self.client, env.user_prompt(task), env.user_markers)  # type: ignore[attr-defined]
                 if hasattr(env, "user_prompt") else None)
         policy = getattr(env, "policy", "")
         head = self.system_prompt + (f"\n\n{policy}" if policy else "")
@@ -88,8 +88,12 @@ class ToolAgent:
         retrievals: list[dict[str, Any]] = []
 
         def heard(turn: str) -> None:
-            """Append a user turn; unless it ends the conversation, retrieve again when per turn."""
-            messages.append({"role": "user", "content": turn})
+            """Append a user turn (without the markers that end a conversation;
+            a turn of nothing else is not one); unless it ends the conversation,
+            retrieve again when per turn."""
+            recorded = user.said(turn) if user is not None else turn
+            if recorded:
+                messages.append({"role": "user", "content": recorded})
             if user is not None and user.ends(turn):
                 meta["ended_by"] = "user"
             elif retriever is not None:

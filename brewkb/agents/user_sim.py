@@ -2,16 +2,19 @@
 LLM role, prompted by the environment (for τ², its user guidelines and the
 task's scenario). It sees the conversation from the user's side — the agent's
 texts as the other party's, tool traffic hidden — and its turn ends the
-conversation when the environment says so (τ²: ``###STOP###``,
-``###TRANSFER###``, ``###OUT-OF-SCOPE###``)."""
+conversation when it holds one of the environment's markers (τ²:
+``###STOP###``, ``###TRANSFER###``, ``###OUT-OF-SCOPE###``). A marker is
+the harness's, not the user's: what the conversation records of the turn
+(``said``) leaves it out."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from brewkb.errors import AgentError
 from brewkb.llm.client import LLMClient
+from brewkb.trajectories.formats.base import drop_markers
 
 __all__ = ["UserSimulator", "flip"]
 
@@ -27,9 +30,17 @@ def flip(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 
 class UserSimulator:
-    def __init__(self, client: LLMClient, system_prompt: str, ends: Callable[[str], bool]) -> None:
-        self.client, self.system_prompt, self.ends = client, system_prompt, ends
+    def __init__(self, client: LLMClient, system_prompt: str, markers: Sequence[str]) -> None:
+        self.client, self.system_prompt, self.markers = client, system_prompt, tuple(markers)
         self.calls = self.tokens_in = self.tokens_out = 0
+
+    def ends(self, turn: str) -> bool:
+        """Whether the turn ends the conversation: it holds a marker."""
+        return any(marker in turn for marker in self.markers)
+
+    def said(self, turn: str) -> str:
+        """The turn as the conversation records it: without its markers."""
+        return drop_markers(turn, self.markers)
 
     async def reply(self, conversation: Sequence[Mapping[str, Any]]) -> str:
         """The user's next turn; an empty reply raises (the episode fails with it)."""

@@ -240,10 +240,11 @@ class Tau2Environment:
         return str(sim.SYSTEM_PROMPT.format(global_user_sim_guidelines=sim.get_global_user_sim_guidelines(False),
                                             instructions=t2.user_scenario))
 
-    def user_ends(self, text: str) -> bool:
-        """Whether a user turn ends the conversation, as τ²'s simulator decides."""
+    @property
+    def user_markers(self) -> tuple[str, ...]:
+        """What ends a user turn's conversation, as τ²'s simulator decides."""
         b = self._t.user_base
-        return any(token in text for token in (b.STOP, b.TRANSFER, b.OUT_OF_SCOPE))
+        return (b.STOP, b.TRANSFER, b.OUT_OF_SCOPE)
 
     # -- grading ------------------------------------------------------------------------------
 

@@ -33,7 +33,7 @@ from brewkb.trajectories.schema import UNKNOWN, Outcome, Trajectory
 
 __all__ = ["Skipped", "Item", "Reader", "MAX_DEPTH", "RECORD_ERRORS", "outcome_of", "outcome_json", "UNKNOWN_JSON", "build", "obj", "first_line", "first_user", "guarded", "parse_json",
            "json_lines", "json_items", "open_text", "depth_ok", "IDENTIFIER", "bad_name", "shown_name",
-           "without_markers"]
+           "without_markers", "drop_markers"]
 
 MAX_DEPTH = 200
 """Nesting deeper than this is refused: no chat message needs it, and deeper
@@ -175,14 +175,19 @@ def without_markers(messages: Any, markers: Sequence[str]) -> Any:
     for m in messages:
         content = m.get("content") if isinstance(m, dict) and m.get("role") == "user" else None
         if isinstance(content, str) and any(marker in content for marker in markers):
-            for marker in markers:
-                content = content.replace(marker, " ")
-            text = " ".join(content.split())
+            text = drop_markers(content, markers)
             if not text and not m.get("tool_calls"):
                 continue
             m = {**m, "content": text or None}
         out.append(m)
     return out
+
+
+def drop_markers(text: str, markers: Sequence[str]) -> str:
+    """``text`` without ``markers``, each a space (no two words join), its spaces collapsed."""
+    for marker in markers:
+        text = text.replace(marker, " ")
+    return " ".join(text.split())
 
 
 def outcome_of(reward: Any, success: Any = None) -> Outcome:
