@@ -30,7 +30,9 @@ document texts, `notes`, and `all-trajectories` (every past conversation that
 is not a test one, failed ones too). Both query kinds: the user's side of the
 conversation and the first user turn. For each group it prints n, the mean
 MRR, top-1 and step F1 of each arm, and KB − trajectories with its 95 % CI
-(fixed seed).
+(fixed seed); then how many cases made a write that no recipe of the KB
+names, with the KB's and `trajectories`' MRR on them (split by what the cases
+did, so it explains the figures and is never judged).
 
 `--check` exits 1 unless: on recurring requests the CI of KB − trajectories
 reaches 0 or above on MRR, top-1 and step F1; on new requests (whole tasks,
@@ -234,7 +236,9 @@ class Bench:
                                from_run=None if held == learn else learn, start=self.kb)
         arms = {(KB_ARM if a.kind == "kb" else a.label): a.rows for a in result.arms if a.kind != "none"}
         arms[BM25S] = bm25s_rows(self.kb, learn, list(result.cases))
-        return [{"part": "recurring" if case.recurring else "new",
+        with KB.open(self.kb) as kb:
+            named = {tool for r in kb.recipes(f"brew/{learn}/pr") for step in procedure_of(r).steps for tool in step}
+        return [{"part": "recurring" if case.recurring else "new", "named": set(case.writes) <= named,
                  "arms": {arm: {q: rows[q][n] for q in QUERIES} for arm, rows in arms.items()}}
                 for n, case in enumerate(result.cases)]
 
@@ -274,6 +278,9 @@ def summary(rows: list[dict]) -> dict:
             diffs[f"{a} − {b}"] = {c: paired_bootstrap([x[i] - y[i] for x, y in zip(arms[a], arms[b])]).to_json()
                                    for i, c in enumerate(COLUMNS) if c in JUDGED} if len(rows) >= MIN_CASES else None
         out[query] = {"means": means, "differences": diffs}
+    out["unnamed"] = {"cases": sum(not r["named"] for r in rows), **{
+        arm: round(float(np.mean([r["arms"][arm]["conversation"][0] for r in rows if not r["named"]])), 4)
+        for arm in (KB_ARM, TRAJ) if not all(r["named"] for r in rows)}}
     return out
 
 
@@ -321,6 +328,10 @@ def report(groups: dict[str, list[dict]]) -> dict:
                                                     f"{diff[m]['high']:+.3f})" for m, name in JUDGED.items())
                                          if diff else f"not enough held-out conversations to compare "
                                                       f"({found['cases']})"))
+        unnamed = found["unnamed"]
+        print(f"  cases with a write no recipe of the KB names: {unnamed['cases']}" + (
+              f" (MRR, whole conversation: KB {unnamed[KB_ARM]:.3f}, trajectories {unnamed[TRAJ]:.3f})"
+              if unnamed["cases"] else "") + "; split by the cases' writes, so shown, never judged")
     return summaries
 
 

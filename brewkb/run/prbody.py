@@ -24,6 +24,7 @@ from brewkb.errors import RecipeError
 from brewkb.llm.roles import Insight
 from brewkb.recipes import parse_recipe
 from brewkb.retrieval.compare import LogEvaluation
+from brewkb.retrieval.logeval import procedure_of
 from brewkb.run.record import (
     LOGS_WROTE,
     RunView,
@@ -43,7 +44,6 @@ from brewkb.trajectories.quote import HeldBack, LogIndex, held_back, log_texts
 from brewkb.trajectories.quote import shown as plain
 from brewkb.trajectories.schema import Trajectory
 from brewkb.trajectories.split import HOLD_OUT_EVERY
-from brewkb.trajectories.tools import procedure
 
 __all__ = ["refine_message", "distill_message", "comparison_section", "pr_body", "logs_section", "BASE", "NEW",
            "from_logs_of", "LOGS_WROTE", "HELD_BACK"]
@@ -200,10 +200,10 @@ def _fenced(lines: Sequence[str]) -> list[str]:
 def _tools(text: str) -> set[str]:
     """The tools a recipe's procedure names (none when it does not parse)."""
     try:
-        how = parse_recipe(text).section("How to perform")
+        steps = procedure_of(parse_recipe(text)).steps
     except RecipeError:
         return set()
-    return set().union(*procedure(how))
+    return set().union(*steps)
 
 
 def logs_section(before: Mapping[str, str], after: Mapping[str, str],
