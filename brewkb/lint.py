@@ -32,6 +32,7 @@ from brewkb.trajectories.boundary import invisible
 from brewkb.trajectories.quote import (
     DIRECTS_A_CALL,
     LINK,
+    ASKS_FOR_A_SECRET,
     MARKUP,
     REASONS,
     RULE_FOR_READER,
@@ -140,7 +141,8 @@ def untrusted_text(path: str, text: str) -> list[Problem]:
             problems.append(Problem(path, number, "warning", "a link",
                                     "an agent served this recipe may follow it: remove it unless your team put it "
                                     "there and trusts where it leads"))
-        reason = instruction_reason(content, skip=(RULE_FOR_READER, TO_THE_AGENT, DIRECTS_A_CALL, MARKUP, LINK))
+        reason = instruction_reason(content, skip=(RULE_FOR_READER, TO_THE_AGENT, DIRECTS_A_CALL, MARKUP, LINK,
+                                                     ASKS_FOR_A_SECRET))
         # a quotation is what a log said: it is read by every rule for log text
         reason = reason or next((r for m in _QUOTATION.finditer(content)
                                  if (r := instruction_reason(m.group(1) or m.group(2), skip=(MARKUP, LINK)))), None)

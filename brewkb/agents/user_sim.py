@@ -39,7 +39,7 @@ class UserSimulator:
         return any(marker in turn for marker in self.markers)
 
     def said(self, turn: str) -> str:
-        """The turn as the conversation records it: without its markers."""
+        """The turn as the conversation records it: up to its first marker."""
         return drop_markers(turn, self.markers)
 
     async def reply(self, conversation: Sequence[Mapping[str, Any]]) -> str:

@@ -10,16 +10,20 @@ or *holds it back* with the reason:
   parentheses, angle brackets that are not a placeholder such as
   ``<email>`` by ``‹ ›``), any id-shaped token left replaced by ``<id>``,
   and cut to a length.
-- **held back** when the text reads as instructions to an agent, by six
+- **held back** when the text reads as instructions to an agent, by eight
   general rules (``instruction_reason``), none of them about one log:
 
   1. *addressed to the assistant*: words addressed to an assistant, system,
      model or agent by that name ("AI: …", "note to the assistant", "you are
-     an AI"), chat-template tokens (``<|im_start|>``, ``[INST]``);
+     an AI"), chat-template tokens (``<|im_start|>``, ``[INST]``); or to
+     someone other than whom it was said to (staff by their role: "Supervisor
+     note", "Staff: …"; "to whoever reads this");
   2. *overrides its instructions*: "ignore / disregard / forget / override /
      bypass / skip" + "previous / above / prior / system" or + (up to two
      words, then) "instructions / rules / policy / prompt / guidelines /
-     checks / verification"; "forget / ignore what you were told";
+     checks / verification"; "forget / ignore what you were told"; "no need
+     to check / verify / follow" + (up to two words, then) "rules / policy /
+     identity / eligibility …";
   3. *claims a policy or rule*: "new / updated / revised / official /
      internal … policy / rule / instructions", "policy update", "system
      prompt"; and *a rule for whoever reads it*: a sentence that starts with
@@ -27,8 +31,10 @@ or *holds it back* with the reason:
      not) …", or (for log text, not a recipe's own lines) tells an agent,
      assistant or model in the third person what it must, should or has
      to do;
-  4. *links*: URLs (any scheme, ``www.``, a host with a path), markdown links
-     and images;
+  4. *links*: URLs (any scheme, ``www.``, a host with a path, a bare host
+     with a common ending, a host written so that no link is made of it:
+     ``hxxps``, ``example(.)com``, ``example dot com``), markdown links and
+     images;
   5. *directs a tool call* (log text only: a recipe's own lines name the
      calls an agent makes): a verb of calling ("call", "invoke", "run",
      "use", …) before a name in code form (``force_cancel_order``,
@@ -37,11 +43,14 @@ or *holds it back* with the reason:
      they want done, a text that names the call to make speaks to the agent;
   6. *code or markup*: HTML (found by ``nh3``, the HTML sanitiser; the
      placeholders brewkb writes are not HTML), code fences, markdown
-     headings, template tags.
+     headings, template tags;
+  7. *asks for a secret*: asking to give, read out or share a card number,
+     its security code, a password, PIN or one-time code;
+  8. *hides its words*: ten letters or more each standing alone.
 
-The rules read letters of other scripts that look Latin (Cyrillic ``о``,
-Greek ``ο``) as the Latin letter, and the rules of words (1 to 3) read the
-text backwards too: a bidirectional override shows reversed text the right
+The rules read small capitals as the letters they are, letters of other
+scripts that look Latin (Cyrillic ``о``, Greek ``ο``) as the Latin letter,
+and the rules of words (1 to 3) read the text backwards too: a bidirectional override shows reversed text the right
 way round, and ``normalise`` has removed the override, not the words.
 
 A held-back text is not written into the recipe; ``held_back`` lists such
@@ -55,6 +64,7 @@ in a row, or a link) is dropped.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -65,7 +75,7 @@ from brewkb.trajectories.scrub import ID_SHAPE
 
 __all__ = ["Quote", "HeldBack", "quote", "instruction_reason", "held_back", "log_texts", "screen",
            "MAX_QUOTE", "LogIndex", "shown", "is_html", "RULE_FOR_READER", "TO_THE_AGENT", "DIRECTS_A_CALL", "LINK",
-           "MARKUP",
+           "MARKUP", "ASKS_FOR_A_SECRET", "HIDES_ITS_WORDS",
            "REASONS"]
 
 MAX_QUOTE = 240
@@ -80,7 +90,15 @@ DIRECTS_A_CALL = "directs a tool call"
 """Rule 5, for log text only: a recipe's own lines name the calls the agent makes."""
 LINK = "a link"
 MARKUP = "code or markup"
+ASKS_FOR_A_SECRET = "asks for a secret"
+"""Rule 7: someone asked to say a card number, a security code or a password (a recipe's line may warn against it)."""
+HIDES_ITS_WORDS = "hides its words"
+"""Rule 8: ten letters or more each standing alone ("i g n o r e …"), a way to slip words past the others."""
 _ROLE = r"(?:ai|assistant|agent|model|llm|chatbot|bot|system|gpt|claude|language model)"
+_TLD = (r"(?:com|net|org|info|biz|io|co|ai|app|dev|xyz|top|site|online|shop|store|link|click|live|ly|gl|cc|ws|tk"
+        r"|ru|cn|uk|de|fr|nl|eu|us|ca|au|in|br|jp|su|pw|icu|club|vip)")
+"""Endings of host names that a bare one is read by (a link needs no scheme to be followed)."""
+_STAFF = r"(?:staff|supervisor|manager|management|admin|administrator|operator|moderator|headquarters)"
 _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("addressed to the assistant", re.compile(
         rf"(?im)(?:^|[.!?]\s+)\s*{_ROLE}\s*:"
@@ -88,12 +106,20 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
         rf"(?:the\s+|my\s+|our\s+)?{_ROLE}\b"
         rf"|\b(?:you are|you're|act as|pretend to be|as an?|you,? the)\s+(?:now\s+)?(?:an?\s+)?(?:helpful\s+)?"
         r"(?:ai|assistant|language model|llm|chatbot|large language model)\b"
-        r"|<\|[^|>\n]{1,40}\|>|\[/?INST\]|<</?SYS>>|#{2,}\s*(?:instruction|system|response)\b")),
+        r"|<\|[^|>\n]{1,40}\|>|\[/?INST\]|<</?SYS>>|#{2,}\s*(?:instruction|system|response)\b"
+        # a note for someone other than whom it was said to: staff, or whoever reads it
+        rf"|(?:^|[.!?]\s+)\s*{_STAFF}\s*:|\b{_STAFF}\s+(?:notes?|messages?|memos?|reminders?|instructions?)\b"
+        rf"|\b(?:notes?|messages?|memos?|reminders?|instructions?)\s+from\s+(?:the\s+|your\s+|our\s+)?"
+        rf"(?:[a-z]+\s+){{0,2}}{_STAFF}\b"
+        r"|\b(?:to|for)\s+whoever\s+(?:reads|is reading|handles|is handling|sees|gets|processes|picks up)\b")),
     ("overrides its instructions", re.compile(
         r"(?i)\b(?:ignore|disregard|forget|override|bypass|circumvent|skip)\s+(?:all\s+|any\s+|every\s+|the\s+|"
         r"your\s+|these\s+|those\s+|of\s+)*(?:(?:previous|prior|above|earlier|preceding|original|system|safety|usual)"
         r"\b|(?:[a-z]+[\s-]+){0,2}(?:instructions?|rules?|prompts?|polic(?:y|ies)|guidelines?|directives?|checks?"
         r"|verifications?|authentications?)\b)"
+        r"|\b(?:no need|not necessary|unnecessary|(?:do|does|did)(?:n't| not) need)\s+(?:for\s+\w+\s+)?to\s+"
+        r"(?:check|verify|validate|authenticate|review|follow|apply)\s+(?:[a-z]+[\s-]+){0,2}(?:rules?|polic(?:y|ies)"
+        r"|identity|id|verification|eligibility|requirements?|restrictions?|conditions?|checks?)\b"
         r"|\b(?:ignore|disregard|forget)\s+(?:what|everything|anything|all)\s+(?:that\s+)?(?:you|you've|you'?ve)\s+"
         r"(?:were|was|have been|had been|'ve been|are|got)?\s*(?:told|instructed|given|taught|asked)\b")),
     ("claims a policy or rule", re.compile(
@@ -111,7 +137,11 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"(?i)\b(?:https?|ftp|file|data|javascript|vbscript)\s*:\s*/*\S+|\bwww\d?\.\S+"
         # a host and its path, a markdown link: begun where a word begins, each part bounded (no backtracking)
         r"|(?<![a-z0-9.-])[a-z0-9-]{1,63}(?:\.[a-z0-9-]{1,63}){0,8}\.[a-z]{2,24}/\S*"
-        r"|!?\[[^\]\n]{0,500}\]\([^)\n]{0,2000}\)|^\s*\[[^\]\n]+\]:\s*\S+")),
+        r"|!?\[[^\]\n]{0,500}\]\([^)\n]{0,2000}\)|^\s*\[[^\]\n]+\]:\s*\S+"
+        # a bare host, or one written so that no link is made of it (hxxp, example(.)com, example dot com)
+        rf"|(?<![\w.@-])[a-z0-9-]{{1,63}}(?:\.[a-z0-9-]{{1,63}}){{0,8}}\.{_TLD}\b(?![.-]?\w)"
+        r"|\bh(?:xx|\*\*|XX)ps?\b|[a-z0-9]\s?(?:\[\.\]|\(\.\)|\{\.\}|\[dot\]|\(dot\)|\{dot\})\s?[a-z0-9]"
+        rf"|\b[a-z0-9-]{{2,63}}\s+dot\s+{_TLD}\b")),
     (DIRECTS_A_CALL, re.compile(
         # a name in code form: snake_case, camelCase or written as a call; letters only (an id holds digits)
         r"\b(?i:call|calls|calling|invoke|run|execute|use|trigger|try)\s+(?i:the\s+|a\s+)?"
@@ -119,6 +149,13 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"(?:[A-Za-z]+(?:_[A-Za-z]+)+\b|[a-z]{2,}(?:[A-Z][a-z]+)+\b|[A-Za-z_]+\()"
         r"|(?i:\b[a-z]+(?:_[a-z]+)*\s*=\s*['\"]?(?:true|false)\b)")),
     (MARKUP, re.compile(r"```|~~~|^\s{0,3}#{1,6}\s|\{\{[^}]{0,1000}\}\}|\{%[^%]{0,1000}%\}|<!--|<\?|<!\w", re.M)),
+    (ASKS_FOR_A_SECRET, re.compile(
+        r"(?i)\b(?:ask|asks|asking|request|requests|read|reads|reading|provide|give|tell|share|send|repeat|collect"
+        r"|obtain|enter|type|spell)\b(?:\s+[\w'-]+){0,8}?\s+(?:(?:full|whole|complete|entire|stored|saved)\s+)?"
+        r"(?:(?:credit\s+|debit\s+|payment\s+)?card(?:'s)?\s+(?:numbers?|digits)|cvv2?|cvc2?|security\s+codes?"
+        r"|(?:three|3|four|4)\s+digits\s+on\s+the\s+back|passwords?|passcodes?|passphrases?|pin\s+(?:codes?|numbers?)"
+        r"|one[- ]time\s+(?:codes?|passwords?)|otp|social\s+security\s+numbers?)\b")),
+    (HIDES_ITS_WORDS, re.compile(r"(?<!\S)(?:[^\W\d_]\s{1,2}){9,}[^\W\d_](?!\S)")),
 )
 REASONS = tuple(reason for reason, _ in _RULES)
 """Every reason ``instruction_reason`` may give, in the order it tries them."""
@@ -130,6 +167,10 @@ _LATIN_LOOK = str.maketrans(_CYRILLIC + _GREEK, "aABBeEhhiIjJkKMMHHoOpPcCTTyYxXs
 """Letters of other scripts that look like Latin ones (as spoofed text uses them),
 read as the Latin letter they look like; NFKC has already folded fullwidth and
 mathematical forms."""
+_SMALL_CAPITALS = str.maketrans({chr(c): unicodedata.name(chr(c))[-1].lower() for c in (
+    *range(0x0250, 0x02B0), *range(0x1D00, 0x1D80), *range(0xA720, 0xA800))
+    if re.fullmatch(r"LATIN LETTER SMALL CAPITAL [A-Z]", unicodedata.name(chr(c), ""))})
+"""Small capital letters (``ɪɢɴᴏʀᴇ``), which NFKC leaves as they are, read as the letters they are."""
 _PLACEHOLDER = re.compile(r"<[a-z][a-z0-9_]*>")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 _DANGEROUS_TAGS = frozenset("""script style iframe frame frameset object embed applet svg math form input button
@@ -163,7 +204,7 @@ def _is_html(text: str) -> bool:
 def instruction_reason(text: str, skip: Iterable[str] = ()) -> str | None:
     """Why ``text`` reads as instructions to an agent (one of the module
     docstring's rules, but those named in ``skip``), or ``None``."""
-    normal = normalise(text, 100_000).translate(_LATIN_LOOK)
+    normal = normalise(text, 100_000).translate(_LATIN_LOOK).translate(_SMALL_CAPITALS)
     backwards = normal[::-1]  # what a bidi override (removed by normalise) showed reversed
     skipped = set(skip)
     for number, (reason, rule) in enumerate(_RULES):

@@ -10,17 +10,21 @@ Three kinds of rule; patterns and keys are configurable under ``[scrub]`` in
 - **patterns** (``kind = regex``): every match becomes ``<kind>``. A pattern
   with a capture group replaces only the group (``reservation (ABC123)``
   keeps the word "reservation"). The defaults cover passwords said in text
-  (``my password is …``), card security codes and PINs given as such
+  (``my password is …``, or a passphrase that is not a plain word), card security codes and PINs given as such
   (``CVV 123``, ``PIN 1234``), birth dates given as such (``DOB 1980-02-03``),
   e-mail addresses (obfuscated ones too:
-  ``name(at)domain(dot)com``), social security numbers, IBANs (check digits
-  verified), payment card numbers (digits in groups of four, with spaces,
-  dots or dashes), phone numbers (international ones with ``+`` or ``00``),
+  ``name(at)domain(dot)com``, ``name at domain.com``, ``name . x @ domain . com``),
+  social security numbers, IBANs (check digits verified), payment card numbers
+  (digits in groups of four, or 4-6-5, with spaces, dots or dashes), phone
+  numbers (ten digits grouped, or after a word such as "phone" or "call";
+  national ones that begin with 0;
+  international ones with ``+`` or ``00``), account numbers given as such,
   passport numbers given as such, street addresses (a number and a street
   word, in English, French, Spanish, Italian, Portuguese and German forms),
   payment-method ids, handle-style user ids (``jane_doe_1234``), order codes
   (``#W1234567``), a booking code named as one (``reservation ID SI5UKW``),
-  a name someone gives (``I'm Jane Doe``) and a zip code given as one.
+  a name someone gives (``I'm Jane Doe``, ``Jane Doe here``, ``Dr. Jane Doe``)
+  and a zip code given as one.
 - **values of tool calls and results**: in a trajectory, the value of any
   of ``keys`` in a tool call's arguments or a tool's result (``user_id``,
   ``reservation_id``, ``first_name`` …) is personal, and so is every *id*: a
@@ -30,7 +34,13 @@ Three kinds of rule; patterns and keys are configurable under ``[scrub]`` in
   both, 5 characters or more: ``W2905754``, ``PMT-440291``). Every occurrence
   of such a value anywhere in the trajectory (task text, messages, other
   calls) becomes ``<key>``, with or without a leading mark (``#W2905754``
-  and ``W2905754`` alike). This is what catches a booking code like
+  and ``W2905754`` alike), and an id (5 letters and digits or more, a digit
+  among them) however it is written: in any case, with spaces, dots, dashes
+  or underscores between its characters (``ZQ8 W2K``, ``SOFIA KIM 7287`` for
+  ``sofia_kim_7287``), and its number alone when it has a few letters before
+  a number of 6 digits or more (``2905754`` for ``W2905754``). An id-shaped
+  item of a list under any key is one too: ``{"reservations": ["ZQ8W2K"]}``
+  names a ``<reservation_id>``, unless something else names it. This is what catches a booking code like
   ``ZFA04Y`` that no regex could tell from a flight number: the agent's own
   tool schema says what it is.
 
@@ -62,25 +72,31 @@ _LOCAL = r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]{1,64}"
 _STREET = (r"Street|St|Avenue|Ave|Road|Rd|Boulevard|Blvd|Lane|Ln|Drive|Dr|Court|Ct|Place|Pl|Way|Terrace|Parkway"
            r"|Pkwy|Highway|Hwy|Square|Sq|Circle|Cir|Trail|Close|Crescent|Row|Alley")
 DEFAULT_PATTERNS: dict[str, str] = {
-    "password": r"(?i:\b(?:password|passcode|passphrase|passwd|pwd|pin(?: code)?)\b)[\"']?\s*(?:is|was|:|=)\s*"
-                r"[\"']?([^\s\"',;<]{3,})",
+    "password": r"(?i:\b(?:password|passcode|passphrase|passwd|pwd|pin(?: code)?)\b)[\"']?\s*(?:(?:is|was|:|=)\s*"
+                r"[\"']?([^\s\"',;<]{3,})|((?=[^\s\"',;<]*[^\sA-Za-z\"',;<])[^\s\"',;<]{6,}))",
     "security_code": r"(?i:\b(?:cvv2?|cvc2?|csc|(?:card )?security code|pin(?: code| number)?)\b)"
                      r"(?:\s+(?:is|was))?\s*[:=#]?\s*(\d{3,8})(?![\w-])",
     "birth_date": r"(?i:\b(?:dob|d\.o\.b\.?|date of birth|birth ?date|birthday|born(?: on)?)\b)(?:\s+(?:is|was))?"
                   r"\s*[:=]?\s*(\d{4}[-/.]\d{1,2}[-/.]\d{1,2}|\d{1,2}[-/.]\d{1,2}[-/.]\d{2,4}"
-                  r"|(?:\d{1,2}\s+)?(?i:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\.?(?:\s+\d{1,2})?,?"
-                  r"\s+\d{4})\b",
+                  r"|(?:\d{1,2}(?:st|nd|rd|th)?\s+(?:of\s+)?)?(?i:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*"
+                  r"\.?(?:\s+\d{1,2}(?:st|nd|rd|th)?)?,?\s+\d{4})\b",
     # each part bounded and begun where a word begins: a 200 KB word costs a pass, not its square
     "email": rf"{_LOCAL}@[A-Za-z0-9-]{{1,63}}(?:\.[A-Za-z0-9-]{{1,63}}){{0,8}}\.[A-Za-z]{{2,24}}\b"
              rf"|{_LOCAL}{_AT}[A-Za-z0-9-]{{1,63}}(?:(?:{_DOT}|\.)[A-Za-z0-9-]{{1,63}}){{0,8}}"
              rf"(?:{_DOT}|\.)[A-Za-z]{{2,6}}\b"
              rf"|{_LOCAL}(?:{_DOT}[A-Za-z0-9._%+-]{{1,64}}){{0,4}}\s+(?i:at)\s+[A-Za-z0-9-]{{1,63}}"
-             rf"(?:{_DOT}[A-Za-z0-9-]{{1,63}}){{0,8}}{_DOT}[A-Za-z]{{2,6}}\b",
+             rf"(?:{_DOT}[A-Za-z0-9-]{{1,63}}){{0,8}}{_DOT}[A-Za-z]{{2,6}}\b"
+             rf"|{_LOCAL}\s+(?i:at)\s+[a-z0-9-]{{1,63}}(?:\.[a-z0-9-]{{1,63}}){{0,8}}\.[a-z]{{2,6}}\b"
+             r"|(?<![\w.%+-])[A-Za-z0-9_%+-]{1,64}(?:\s*\.\s*[A-Za-z0-9_%+-]{1,64}){0,4}\s*@\s*[A-Za-z0-9-]{1,63}"
+             r"(?:\s*\.\s*[A-Za-z0-9-]{1,63}){0,8}\s*\.\s*[A-Za-z]{2,24}\b",
     "ssn": r"(?<![\w-])\d{3}-\d{2}-\d{4}(?![\w-])"
            r"|(?i:\b(?:ssn|social security(?: number)?)\b)\D{0,20}?(\d{3}[ .-]?\d{2}[ .-]?\d{4})(?!\d)",
     "iban": r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?\b",
-    "card_number": r"(?<![\w-])(?:\d{4}[ .-]){3}\d{1,7}(?![\w-])|(?<![\w-])\d{15,16}(?![\w-])",
-    "phone": r"(?<![\w-])(?:\+\d{1,3}[ .-]?)?\(?\d{3}\)?[ .-]\d{3}[ .-]\d{4}(?![\w-])"
+    "card_number": r"(?<![\w-])(?:\d{4}[ .-]){3}\d{1,7}(?![\w-])|(?<![\w-])\d{4}[ .-]\d{6}[ .-]\d{5}(?![\w-])"
+                   r"|(?<![\w-])\d{15,16}(?![\w-])",
+    "phone": r"(?<![\w-])(?:\+\d{1,3}[ .-]?)?(?:\(\d{3}\)[ .-]?|\d{3}[ .-])\d{3}[ .-]\d{4}(?![\w-])"
+             r"|(?<![\w-])\(?0\d{1,4}\)?[ .-]\d{3,4}[ .-]?\d{3,4}(?![\w-])"
+             r"|(?i:\b(?:phone|call|cell|mobile|tel|telephone|text|reach)\b)\D{0,20}?(?<![\w-])(\d{10,11})(?![\w-])"
              r"|(?<![\w+])(?:\+|00)\d{1,3}(?:[ .-]?\(?\d{1,5}\)?){1,6}(?![\w-])",
     "passport": r"(?i:\bpassport(?:\s+(?:number|no\.?|num|#))?(?:\s+is)?)\s*[:#]?\s*"
                 r"((?=[A-Za-z]*\d)[A-Za-z0-9]{6,9})\b",
@@ -96,8 +112,12 @@ DEFAULT_PATTERNS: dict[str, str] = {
     "order_id": r"#[A-Z]?\d{5,}\b",
     "booking_code": r"\b(?:[Rr]eservation|[Bb]ooking|[Cc]onfirmation|[Tt]icket)(?:\s+(?:ID|id|number|code|no\.?))?"
                     r"(?:\s+is)?[\s:#]+((?=[A-Z0-9]*\d)(?=[A-Z0-9]*[A-Z])[A-Z0-9]{5,10}|[A-Z]{6})\b",
-    "name": r"\b(?:[Ii]'m|I am|[Mm]y name is|[Tt]his is|[Yy]ou are)\s+([A-Z][^\W\d_]+(?:\s+[A-Z][^\W\d_]+)+)",
+    "name": r"\b(?:[Ii]'m|I am|[Mm]y name is|[Tt]his is|[Yy]ou are)\s+([A-Z][^\W\d_]+(?:\s+[A-Z][^\W\d_]+)+)"
+            r"|(?:^|(?<=[.!?,;:]\s))([A-Z][^\W\d_]+\s+[A-Z][^\W\d_]+)\s+here\b"
+            r"|\b(?:Dr|Mr|Mrs|Ms|Mx|Miss|Prof)\.?\s+([A-Z][^\W\d_]+(?:\s+[A-Z][^\W\d_]+){0,2})",
     "zip": r"\b(?:zip|postal)(?:\s+code)?(?:\s+is)?[:\s]+(\d{5})\b",
+    "account_number": r"(?i:\b(?:customer|account|member(?:ship)?|loyalty|client|frequent flyer)\s+(?:number|no\.?|num|#|id)"
+                      r"(?:\s+is)?)\s*[:#]?\s*((?=[A-Za-z-]*\d)[A-Za-z0-9-]{4,20})\b",
 }
 """Placeholder kind → regex. Order matters: earlier patterns win."""
 
@@ -235,7 +255,8 @@ class Scrubber:
         known: dict[str, str] = dict(self.known)
         for trajectory in trajectories:
             for value, kind in self.values_of(trajectory).items():
-                known.setdefault(value, kind)
+                if known.get(value, "id") == "id":  # a key that names the value wins over a list that holds it
+                    known[value] = kind
         return replace(self, known=known)
 
     @cached_property
@@ -243,7 +264,16 @@ class Scrubber:
         if not self.known:
             return None
         values = sorted(self.known, key=lambda v: (-len(v), v))
-        return re.compile(rf"(?<![\w@.{MARKS}])[{MARKS}]?(" + "|".join(map(re.escape, values)) + r")(?![\w@])")
+        return re.compile(rf"(?<![\w@.{MARKS}])[{MARKS}]?(" + "|".join(map(_written, values)) + r")(?![\w@])")
+
+    @cached_property
+    def _known_kinds(self) -> dict[str, str]:
+        """The kind of each known value, by the letters and digits it is written with (any case, any separators)."""
+        kinds: dict[str, str] = {}
+        for value, kind in sorted(self.known.items(), key=lambda kv: (-len(kv[0]), kv[0])):
+            for form in _forms(value):
+                kinds.setdefault(form, kind)
+        return kinds
 
     @classmethod
     def build(cls, patterns: Mapping[str, str] | None = None, keys: Iterable[str] | None = None,
@@ -276,11 +306,13 @@ class Scrubber:
     # ---------------------------------------------------------------- texts
     def text(self, text: str, values: Mapping[str, str] | None = None) -> str:
         """``text`` with every secret, every known personal value and every pattern match replaced."""
+        squashed = _squashed(text) if values else ""
         for value, kind in sorted((values or {}).items(), key=lambda kv: -len(kv[0])):
-            if value in text:  # most of a trajectory's values are not in a given message
+            if value in text or any(form in squashed for form in _forms(value)):  # most values are not in a message
+                kind = self.known.get(value, kind) if kind == "id" else kind
                 text = _value_pattern(value).sub(f"<{kind}>", text)
         if self._known is not None:
-            text = self._known.sub(lambda m: f"<{self.known[m.group(1)]}>", text)
+            text = self._known.sub(lambda m: f"<{self._known_kinds.get(_squashed(m.group(1)), 'id')}>", text)
         done = self._done.get(text)
         if done is None:
             done = _spliced(text, secret_spans(text), f"<{SECRET}>") if self.secrets else text
@@ -308,17 +340,20 @@ class Scrubber:
         """Personal values the trajectory's own tool calls and results name:
         value → placeholder kind (the JSON key); none for one already admitted."""
         found: dict[str, str] = {}
+        listed: dict[str, str] = {}
         if trajectory.meta.get(ADMITTED):
             return found
         for message in trajectory.messages:
             for call in message.get("tool_calls") or ():
-                self._collect(_loads((call.get("function") or {}).get("arguments")), found)
+                self._collect(_loads((call.get("function") or {}).get("arguments")), found, listed)
             if message.get("role") == "tool":
-                self._collect(_loads(message.get("content")), found)
+                self._collect(_loads(message.get("content")), found, listed)
         if self.personal:
             for text in (trajectory.task, *(m.get("content") for m in trajectory.messages)):
                 for value, kind in self.said(text) if isinstance(text, str) else ():
                     found.setdefault(value, kind)
+        for value, kind in listed.items():
+            found.setdefault(value, kind)
         return found
 
     @cached_property
@@ -342,7 +377,10 @@ class Scrubber:
             said = self._said.keep(text, tuple(found))
         return said
 
-    def _collect(self, data: Any, found: dict[str, str]) -> None:
+    def _collect(self, data: Any, found: dict[str, str], listed: dict[str, str]) -> None:
+        """Personal values of a tool's JSON into ``found``; id-shaped items of
+        a list no key names as ids (``{"reservations": ["ZQ8W2K"]}``) into
+        ``listed``, which names them only when nothing else does."""
         if not self.personal:
             return
         if isinstance(data, dict):
@@ -365,12 +403,21 @@ class Scrubber:
                 elif scalar and _id_value(text, is_id_key(key)):
                     found.setdefault(unmarked(text), _kind_of(key))
                 elif isinstance(value, list) and (personal or is_id_key(key)):  # {"order_ids": ["#W1", "#W2"]}
-                    self._collect([{key: item} if _is_scalar(item) else item for item in value], found)
+                    self._collect([{key: item} if _is_scalar(item) else item for item in value], found, listed)
+                elif isinstance(value, list):  # {"reservations": ["ZQ8W2K"]}: ids of a reservation
+                    for item in value:
+                        if _is_scalar(item) and _id_value(str(item).strip(), False):
+                            listed.setdefault(unmarked(str(item).strip()), _kind_of(re.sub(r"s$", "", key) + "_id"))
+                        else:
+                            self._collect(item, found, listed)
                 else:
-                    self._collect(value, found)
+                    self._collect(value, found, listed)
         elif isinstance(data, list):
             for item in data:
-                self._collect(item, found)
+                if _is_scalar(item) and _id_value(str(item).strip(), False):
+                    listed.setdefault(unmarked(str(item).strip()), "id")
+                else:
+                    self._collect(item, found, listed)
 
     def trajectory(self, trajectory: Trajectory, values: Mapping[str, str] | None = None) -> Trajectory:
         """The trajectory with its task text, messages and tool calls scrubbed
@@ -421,16 +468,50 @@ def _spliced(text: str, spans: list[tuple[int, int]], placeholder: str) -> str:
 def _replace(match: re.Match[str], kind: str) -> str:
     if not match.lastindex:
         return f"<{kind}>"
-    start, end = match.span(1)
+    start, end = match.span(match.lastindex)  # the group that matched, of a pattern's alternatives
     whole = match.group(0)
     offset = match.start(0)
     return whole[: start - offset] + f"<{kind}>" + whole[end - offset :]
 
 
+MIN_LOOSE = 5
+"""Letters and digits an id needs to be found written another way (``ZQ8 W2K``, ``sofia.kim.7287``)."""
+MIN_DIGITS = 6
+"""Digits an id's number needs to be found without its letters (``2905754`` of ``W2905754``)."""
+
+
+def _squashed(text: str) -> str:
+    """Only the letters and digits of ``text``, in lower case."""
+    return re.sub(r"[\W_]+", "", text).lower()
+
+
+@lru_cache(maxsize=65536)
+def _forms(value: str) -> tuple[str, ...]:
+    """How an id may be written other than as a tool had it, squashed: the
+    value in any case with any separators, and its number alone (when it has
+    a few letters before a long number); a value without a digit (a name) only
+    as it is."""
+    core = _squashed(value)
+    if len(core) < MIN_LOOSE or not any(c.isdigit() for c in core):
+        return (core,)
+    number = re.fullmatch(rf"[a-z]{{1,4}}(\d{{{MIN_DIGITS},}})", core)
+    return (core, number.group(1)) if number else (core,)
+
+
+@lru_cache(maxsize=65536)
+def _written(value: str) -> str:
+    """A regex of ``value`` as written in text: as it is, and each of its other
+    ``_forms`` (an id in any case, with a space, dot, dash or underscore
+    between any of its characters: ``SOFIA KIM 7287``, ``W 2905754``)."""
+    loose = [form for form in _forms(value) if any(c.isdigit() for c in form)]
+    return "|".join([re.escape(value), *("(?i:" + r"[\s._-]?".join(form) + ")" for form in loose)])
+
+
 @lru_cache(maxsize=4096)
 def _value_pattern(value: str) -> re.Pattern[str]:
-    """A personal value where it stands as a word of its own, with or without a leading mark."""
-    return re.compile(rf"(?<![\w@.{MARKS}])[{MARKS}]?{re.escape(value)}(?![\w@])")
+    """A personal value where it stands as a word of its own, with or without a
+    leading mark, written as a tool had it or another way (``_written``)."""
+    return re.compile(rf"(?<![\w@.{MARKS}])[{MARKS}]?(?:{_written(value)})(?![\w@])")
 
 
 def _loads(text: Any) -> Any:

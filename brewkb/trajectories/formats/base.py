@@ -164,8 +164,9 @@ def first_user(messages: Any) -> str:
 
 def without_markers(messages: Any, markers: Sequence[str]) -> Any:
     """``messages`` with the control markers a user simulator writes into its
-    turns (τ-bench's ``###STOP###``) taken out of the user's text: the harness
-    said them, not the user, so no request is read from them. A user turn of
+    turns (τ-bench's ``###STOP###``) taken out of the user's text, and what
+    follows them (``drop_markers``): the harness said them, not the user, so
+    no request is read from them. A user turn of
     nothing else is left out (one that also calls a tool keeps its calls).
     Anything that is not a list of messages is returned as it is, for the
     reader to refuse."""
@@ -184,10 +185,11 @@ def without_markers(messages: Any, markers: Sequence[str]) -> Any:
 
 
 def drop_markers(text: str, markers: Sequence[str]) -> str:
-    """``text`` without ``markers``, each a space (no two words join), its spaces collapsed."""
-    for marker in markers:
-        text = text.replace(marker, " ")
-    return " ".join(text.split())
+    """``text`` up to its first marker, its spaces collapsed: the simulated
+    user's turn ends there, and whatever follows a marker was not said to the
+    agent (a log's author can put anything there)."""
+    ends = [text.find(marker) for marker in markers if marker in text]
+    return " ".join(text[:min(ends)].split()) if ends else " ".join(text.split())
 
 
 def outcome_of(reward: Any, success: Any = None) -> Outcome:
