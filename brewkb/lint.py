@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -43,7 +43,7 @@ from brewkb.trajectories.quote import (
 from brewkb.trajectories.scrub import ID_SHAPE, Scrubber
 from brewkb.trajectories.secrets import SECRET
 
-__all__ = ["Problem", "lint_paths", "lint_text", "personal_data", "untrusted_text", "recipe_files", "fix_bom"]
+__all__ = ["Problem", "lint_paths", "lint_files", "lint_text", "personal_data", "untrusted_text", "recipe_files", "fix_bom"]
 
 
 @dataclass(frozen=True)
@@ -194,7 +194,8 @@ def lint_paths(paths: Iterable[Path], scrubber: Scrubber | None = None, max_kb: 
     links that lead outside their folder, files over ``max_kb`` and (as
     warnings) personal data by ``scrubber``'s patterns (default ones when ``None``)."""
     problems: list[Problem] = []
-    seen: dict[str, list[tuple[str, int]]] = defaultdict(list)
+    files: dict[str, bytes] = {}
+    sizes: dict[str, int] = {}
     paths = list(paths)
     folders = [p for p in paths if p.is_dir()]
     for file in recipe_files(paths):
@@ -203,21 +204,33 @@ def lint_paths(paths: Iterable[Path], scrubber: Scrubber | None = None, max_kb: 
                                     "brewkb does not read it", "put the recipe's text in the file itself"))
             continue
         size = file.stat().st_size
+        files[str(file)] = b"" if size > max_kb * 1024 else file.read_bytes()
+        sizes[str(file)] = size
+    return sorted(problems + lint_files(files, scrubber, max_kb, sizes), key=lambda p: (p.path, p.line, p.message))
+
+
+def lint_files(files: Mapping[str, bytes], scrubber: Scrubber | None = None, max_kb: int = 256,
+               sizes: Mapping[str, int] | None = None) -> list[Problem]:
+    """Lint recipe files given as path → bytes (a folder read from disk, or a
+    revision's folder read from git): each file, and names duplicated across them."""
+    problems: list[Problem] = []
+    seen: dict[str, list[tuple[str, int]]] = defaultdict(list)
+    for path, data in sorted(files.items()):
+        size = (sizes or {}).get(path, len(data))
         if size > max_kb * 1024:
-            problems.append(Problem(str(file), 1, "error", f"is {size // 1024} KB, over kb.max_recipe_kb "
+            problems.append(Problem(path, 1, "error", f"is {size // 1024} KB, over kb.max_recipe_kb "
                                     f"({max_kb} KB); the index leaves it out",
                                     "split it into recipes of one concept each, or raise kb.max_recipe_kb"))
             continue
         try:
-            text = file.read_bytes().decode("utf-8")
+            text = data.decode("utf-8")
         except UnicodeDecodeError:
-            problems.append(Problem(str(file), 1, "error", "file is not UTF-8 text",
-                                    "save it as UTF-8"))
+            problems.append(Problem(path, 1, "error", "file is not UTF-8 text", "save it as UTF-8"))
             continue
-        found, name = lint_text(str(file), text, scrubber)
+        found, name = lint_text(path, text, scrubber)
         problems.extend(found)
         if name:
-            seen[name].append((str(file), _key_lines(text).get("name", 1)))
+            seen[name].append((path, _key_lines(text).get("name", 1)))
     for name, places in seen.items():
         for path, line in places[1:]:
             problems.append(Problem(

@@ -196,8 +196,8 @@ def test_export_into_a_path_below_a_file_is_a_known_error(refined: Path, tmp_pat
 def test_an_empty_import_is_refused_and_a_repeated_one_says_nothing_is_new(tmp_path: Path) -> None:
     root = new_kb(tmp_path)
     (root / "empty.jsonl").write_text("")
-    for fmt in ("openai", "tau-bench", "tau2"):
-        out = brewkb(root, "import", "empty.jsonl", "--format", fmt)
+    for fmt in ("openai", "tau-bench", "tau2", None):
+        out = brewkb(root, "import", "empty.jsonl", *(("--format", fmt) if fmt else ()))
         assert out.returncode == 1
         assert out.stderr.strip() == "brewkb: error: empty.jsonl is empty: nothing to import"
     (root / "blank.jsonl").write_text("\n\n")

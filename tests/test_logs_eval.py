@@ -452,6 +452,10 @@ def test_the_pr_verdict_compares_recurring_and_new_requests_apart_with_intervals
         "Recurring requests (0): not enough held-out conversations to compare (0); no claim is made. New requests "
         "(6): the new KB is at least as good as every baseline on MRR, top-1 and step F1 with both queries (each "
         "95 % CI of the difference reaches 0 or above). It is better than trajectories on MRR and top-1 (CI above 0).")
+    level = _evaluation([miss] + [hit] * 9, [hit] * 10)  # one miss in ten: within noise, and said
+    assert level.shortfalls("new KB") == [] and (
+        "reaches 0 or above). Its means are behind trajectories (MRR (conversation) -0.100, top-1 (conversation) "
+        "-0.100, MRR (first turn) -0.100, top-1 (first turn) -0.100): within noise at n = 10.") in level.verdict("new KB")
     behind = _evaluation([miss] * 5 + [hit] * 5, [hit] * 10, recurring=5, base=[miss] * 10)
     # the recurring part is behind the past conversations; the new part is level with them
     assert behind.shortfalls("new KB") == [(

@@ -234,7 +234,38 @@ def test_a_log_that_only_reads_gives_no_recipe_and_says_why(kb: Path, tmp_path: 
         1, f"brewkb: error: run 'reads' learned nothing, so it has no pr branch: {why}")
     again = brewkb(kb, "distill", "reads", "--require-better")
     assert again.returncode == 1 and again.stderr.strip().endswith(f"nothing shows a better KB: {why}")
+    evaluated = brewkb(kb, "eval", "--logs", "reads")  # the baselines alone, and why there is no KB (not "distil it")
+    assert evaluated.returncode == 0 and (f"run reads was distilled and learned nothing, so it has no KB to compare: "
+                                          f"{why}") in evaluated.stdout + evaluated.stderr
+    assert "brewkb distill reads" not in evaluated.stdout + evaluated.stderr
     assert "7/7 stages (complete)" in brewkb(kb, "runs").stdout
+
+
+def test_the_plan_of_a_log_too_small_to_hold_tasks_out_says_it_would_learn_nothing(kb: Path, tmp_path: Path) -> None:
+    call = {"id": "c", "type": "function", "function": {"name": "cancel_order", "arguments": "{}"}}
+    lines = [{"task_id": f"k{n}", "success": True, "messages": [
+        {"role": "user", "content": f"Please cancel order {n}"}, {"role": "assistant", "content": None,
+                                                                  "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c", "content": "ok"}]} for n in range(4)]
+    (tmp_path / "four.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert brewkb(kb, "import", str(tmp_path / "four.jsonl"), "--format", "openai", "--run", "four").returncode == 0
+    plan = brewkb(kb, "distill", "four", "--plan")
+    assert plan.returncode == 0 and "  cost: none (nothing would be called)\n" in plan.stdout
+    assert ("Its logs hold 4 tasks: distill holds tasks out only from 5 on, and a recipe is never scored on the "
+            "requests it was learned from, so it would learn nothing. Import more logs into the run first.") in plan.stdout
+    assert json.loads(brewkb(kb, "distill", "four", "--plan", "--json").stdout)["held_out"] == 0
+
+
+def test_a_log_where_every_conversation_failed_says_so(kb: Path, tmp_path: Path) -> None:
+    failed = [dict(r, reward=0.0) for r in _logged()]
+    (tmp_path / "failed.json").write_text(json.dumps(failed))
+    assert brewkb(kb, "import", str(tmp_path / "failed.json"), "--format", "tau-bench", "--run", "f").returncode == 0
+    done = brewkb(kb, "distill", "f")
+    assert done.returncode == 0 and re.search(
+        r"Nothing to learn from run f: none of its \d+ learning conversations passed \(the logs' grades say every one "
+        r"failed\): a recipe is learned from conversations that passed, or whose outcome is unknown\. No PR branch",
+        done.stdout), done.stdout[-600:]
+    assert git(kb, "branch", "--list", "brew/f/*") == ""
 
 
 def test_the_gate_leaves_out_a_recipe_over_the_size_limit(kb: Path, tmp_path: Path) -> None:

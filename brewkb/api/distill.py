@@ -238,6 +238,9 @@ def _nothing(run: str, learned: list[Trajectory], waiting: dict[str, str], min_t
     if not any(actions_of(learned).values()):
         return ("its learning conversations made no write and no hand-off (they only read or talked): there is no "
                 "procedure to learn")
+    if learned and all(t.success is False for t in learned):
+        return (f"none of its {len(learned)} learning conversations passed (the logs' grades say every one failed): "
+                "a recipe is learned from conversations that passed, or whose outcome is unknown")
     return (f"no action was done by conversations that passed in {min_tasks} distinct tasks or more "
             f"(stages.min_concept_tasks); runs/{run}/concepts.json says what was dropped and why")
 

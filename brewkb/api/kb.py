@@ -11,7 +11,7 @@ from brewkb.errors import BrewError, GitError
 from brewkb.fsutil import write_atomic
 from brewkb.git.store import GitStore
 from brewkb.kb import KB
-from brewkb.lint import Problem, fix_bom, lint_paths, recipe_files
+from brewkb.lint import Problem, fix_bom, lint_files, lint_paths, recipe_files
 from brewkb.recipes import Recipe
 from brewkb.trajectories.scrub import scrubber_of
 
@@ -105,16 +105,26 @@ def _first_commit(root: Path, created: list[str]) -> str | None:
         return store.commit_paths(paths, "Start a brewkb knowledge base") if paths else None
 
 
-def lint(paths: list[Path], *, start: Path = Path("."), fix: bool = False,
+def lint(paths: list[Path], *, start: Path = Path("."), fix: bool = False, rev: str | None = None,
          fixed: list[Path] | None = None, checked: list[Path] | None = None) -> list[Problem]:
     """Lint recipe files or folders; without paths, the KB's recipes folder
-    (where a recipe in a sub-folder, which no command reads, is a warning).
+    (where a recipe in a sub-folder, which no command reads, is a warning);
+    with ``rev``, the recipes folder of that revision (a PR branch), as git holds it.
     ``fix`` removes UTF-8 byte-order marks first (the only change lint makes);
     the files it changed are appended to ``fixed`` when it is given, the files
     it read to ``checked``."""
     scrubber = None
     nested: list[Problem] = []
     max_kb = KBConfig().max_recipe_kb
+    if rev is not None:
+        if paths or fix:
+            raise BrewError("--rev lints the recipes a revision holds: pass no paths and no --fix with it")
+        with KB.open(start, require_kb=True) as kb:
+            files = kb.store.read_folder(kb.store.resolve(rev), kb.recipes_prefix())
+            shown = {f"{rev}:{name}": data for name, data in files.items()}
+            if checked is not None:
+                checked.extend(Path(name) for name in shown)
+            return lint_files(shown, scrubber_of(kb.config.scrub), kb.config.kb.max_recipe_kb)
     if not paths:
         with KB.open(start) as kb:
             paths = [Path(os.path.relpath(kb.recipes_dir))]

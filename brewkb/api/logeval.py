@@ -111,6 +111,9 @@ def _default_revs(kb: KB, run: str) -> tuple[tuple[str, ...], str]:
     pr = str(BrewRef.pr(run))
     branch = pr.removeprefix("refs/heads/")
     if kb.store.read_ref(pr) is None:
+        nothing = Run.at(kb.runs_dir, run, create=False).manifest()["stages"].get("search", {}).get("nothing")
+        if nothing:  # distilled, and nothing to learn: distilling again would say the same
+            return ("HEAD",), f"run {run} was distilled and learned nothing, so it has no KB to compare: {nothing}"
         return ("HEAD",), (f"run {run} has no distilled KB yet (no {branch}): `brewkb distill {run}` learns "
                            "recipes from its logs, then eval again")
     from brewkb.search.store import find_base

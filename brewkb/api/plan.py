@@ -152,7 +152,8 @@ def _prompt_tokens(folder: Run | None) -> dict[str, int]:
 def distill_plan(run: str, *, strategy: str | None = None, iterations: int | None = None, width: int | None = None,
                  depth: int | None = None, start: Path = Path(".")) -> tuple[RunPlan, dict[str, int]]:
     """The most ``distill RUN`` can call (or the rest of it), and the counts
-    it rests on (``trajectories``, ``unlabelled``). Calls nothing, writes nothing."""
+    it rests on (``trajectories``, ``unlabelled``, ``tasks`` and the ``held_out``
+    ones). Calls nothing, writes nothing."""
     from brewkb.run.plan import DistillInputs, plan_distill
 
     with KB.open(start, require_config=True) as kb:
@@ -188,4 +189,5 @@ def distill_plan(run: str, *, strategy: str | None = None, iterations: int | Non
                   for r in result.calls}
         max_tokens = {r: getattr(roles, r).max_tokens for r in result.calls}
         plan = with_cost(result, models, max_tokens, config.llm.prices, _prompt_tokens(folder))
-        return plan, {"trajectories": len(logged), "unlabelled": unlabelled}
+        return plan, {"trajectories": len(logged), "unlabelled": unlabelled,
+                      "tasks": len({t.task_id for t in logged}), "held_out": len(held) + len(test)}

@@ -82,6 +82,7 @@ def distill_cmd(run: str, strategy: str | None, iterations: int | None, width: i
 def _print_plan(run: str, strategy: str | None, iterations: int | None, width: int | None, depth: int | None,
                 as_json: bool) -> None:
     from brewkb.api.plan import distill_plan
+    from brewkb.trajectories.split import HOLD_OUT_EVERY
 
     p, counts = distill_plan(run, strategy=strategy, iterations=iterations, width=width, depth=depth)
     if as_json:
@@ -90,9 +91,15 @@ def _print_plan(run: str, strategy: str | None, iterations: int | None, width: i
     echo(f"At most, distill {run} ({counts['trajectories']} trajectories, {counts['unlabelled']} unlabelled; "
          f"{p.rounds} search rounds) makes:")
     echo_plan_calls(p)
-    if p.cost is None:
+    if not any(p.calls.values()):
+        echo("  cost: none (nothing would be called)")
+    elif p.cost is None:
         echo("  cost: no price in llm.prices for these models")
     else:
         echo(f"  cost ≈ ${p.cost:.4f} (outputs at max_tokens)")
+    if not counts["held_out"]:
+        echo(f"Its logs hold {plural(counts['tasks'], 'task')}: distill holds tasks out only from "
+             f"{HOLD_OUT_EVERY} on, and a recipe is never scored on the requests it was learned from, so it would "
+             "learn nothing. Import more logs into the run first.")
     echo("Nothing was called. The judge grades unlabelled outcomes only with an endpoint (llm.backend = "
          "\"openai\"); embeddings for hybrid retrieval are not counted.")

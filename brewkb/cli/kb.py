@@ -42,12 +42,13 @@ def init_cmd(directory: Path, force: bool, no_commit: bool, as_json: bool) -> No
 @click.command("lint")
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--fix", is_flag=True, help="Remove UTF-8 byte-order marks before checking.")
+@click.option("--rev", default=None, help="Check the recipes of this revision instead (a PR branch: brew/RUN/pr).")
 @click.option("--json", "as_json", is_flag=True, help="Print problems as a JSON list.")
-def lint_cmd(paths: tuple[Path, ...], fix: bool, as_json: bool) -> None:
+def lint_cmd(paths: tuple[Path, ...], fix: bool, rev: str | None, as_json: bool) -> None:
     """Check recipe files (default: the KB's recipes folder). Exit 1 on errors."""
     fixed: list[Path] = []
     checked: list[Path] = []
-    problems = api.lint(list(paths), fix=fix, fixed=fixed, checked=checked)
+    problems = api.lint(list(paths), fix=fix, rev=rev, fixed=fixed, checked=checked)
     for path in fixed:  # on stderr, so --json stays one document
         note(f"fixed {path}: removed its UTF-8 byte-order mark")
     if as_json:

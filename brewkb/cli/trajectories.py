@@ -8,6 +8,7 @@ import click
 
 from brewkb.cli.output import echo, echo_json, note, plural
 from brewkb.cli.progress import PlainRenderer
+from brewkb.errors import TrajectoryError
 from brewkb.trajectories.formats import FORMATS
 
 
@@ -36,6 +37,8 @@ def import_cmd(source: Path, fmt: str | None, run: str | None, split: str, tasks
 
     if fmt is None:
         fmt = sniff(source)
+        if fmt is None and source.is_file() and not source.read_bytes()[:65536].strip():
+            raise TrajectoryError(f"{source} is empty: nothing to import")  # as with --format
         if fmt is None:
             raise click.UsageError(f"cannot tell what format {source} is in; pass --format "
                                    f"({', '.join(FORMATS)}; docs/trajectories.md shows each)")

@@ -127,6 +127,17 @@ class LogEvaluation:
                                                    f"{', '.join(found[:-1])} and {found[-1]}"))
         return out
 
+    def behind_in_means(self, label: str, part: str) -> list[str]:
+        """The rivals ``label`` is behind in means on a part (within noise or not), and on which measures."""
+        out = []
+        for rival in self.rivals(label):
+            behind = [f"{MEASURES[m]} ({query}) {d.mean:+.3f}" for query in QUERIES
+                      for m, d in (self.differences(label, rival.label, part, query) or {}).items()
+                      if m in JUDGED and d.mean < 0]
+            if behind:
+                out.append(f"{rival.label} ({', '.join(behind)})")
+        return out
+
     def verdict(self, label: str) -> str:
         """Whether the arm ``label`` (the new KB) is at least as good as each
         baseline and every other KB, part by part, plainly."""
@@ -149,6 +160,9 @@ class LogEvaluation:
             else:
                 sentences.append(f"{title}: {kb} is at least as good as {others} on MRR, top-1 and step F1 "
                                  "with both queries (each 95 % CI of the difference reaches 0 or above).")
+                behind = self.behind_in_means(label, part)
+                if behind:  # within noise, but a reader should not take "at least as good" for "as good"
+                    sentences.append(f"Its means are behind {'; '.join(behind)}: within noise at n = {n}.")
             better = self.better(label, part)
             if better:
                 sentences.append(f"It is better than {'; '.join(better)} (CI above 0).")

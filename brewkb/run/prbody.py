@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from brewkb.errors import RecipeError
+from brewkb.git.refs import BrewRef
 from brewkb.llm.roles import Insight
 from brewkb.recipes import parse_recipe
 from brewkb.retrieval.compare import LogEvaluation
@@ -207,13 +208,14 @@ def _tools(text: str) -> set[str]:
 
 
 def logs_section(before: Mapping[str, str], after: Mapping[str, str],
-                 sources: Mapping[str, Sequence[Trajectory]]) -> str:
+                 sources: Mapping[str, Sequence[Trajectory]], see_all: str = "") -> str:
     """The PR's two sections on log text: per changed recipe, its new lines
     that quote or repeat the logs it learned from (``sources``: recipe name →
     those trajectories, scrubbed), and the tools they name that no recipe of
     the base names; and the texts of those logs held back
     because they read as instructions to an agent (``brewkb.trajectories.quote``).
-    ``before`` and ``after``: recipe name → text in the base and in the PR."""
+    ``before`` and ``after``: recipe name → text in the base and in the PR;
+    ``see_all``: how a reviewer reads every line, said when some are not shown."""
     wrote: list[str] = []
     held: dict[str, tuple[HeldBack, list[str]]] = {}
     for name in sorted(after):
@@ -235,8 +237,10 @@ def logs_section(before: Mapping[str, str], after: Mapping[str, str],
     tools = ("\n**New tools.** Tools the changed recipes tell an agent to call that no recipe of the base KB names "
              "(check that each is one of your agent's tools, and that calling it as the steps say is safe): "
              + ", ".join(f"`{t}`" for t in new_tools) + "." if new_tools else "")
+    cut = any("more not shown" in line for line in wrote)
     intro = ("New lines of the changed recipes that quote or repeat the conversations they learned from; read them "
-             "as text a user or a tool wrote, not as rules someone decided:")
+             "as text a user or a tool wrote, not as rules someone decided" + (f" ({see_all})" if cut and see_all
+                                                                                else "") + ":")
     shown_held = []
     for item, names in held.values():
         ids = ", ".join(item.sources[:SHOWN_SOURCES]) + (f" and {len(item.sources) - SHOWN_SOURCES} more"
@@ -274,4 +278,7 @@ def from_logs_of(store: SearchStore, trajectories: Iterable[Trajectory],
             listed = ()
         ids = dict.fromkeys([*(i.source for i in insights.get(name, ())), *listed])
         sources[name] = [scrub(by_id[i]) for i in ids if i in by_id]
-    return logs_section(before, after, sources)
+    branch = BrewRef.pr(store.run).short
+    return logs_section(before, after, sources, f"every line: `git diff {store.base[:12]} {branch} -- "
+                                                f"{store.recipes_dir}/`; `brewkb lint --rev {branch}` reads each "
+                                                "quotation by the quoting rules")

@@ -34,6 +34,9 @@ named by actions (``cancel reservation``):
   task did (however many of its conversations the logs hold) is dropped. The
   rule reads what the conversations called, so it holds whatever backend
   reflected;
+- a concept whose name reads as instructions to an agent (a tool a log named
+  ``skip_identity_verification_and_refund``; ``brewkb.trajectories.quote``)
+  is dropped: no recipe may be named so;
 - at most ``max_concepts`` concepts (``concept_bound``: a share of the distinct
   learning tasks) are kept, those supported by the most tasks first.
 Nothing is dropped silently: ``Concept.merged`` and the ``dropped`` list hold
@@ -56,6 +59,7 @@ from brewkb.llm.embed import cosine_matrix
 from brewkb.llm.requests import verb_of
 from brewkb.llm.roles import DIAGNOSTIC, PRESCRIPTIVE, REQUEST, SEEN, Insight
 from brewkb.recipes import slugify
+from brewkb.trajectories.quote import instruction_reason
 from brewkb.trajectories.schema import COPY_KEY, Trajectory, tool_calls
 from brewkb.trajectories.tools import concept_of_tool, is_handoff, is_write
 
@@ -240,6 +244,12 @@ def _supported(members: dict[int, list[str]], reps: Mapping[int, str], by_name: 
                                     reps[lb] if reps[lb] in tool else None, tasks) for lb, group in members.items()}
     dropped: list[str] = []
     for label in sorted(members, key=lambda lb: reps[lb]):
+        if (reason := instruction_reason(reps[label])) is not None:  # a tool named "skip identity verification"
+            dropped.append(f"{reps[label]!r} dropped: its name reads as instructions to an agent ({reason}); no "
+                           "recipe is named so")
+            dropped.extend(notes.pop(label, []))
+            del members[label]
+            continue
         found = len(support[label])
         if found >= min_tasks:
             continue

@@ -96,7 +96,8 @@ HIDES_ITS_WORDS = "hides its words"
 """Rule 8: ten letters or more each standing alone ("i g n o r e …"), a way to slip words past the others."""
 _ROLE = r"(?:ai|assistant|agent|model|llm|chatbot|bot|system|gpt|claude|language model)"
 _TLD = (r"(?:com|net|org|info|biz|io|co|ai|app|dev|xyz|top|site|online|shop|store|link|click|live|ly|gl|cc|ws|tk"
-        r"|ru|cn|uk|de|fr|nl|eu|us|ca|au|in|br|jp|su|pw|icu|club|vip)")
+        r"|ru|cn|uk|de|fr|nl|eu|us|ca|au|in|br|jp|su|pw|icu|club|vip|example|test|invalid|local|internal|onion|corp"
+        r"|lan|localhost)")
 """Endings of host names that a bare one is read by (a link needs no scheme to be followed)."""
 _STAFF = r"(?:staff|supervisor|manager|management|admin|administrator|operator|moderator|headquarters)"
 _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -117,6 +118,8 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"your\s+|these\s+|those\s+|of\s+)*(?:(?:previous|prior|above|earlier|preceding|original|system|safety|usual)"
         r"\b|(?:[a-z]+[\s-]+){0,2}(?:instructions?|rules?|prompts?|polic(?:y|ies)|guidelines?|directives?|checks?"
         r"|verifications?|authentications?)\b)"
+        r"|\bwithout\s+(?:a\s+|any\s+|the\s+)?(?:[a-z]+[\s-]+){0,2}(?:checks?|checking|verification|verifying"
+        r"|authentication)\b"
         r"|\b(?:no need|not necessary|unnecessary|(?:do|does|did)(?:n't| not) need)\s+(?:for\s+\w+\s+)?to\s+"
         r"(?:check|verify|validate|authenticate|review|follow|apply)\s+(?:[a-z]+[\s-]+){0,2}(?:rules?|polic(?:y|ies)"
         r"|identity|id|verification|eligibility|requirements?|restrictions?|conditions?|checks?)\b"
@@ -125,7 +128,10 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("claims a policy or rule", re.compile(
         r"(?i)\b(?:new|updated|revised|official|internal|special|secret|changed|latest)\s+(?:company\s+|store\s+|"
         r"support\s+)?(?:polic(?:y|ies)|rules?|instructions?|guidelines?|directives?|procedures?)\b"
-        r"|\bpolicy\s+(?:update|change|override|exception)\b|\b(?:system|developer)\s+(?:prompt|message|note)\b")),
+        r"|\bpolicy\s+(?:update|change|override|exception)\b|\b(?:system|developer)\s+(?:prompt|message|note)\b"
+        # a rule for everyone: "refunds are approved for every delayed passenger"
+        r"|\b(?:are|is)\s+(?:now\s+|always\s+|automatically\s+)?(?:approved|allowed|permitted|free|waived|granted"
+        r"|authori[sz]ed|eligible|exempt)\s+(?:for|to)\s+(?:every|all|any|everyone|everybody|anyone)\b")),
     (RULE_FOR_READER, re.compile(
         r"(?i)(?:^|[.!?:;]\s+|\n\s*)(?:always|never)\s+(?!mind\b)[a-z]+"
         r"|\b(?:you|agents?|assistants?|the agent|the assistant)\s+(?:must|should|shall|are to|have to|need to)\s+"

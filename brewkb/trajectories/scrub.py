@@ -7,7 +7,8 @@ Three kinds of rule; patterns and keys are configurable under ``[scrub]`` in
 - **secrets** (``<secret>``): API keys, cloud keys, tokens, JWTs, private
   keys and high-entropy strings, found by ``detect-secrets``
   (``brewkb.trajectories.secrets``). Always on, even with ``enabled = false``.
-- **patterns** (``kind = regex``): every match becomes ``<kind>``. A pattern
+- **patterns** (``kind = regex``, defaults in ``brewkb.trajectories.patterns``):
+  every match becomes ``<kind>``. A pattern
   with a capture group replaces only the group (``reservation (ABC123)``
   keeps the word "reservation"). The defaults cover passwords said in text
   (``my password is …``, or a passphrase that is not a plain word), card security codes and PINs given as such
@@ -59,82 +60,23 @@ from typing import Any
 
 from brewkb.config import ScrubConfig
 from brewkb.errors import ConfigError
+from brewkb.trajectories.patterns import DEFAULT_PATTERNS, VALIDATORS
 from brewkb.trajectories.schema import Trajectory
 from brewkb.trajectories.secrets import SECRET, secret_spans
 
-__all__ = ["DEFAULT_PATTERNS", "DEFAULT_KEYS", "Scrubber", "Finding", "scrubber_of", "message_texts", "ID_SHAPE",
-           "is_id_key", "unmarked", "ADMITTED"]
+__all__ = [
+    "ADMITTED",
+    "DEFAULT_KEYS",
+    "DEFAULT_PATTERNS",
+    "ID_SHAPE",
+    "Finding",
+    "Scrubber",
+    "is_id_key",
+    "message_texts",
+    "scrubber_of",
+    "unmarked",
+]
 
-_AT = r"(?:\s*[(\[{<]\s*(?i:at)\s*[)\]}>]\s*)"
-_DOT = r"(?:\s*[(\[{<]\s*(?i:dot)\s*[)\]}>]\s*|\s+(?i:dot)\s+)"
-_LOCAL = r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]{1,64}"
-"""An e-mail's local part (at most 64 characters), begun where a word begins."""
-_STREET = (r"Street|St|Avenue|Ave|Road|Rd|Boulevard|Blvd|Lane|Ln|Drive|Dr|Court|Ct|Place|Pl|Way|Terrace|Parkway"
-           r"|Pkwy|Highway|Hwy|Square|Sq|Circle|Cir|Trail|Close|Crescent|Row|Alley")
-DEFAULT_PATTERNS: dict[str, str] = {
-    "password": r"(?i:\b(?:password|passcode|passphrase|passwd|pwd|pin(?: code)?)\b)[\"']?\s*(?:(?:is|was|:|=)\s*"
-                r"[\"']?([^\s\"',;<]{3,})|((?=[^\s\"',;<]*[^\sA-Za-z\"',;<])[^\s\"',;<]{6,}))",
-    "security_code": r"(?i:\b(?:cvv2?|cvc2?|csc|(?:card )?security code|pin(?: code| number)?)\b)"
-                     r"(?:\s+(?:is|was))?\s*[:=#]?\s*(\d{3,8})(?![\w-])",
-    "birth_date": r"(?i:\b(?:dob|d\.o\.b\.?|date of birth|birth ?date|birthday|born(?: on)?)\b)(?:\s+(?:is|was))?"
-                  r"\s*[:=]?\s*(\d{4}[-/.]\d{1,2}[-/.]\d{1,2}|\d{1,2}[-/.]\d{1,2}[-/.]\d{2,4}"
-                  r"|(?:\d{1,2}(?:st|nd|rd|th)?\s+(?:of\s+)?)?(?i:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*"
-                  r"\.?(?:\s+\d{1,2}(?:st|nd|rd|th)?)?,?\s+\d{4})\b",
-    # each part bounded and begun where a word begins: a 200 KB word costs a pass, not its square
-    "email": rf"{_LOCAL}@[A-Za-z0-9-]{{1,63}}(?:\.[A-Za-z0-9-]{{1,63}}){{0,8}}\.[A-Za-z]{{2,24}}\b"
-             rf"|{_LOCAL}{_AT}[A-Za-z0-9-]{{1,63}}(?:(?:{_DOT}|\.)[A-Za-z0-9-]{{1,63}}){{0,8}}"
-             rf"(?:{_DOT}|\.)[A-Za-z]{{2,6}}\b"
-             rf"|{_LOCAL}(?:{_DOT}[A-Za-z0-9._%+-]{{1,64}}){{0,4}}\s+(?i:at)\s+[A-Za-z0-9-]{{1,63}}"
-             rf"(?:{_DOT}[A-Za-z0-9-]{{1,63}}){{0,8}}{_DOT}[A-Za-z]{{2,6}}\b"
-             rf"|{_LOCAL}\s+(?i:at)\s+[a-z0-9-]{{1,63}}(?:\.[a-z0-9-]{{1,63}}){{0,8}}\.[a-z]{{2,6}}\b"
-             r"|(?<![\w.%+-])[A-Za-z0-9_%+-]{1,64}(?:\s*\.\s*[A-Za-z0-9_%+-]{1,64}){0,4}\s*@\s*[A-Za-z0-9-]{1,63}"
-             r"(?:\s*\.\s*[A-Za-z0-9-]{1,63}){0,8}\s*\.\s*[A-Za-z]{2,24}\b",
-    "ssn": r"(?<![\w-])\d{3}-\d{2}-\d{4}(?![\w-])"
-           r"|(?i:\b(?:ssn|social security(?: number)?)\b)\D{0,20}?(\d{3}[ .-]?\d{2}[ .-]?\d{4})(?!\d)",
-    "iban": r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?\b",
-    "card_number": r"(?<![\w-])(?:\d{4}[ .-]){3}\d{1,7}(?![\w-])|(?<![\w-])\d{4}[ .-]\d{6}[ .-]\d{5}(?![\w-])"
-                   r"|(?<![\w-])\d{15,16}(?![\w-])",
-    "phone": r"(?<![\w-])(?:\+\d{1,3}[ .-]?)?(?:\(\d{3}\)[ .-]?|\d{3}[ .-])\d{3}[ .-]\d{4}(?![\w-])"
-             r"|(?<![\w-])\(?0\d{1,4}\)?[ .-]\d{3,4}[ .-]?\d{3,4}(?![\w-])"
-             r"|(?i:\b(?:phone|call|cell|mobile|tel|telephone|text|reach)\b)\D{0,20}?(?<![\w-])(\d{10,11})(?![\w-])"
-             r"|(?<![\w+])(?:\+|00)\d{1,3}(?:[ .-]?\(?\d{1,5}\)?){1,6}(?![\w-])",
-    "passport": r"(?i:\bpassport(?:\s+(?:number|no\.?|num|#))?(?:\s+is)?)\s*[:#]?\s*"
-                r"((?=[A-Za-z]*\d)[A-Za-z0-9]{6,9})\b",
-    "address": rf"\b\d{{1,6}}[A-Za-z]?,?\s+(?:[A-Z][\w'.-]*\s+){{1,4}}(?:{_STREET})\b\.?"
-               r"(?:,?\s+(?:Apt|Apartment|Suite|Ste|Unit|Floor)\.?\s*#?\w+)?"
-               r"(?:,\s*[A-Z][^\W\d_]+\b(?:[ -][A-Z][^\W\d_]+\b){0,2}){0,2}(?:,?\s+[A-Z]{2}\b)?"
-               r"(?:,?\s+(?:\d{5}(?:-\d{4})?|[A-Z]{1,2}\d[A-Z\d]?\s*\d[A-Z]{2})\b)?"
-               r"|\b\d{1,5},?\s+(?:rue|avenue|boulevard|chemin|allée|impasse|calle|avenida|via|viale|piazza|rua)"
-               r"\s+(?:[\w'-]+\s*){1,4}"
-               r"|(?<![\w-])[A-ZÄÖÜ][\wäöüß-]{0,40}(?:straße|strasse|weg|gasse|platz|allee)\s+\d{1,5}[a-z]?\b",
-    "payment_id": r"\b(?:credit_card|debit_card|gift_card|certificate|paypal|bank_account|card)_\d{4,}\b",
-    "user_id": r"\b[a-z]+_[a-z]+_\d{3,}\b",
-    "order_id": r"#[A-Z]?\d{5,}\b",
-    "booking_code": r"\b(?:[Rr]eservation|[Bb]ooking|[Cc]onfirmation|[Tt]icket)(?:\s+(?:ID|id|number|code|no\.?))?"
-                    r"(?:\s+is)?[\s:#]+((?=[A-Z0-9]*\d)(?=[A-Z0-9]*[A-Z])[A-Z0-9]{5,10}|[A-Z]{6})\b",
-    "name": r"\b(?:[Ii]'m|I am|[Mm]y name is|[Tt]his is|[Yy]ou are)\s+([A-Z][^\W\d_]+(?:\s+[A-Z][^\W\d_]+)+)"
-            r"|(?:^|(?<=[.!?,;:]\s))([A-Z][^\W\d_]+\s+[A-Z][^\W\d_]+)\s+here\b"
-            r"|\b(?:Dr|Mr|Mrs|Ms|Mx|Miss|Prof)\.?\s+([A-Z][^\W\d_]+(?:\s+[A-Z][^\W\d_]+){0,2})",
-    "zip": r"\b(?:zip|postal)(?:\s+code)?(?:\s+is)?[:\s]+(\d{5})\b",
-    "account_number": r"(?i:\b(?:customer|account|member(?:ship)?|loyalty|client|frequent flyer)\s+(?:number|no\.?|num|#|id)"
-                      r"(?:\s+is)?)\s*[:#]?\s*((?=[A-Za-z-]*\d)[A-Za-z0-9-]{4,20})\b",
-}
-"""Placeholder kind → regex. Order matters: earlier patterns win."""
-
-
-def _iban_ok(text: str) -> bool:
-    """The IBAN check: the number read from its four first characters moved to the end is 1 mod 97."""
-    code = text.replace(" ", "")
-    digits = "".join(str(int(c, 36)) for c in code[4:] + code[:4])
-    return int(digits) % 97 == 1
-
-
-def _phone_ok(text: str) -> bool:
-    return 8 <= sum(c.isdigit() for c in text) <= 15
-
-
-VALIDATORS = {"iban": _iban_ok, "phone": _phone_ok}
-"""Kinds whose matches count only when they pass a check (the IBAN's check digits, a phone's length)."""
 
 ID_SHAPE = re.compile(r"(?<![\w#№<-])[#№]?(?=[A-Za-z0-9_-]*\d)(?=[A-Za-z0-9_-]*[A-Za-z])"
                       r"[A-Za-z0-9][A-Za-z0-9_-]{4,39}(?![\w>-])")
