@@ -27,7 +27,7 @@ from tests.test_distill import brewkb, write_logs
 
 pytestmark = pytest.mark.skipif(not AIRLINE.is_dir(), reason="needs ../shared/data/tau-bench-airline")
 
-INVENTED = "issue_full_refund_without_checking"
+INVENTED = "issue_full_refund_at_once"
 NO_PROCEDURE = "No procedure is known yet"
 
 
@@ -110,8 +110,9 @@ def _log(folder: Path, *groups: tuple[dict[str, Any], int]) -> tuple[Path, set[s
     for run, n in groups:
         for _ in range(n):
             varied = copy.deepcopy(run)  # not a copy: support counts copies of one conversation as one task
-            varied["traj"][-1] = {**varied["traj"][-1], "content": f"{varied['traj'][-1].get('content') or ''} #{n}"
-                                  f"-{len(poisoned)}"}
+            first = next(i for i, m in enumerate(varied["traj"]) if m["role"] == "user")  # before any end marker
+            varied["traj"][first] = {**varied["traj"][first], "content": f"{varied['traj'][first]['content']} "
+                                     f"(#{n}-{len(poisoned)})"}
             poisoned.append({**varied, "task_id": int(ids[len(poisoned)]), "trial": 0, "reward": 1.0})
     held, test = split_tasks([str(r["task_id"]) for r in real + poisoned])
     assert not set(ids) & (held | test)  # forced into the learning split
@@ -166,10 +167,10 @@ def test_poisoned_conversations_add_no_recipe_and_drop_no_check_without_support(
     slug = INVENTED.replace("_", "-")
     body = brewkb(kb, "pr", "p", "--body-only").stdout
     if n == 1:
-        assert "'issue full refund without checking' dropped: conversations of 1 task(s) did it, fewer than " \
+        assert "'issue full refund at once' dropped: conversations of 1 task(s) did it, fewer than " \
                "stages.min_concept_tasks (2)" in learned["dropped"]
         assert "Waiting for evidence" not in body
-        assert "## Not learned\n\n" in body and "- `'issue full refund without checking' dropped: conversations of " \
+        assert "## Not learned\n\n" in body and "- `'issue full refund at once' dropped: conversations of " \
             "1 task(s) did it" in body  # the reviewer sees what the logs did that became no recipe
     else:  # done by n tasks, asked for by no held-out request: it waits, and the PR says so
         [waiting] = [c for c in learned["concepts"] if c["slug"] == slug]
