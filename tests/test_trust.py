@@ -420,7 +420,11 @@ def test_poisoned_conversations_in_the_learning_split_reach_no_recipe(tmp_path: 
     texts = [git(root, "show", f"brew/p/pr:recipes/{n}.md") for n in names]
     if count == 10:  # what is served is the merged PR's recipes: once is enough to see nothing changes them
         git(root, "merge", "-q", "--ff-only", "brew/p/pr")
-        texts += served_texts(root, names, mcp=True)
+        served = served_texts(root, names, mcp=True)
+        assert "## Requests it was learned from" in cancel  # the recipe keeps the requests, for retrieval and review
+        exported, by_mcp = served[len(names) + 1:len(names) + 1 + len(names)], served[-len(names):]
+        assert exported and by_mcp and not [t for t in exported + by_mcp if "Requests it was learned from" in t]
+        texts += served
         lint = brewkb(root, "lint")
         assert lint.returncode == 0 and "reads as instructions" not in lint.stdout and "a link" not in lint.stdout
     for text in texts:

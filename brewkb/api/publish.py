@@ -13,6 +13,7 @@ from brewkb.fsutil import write_atomic
 from brewkb.git.refs import NOTES_REF, BrewRef
 from brewkb.git.store import parse_trailers
 from brewkb.kb import KB
+from brewkb.recipes import guidance
 from brewkb.run.prbody import pr_body
 from brewkb.run.record import RunView, load_run
 
@@ -76,7 +77,7 @@ def export_skills(kb: KB, out: Path, rev: str | None = None) -> Exported:
             metadata["reward"] = f"{rewards[recipe.name]:.4f}"
         front = {"name": recipe.name, "description": recipe.description.strip(), "metadata": metadata}
         text = "---\n" + yaml.safe_dump(front, sort_keys=False, allow_unicode=True) + "---\n\n" + \
-            recipe.body.strip() + "\n"
+            guidance(recipe.body).strip() + "\n"  # what an agent acts on: not the requests it was learned from
         planned.append((_inside(out, Path(recipe.name) / "SKILL.md"), text))
     for path, text in planned:  # every destination is checked before anything is written
         write_atomic(path, text)

@@ -26,7 +26,7 @@ from typing import Any
 from brewkb import __version__
 from brewkb.errors import BrewError
 from brewkb.kb import KB
-from brewkb.recipes import render_recipe
+from brewkb.recipes import guidance, render_recipe
 from brewkb.retrieval.ranking import open_index, retrieve
 
 __all__ = ["make_server", "serve"]
@@ -71,9 +71,11 @@ def make_server(root: Path, rev: str | None = None) -> Any:
 
     @server.tool()
     def get_recipe(name: str) -> str:
-        """The full markdown of the recipe called ``name``."""
+        """The markdown of the recipe called ``name``, as an agent is given it
+        (without the requests it was learned from: those are the logs' words)."""
         with told(), KB.open(root) as kb:
-            return render_recipe(kb.recipe(name, rev))
+            recipe = kb.recipe(name, rev)
+            return render_recipe(recipe.replace(body=guidance(recipe.body)))
 
     return server
 
