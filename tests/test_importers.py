@@ -64,12 +64,16 @@ def test_what_a_log_writes_after_a_simulated_users_end_marker_is_not_imported(ma
         {"role": "user", "content": "Please cancel my trip. ###STOP### " + after},
         {"role": "assistant", "content": "Done."},
         {"role": "user", "content": "###STOP###\n" + after}]}]
+    for n, marker in enumerate(["###stop###", "\uff03\uff03\uff03STOP\uff03\uff03\uff03", "###ST\u200bOP###", "### STOP ###"]):
+        runs.append({**runs[0], "task_id": 2 + n, "traj": [{**runs[0]["traj"][0],  # written another way: the same end
+                                                             "content": f"Please cancel my trip. {marker} {after}"}]})
     (root / "tb.json").write_text(json.dumps(runs))
     out = subprocess.run([sys.executable, "-m", "brewkb", "import", "tb.json", "--format", "tau-bench", "--run", "tb"],
                          cwd=root, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    [t] = list(read_jsonl(root / "runs" / "tb" / "rollouts.jsonl"))
-    assert [m["content"] for m in t.messages if m["role"] == "user"] == ["Please cancel my trip."]
+    first, *others = list(read_jsonl(root / "runs" / "tb" / "rollouts.jsonl"))
+    assert [m["content"] for m in first.messages if m["role"] == "user"] == ["Please cancel my trip."]
+    assert [[m["content"] for m in t.messages if m["role"] == "user"] for t in others] == [["Please cancel my trip."]] * 4
     assert "supervisor" not in (root / "runs" / "tb" / "rollouts.jsonl").read_text()
 
 

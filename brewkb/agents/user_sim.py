@@ -14,7 +14,7 @@ from typing import Any
 
 from brewkb.errors import AgentError
 from brewkb.llm.client import LLMClient
-from brewkb.trajectories.formats.base import drop_markers
+from brewkb.trajectories.formats.base import drop_markers, marker_at
 
 __all__ = ["UserSimulator", "flip"]
 
@@ -36,7 +36,7 @@ class UserSimulator:
 
     def ends(self, turn: str) -> bool:
         """Whether the turn ends the conversation: it holds a marker."""
-        return any(marker in turn for marker in self.markers)
+        return marker_at(turn, self.markers) is not None
 
     def said(self, turn: str) -> str:
         """The turn as the conversation records it: up to its first marker."""

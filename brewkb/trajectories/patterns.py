@@ -12,6 +12,12 @@ _LOCAL = r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]{1,64}"
 _STREET = (r"Street|St|Avenue|Ave|Road|Rd|Boulevard|Blvd|Lane|Ln|Drive|Dr|Court|Ct|Place|Pl|Way|Terrace|Parkway"
            r"|Pkwy|Highway|Hwy|Square|Sq|Circle|Cir|Trail|Close|Crescent|Row|Alley")
 DEFAULT_PATTERNS: dict[str, str] = {
+    "passphrase": r"(?i:\b(?:passphrase|pass phrase|secret word|memorable word|security answer|answer to (?:my|the) "
+                  r"security question|mother's maiden name|maiden name)\b)(?:\s+(?:is|was))?\s*[:=]?\s+"
+                  r"([^\s.;!?\n][^.;!?\n]{2,79})",
+    "access_code": r"(?i:\b(?:door|gate|access|entry|alarm|garage|lock|one[- ]time|verification|recovery|backup|sms"
+                   r"|2fa|otp|login) (?:codes?|pins?|passcodes?)\b)(?:\s+[a-z]+){0,4}?(?:\s+(?:is|are|was|were))?"
+                   r"\s*[:=]?\s*((?=[\w-]*\d)[\w-]{3,}(?:\s*(?:,|and)\s*(?=[\w-]*\d)[\w-]{3,}){0,5})",
     "password": r"(?i:\b(?:password|passcode|passphrase|passwd|pwd|pin(?: code)?)\b)[\"']?\s*(?:(?:is|was|:|=)\s*"
                 r"[\"']?([^\s\"',;<]{3,})|((?=[^\s\"',;<]*[^\sA-Za-z\"',;<])[^\s\"',;<]{6,}))",
     "security_code": r"(?i:\b(?:cvv2?|cvc2?|csc|(?:card )?security code|pin(?: code| number)?)\b)"
@@ -34,9 +40,9 @@ DEFAULT_PATTERNS: dict[str, str] = {
     "iban": r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?\b",
     "card_number": r"(?<![\w-])(?:\d{4}[ .-]){3}\d{1,7}(?![\w-])|(?<![\w-])\d{4}[ .-]\d{6}[ .-]\d{5}(?![\w-])"
                    r"|(?<![\w-])\d{15,16}(?![\w-])",
-    "phone": r"(?<![\w-])(?:\+\d{1,3}[ .-]?)?(?:\(\d{3}\)[ .-]?|\d{3}[ .-])\d{3}[ .-]\d{4}(?![\w-])"
+    "phone": r"(?<![\w-])(?:\+\d{1,3}[ .-]?)?(?:\(\d{3}\)[ .-]?|\d{3}[ .-])(?:\d{3}[ .-]\d{4}|\d{7})(?![\w-])"
              r"|(?<![\w-])\(?0\d{1,4}\)?[ .-]\d{3,4}[ .-]?\d{3,4}(?![\w-])"
-             r"|(?i:\b(?:phone|call|cell|mobile|tel|telephone|text|reach)\b)\D{0,20}?(?<![\w-])(\d{10,11})(?![\w-])"
+             r"|(?i:\b(?:phone|call|cell|mobile|tel|telephone|text|reach|number)\b)\D{0,20}?(?<![\w-])(\d{10,11})(?![\w-])"
              r"|(?<![\w+])(?:\+|00)\d{1,3}(?:[ .-]?\(?\d{1,5}\)?){1,6}(?![\w-])",
     "passport": r"(?i:\bpassport(?:\s+(?:number|no\.?|num|#))?(?:\s+is)?)\s*[:#]?\s*"
                 r"((?=[A-Za-z]*\d)[A-Za-z0-9]{6,9})\b",

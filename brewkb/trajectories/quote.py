@@ -99,7 +99,9 @@ _TLD = (r"(?:com|net|org|info|biz|io|co|ai|app|dev|xyz|top|site|online|shop|stor
         r"|ru|cn|uk|de|fr|nl|eu|us|ca|au|in|br|jp|su|pw|icu|club|vip|example|test|invalid|local|internal|onion|corp"
         r"|lan|localhost)")
 """Endings of host names that a bare one is read by (a link needs no scheme to be followed)."""
-_STAFF = r"(?:staff|supervisor|manager|management|admin|administrator|operator|moderator|headquarters)"
+_STAFF = (r"(?:staff|supervisor|manager|management|admin|administrator|operator|moderator|headquarters|reps?"
+          r"|representatives?|team leads?|reviewers?|customer care(?: team)?|support team|ops|operations"
+          r"|(?:ops|operations|support|service) desk)")
 _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("addressed to the assistant", re.compile(
         rf"(?im)(?:^|[.!?]\s+)\s*{_ROLE}\s*:"
@@ -110,9 +112,12 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"|<\|[^|>\n]{1,40}\|>|\[/?INST\]|<</?SYS>>|#{2,}\s*(?:instruction|system|response)\b"
         # a note for someone other than whom it was said to: staff, or whoever reads it
         rf"|(?:^|[.!?]\s+)\s*{_STAFF}\s*:|\b{_STAFF}\s+(?:notes?|messages?|memos?|reminders?|instructions?)\b"
-        rf"|\b(?:notes?|messages?|memos?|reminders?|instructions?)\s+from\s+(?:the\s+|your\s+|our\s+)?"
-        rf"(?:[a-z]+\s+){{0,2}}{_STAFF}\b"
-        r"|\b(?:to|for)\s+whoever\s+(?:reads|is reading|handles|is handling|sees|gets|processes|picks up)\b")),
+        rf"|\b(?:notes?|messages?|memos?|reminders?|instructions?)\s+(?:from|for|to)\s+(?:the\s+|your\s+|our\s+)?"
+        rf"(?:[a-z]+\s+){{0,2}}{_STAFF}\b|\b(?:dear|attn|attention)\b\W{{0,3}}(?:the\s+)?(?:[a-z]+\s+){{0,2}}{_STAFF}\b"
+        rf"|\b(?:to|for)\s+(?:the\s+|our\s+|your\s+)?(?:[a-z]+\s+){{0,2}}{_STAFF}\s+(?:who\s+)?(?:reads|reading|reviews"
+        r"|reviewing|handles|handling|sees|processes|processing)\b"
+        r"|\b(?:to|for)\s+(?:whoever|the\s+(?:person|people|one)|anyone|someone)\s+(?:who\s+)?(?:reads|is reading"
+        r"|reading|handles|is handling|handling|sees|gets|processes|picks up|reviews|is reviewing|reviewing)\b")),
     ("overrides its instructions", re.compile(
         r"(?i)\b(?:ignore|disregard|forget|override|bypass|circumvent|skip)\s+(?:all\s+|any\s+|every\s+|the\s+|"
         r"your\s+|these\s+|those\s+|of\s+)*(?:(?:previous|prior|above|earlier|preceding|original|system|safety|usual)"

@@ -38,8 +38,9 @@ Three kinds of rule; patterns and keys are configurable under ``[scrub]`` in
   and ``W2905754`` alike), and an id (5 letters and digits or more, a digit
   among them) however it is written: in any case, with spaces, dots, dashes
   or underscores between its characters (``ZQ8 W2K``, ``SOFIA KIM 7287`` for
-  ``sofia_kim_7287``), and its number alone when it has a few letters before
-  a number of 6 digits or more (``2905754`` for ``W2905754``). An id-shaped
+  ``sofia_kim_7287``), and its number alone when letters come before a
+  number of 6 digits or more (``2905754`` for ``W2905754``, ``4959530`` for
+  ``credit_card_4959530``). An id-shaped
   item of a list under any key is one too: ``{"reservations": ["ZQ8W2K"]}``
   names a ``<reservation_id>``, unless something else names it. This is what catches a booking code like
   ``ZFA04Y`` that no regex could tell from a flight number: the agent's own
@@ -436,7 +437,7 @@ def _forms(value: str) -> tuple[str, ...]:
     core = _squashed(value)
     if len(core) < MIN_LOOSE or not any(c.isdigit() for c in core):
         return (core,)
-    number = re.fullmatch(rf"[a-z]{{1,4}}(\d{{{MIN_DIGITS},}})", core)
+    number = re.fullmatch(rf"[a-z]+(\d{{{MIN_DIGITS},}})", core)
     return (core, number.group(1)) if number else (core,)
 
 

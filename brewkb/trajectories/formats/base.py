@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import IO, Any
 
@@ -33,7 +35,7 @@ from brewkb.trajectories.schema import UNKNOWN, Outcome, Trajectory
 
 __all__ = ["Skipped", "Item", "Reader", "MAX_DEPTH", "RECORD_ERRORS", "outcome_of", "outcome_json", "UNKNOWN_JSON", "build", "obj", "first_line", "first_user", "guarded", "parse_json",
            "json_lines", "json_items", "open_text", "depth_ok", "IDENTIFIER", "bad_name", "shown_name",
-           "without_markers", "drop_markers"]
+           "without_markers", "drop_markers", "marker_at"]
 
 MAX_DEPTH = 200
 """Nesting deeper than this is refused: no chat message needs it, and deeper
@@ -175,7 +177,7 @@ def without_markers(messages: Any, markers: Sequence[str]) -> Any:
     out = []
     for m in messages:
         content = m.get("content") if isinstance(m, dict) and m.get("role") == "user" else None
-        if isinstance(content, str) and any(marker in content for marker in markers):
+        if isinstance(content, str) and marker_at(content, markers) is not None:
             text = drop_markers(content, markers)
             if not text and not m.get("tool_calls"):
                 continue
@@ -184,12 +186,30 @@ def without_markers(messages: Any, markers: Sequence[str]) -> Any:
     return out
 
 
+@lru_cache(maxsize=16)
+def _markers(markers: tuple[str, ...]) -> re.Pattern[str]:
+    """The markers in any case, with spaces between their characters allowed."""
+    return re.compile("|".join(r"\s*".join(map(re.escape, m.replace(" ", ""))) for m in markers), re.IGNORECASE)
+
+
+def _plain(text: str) -> str:
+    """``text`` as a marker is looked for in it: NFKC (fullwidth ``＃`` is ``#``), without format characters."""
+    return unicodedata.normalize("NFKC", "".join(c for c in text if unicodedata.category(c) != "Cf"))
+
+
+def marker_at(text: str, markers: Sequence[str]) -> int | None:
+    """Where the first of ``markers`` begins in ``_plain(text)`` (written in any case,
+    fullwidth, or with spaces or invisible characters inside), or ``None``."""
+    found = _markers(tuple(markers)).search(_plain(text)) if markers else None
+    return found.start() if found else None
+
+
 def drop_markers(text: str, markers: Sequence[str]) -> str:
-    """``text`` up to its first marker, its spaces collapsed: the simulated
-    user's turn ends there, and whatever follows a marker was not said to the
-    agent (a log's author can put anything there)."""
-    ends = [text.find(marker) for marker in markers if marker in text]
-    return " ".join(text[:min(ends)].split()) if ends else " ".join(text.split())
+    """``text`` up to its first marker (``marker_at``), its spaces collapsed:
+    the simulated user's turn ends there, and whatever follows a marker was
+    not said to the agent (a log's author can put anything there)."""
+    at = marker_at(text, markers)
+    return " ".join((text if at is None else _plain(text)[:at]).split())
 
 
 def outcome_of(reward: Any, success: Any = None) -> Outcome:
