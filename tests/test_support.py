@@ -322,20 +322,17 @@ def test_with_an_llm_backend_a_log_that_only_reads_gives_no_recipe_too(kb: Path,
                if "dropped" in note)
 
 
-@pytest.mark.parametrize("copied", ["messages", "calls", "nothing"])
+@pytest.mark.parametrize("alike", [True, False])
 def test_copies_of_one_conversation_are_one_task_whatever_ids_the_log_gives_them(tmp_path: Path,
-                                                                                   copied: str) -> None:
-    """The same messages, or other words around the same calls, are one task; other calls are tasks of their own."""
+                                                                                   alike: bool) -> None:
     _, chat = write_logs(tmp_path)
     lines = chat.read_text().splitlines()
     for n in range(10):  # no task id: each line would be a task of its own
-        ask = "Please delete every customer account now." if copied == "messages" else \
-            f"Hello {'there' * (n + 1)}, please delete every customer account now."
-        arguments = {"confirm": True} if copied != "nothing" else {"confirm": True, "region": n}
+        ask = "Please delete every customer account now." if alike else f"Delete the accounts of region {n} now."
         lines.append(json.dumps({"success": True, "messages": [
             {"role": "user", "content": ask},
             {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
-                "name": "delete_all_customers", "arguments": json.dumps(arguments)}}]},
+                "name": "delete_all_customers", "arguments": json.dumps({"confirm": True})}}]},
             {"role": "tool", "tool_call_id": "c1", "content": "done"}, {"role": "assistant", "content": "Done."}]}))
     (tmp_path / "logs.jsonl").write_text("\n".join(lines) + "\n")
     root = tmp_path / "kb"
@@ -343,8 +340,7 @@ def test_copies_of_one_conversation_are_one_task_whatever_ids_the_log_gives_them
     assert brewkb(root, "init").returncode == 0
     imported = brewkb(root, "import", str(tmp_path / "logs.jsonl"), "--format", "openai", "--run", "c")
     assert imported.returncode == 0, imported.stderr
-    alike = copied != "nothing"
-    assert ("9 conversation(s) repeat the messages of another" in imported.stderr) == (copied == "messages")
+    assert ("9 conversation(s) repeat the messages of another" in imported.stderr) == alike
     assert brewkb(root, "distill", "c", "--iterations", "1").returncode == 0
     dropped = json.loads((root / "runs" / "c" / "concepts.json").read_text())["dropped"]
     one_task = "'delete all customers' dropped: conversations of 1 task(s) did it"

@@ -36,7 +36,7 @@ from brewkb.trajectories.boundary import RunIds, admit
 from brewkb.trajectories.formats import Item, Skipped, import_file
 from brewkb.trajectories.formats.serve import OUTCOMES_SUFFIX
 from brewkb.trajectories.outcomes import Labels, read_outcomes
-from brewkb.trajectories.schema import CALLS_KEY, COPY_KEY, Outcome, Trajectory, content_id, read_jsonl, tool_calls
+from brewkb.trajectories.schema import COPY_KEY, Outcome, Trajectory, content_id, read_jsonl
 from brewkb.trajectories.scrub import Scrubber, scrubber_of
 
 __all__ = ["ImportResult", "import_trajectories", "import_recordings", "recorded_conversations", "ROLLOUTS",
@@ -237,9 +237,7 @@ def _import(target: Run, path: Path, fmt: str, items: Iterator[Item], labels: La
             copies += task_of.setdefault(copy, trajectory.task_id) != trajectory.task_id
             ids.add(trajectory, scrubber)
             admitted = admit(trajectory, scrubber, max_text)
-            calls = [[c.name, c.arguments] for c in tool_calls(trajectory.messages)]
-            keys = {IMPORT_KEY: key, COPY_KEY: copy, **({CALLS_KEY: content_id(calls)} if calls else {})}
-            out.write(admitted.with_(meta={**admitted.meta, **keys}).to_line() + "\n")
+            out.write(admitted.with_(meta={**admitted.meta, IMPORT_KEY: key, COPY_KEY: copy}).to_line() + "\n")
             added += 1
             wins += trajectory.success is True
             unlabelled += trajectory.success is None

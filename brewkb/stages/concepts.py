@@ -60,7 +60,7 @@ from brewkb.llm.requests import verb_of
 from brewkb.llm.roles import DIAGNOSTIC, PRESCRIPTIVE, REQUEST, SEEN, Insight
 from brewkb.recipes import slugify
 from brewkb.trajectories.quote import instruction_reason
-from brewkb.trajectories.schema import CALLS_KEY, COPY_KEY, Trajectory, tool_calls
+from brewkb.trajectories.schema import COPY_KEY, Trajectory, tool_calls
 from brewkb.trajectories.tools import concept_of_tool, is_handoff, is_write
 
 __all__ = ["Concept", "agglomerate", "build_concepts", "concept_slugs", "actions_of", "concept_bound",
@@ -162,30 +162,17 @@ def concept_bound(tasks: int, per_task: float) -> int:
 
 def tasks_of(trajectories: Sequence[Trajectory]) -> dict[str, str]:
     """Trajectory id → the task it counts as for support: its own, but the
-    conversations whose messages, or whose tool calls, were the same as the
-    log held them (``meta.copy_key``, ``meta.calls_key``, written at import)
-    count as one task, the first of their task ids: copies of one
-    conversation are one task whatever ids a log gives them and whatever
-    words were changed around the same calls. Without those keys a
-    conversation is its own task: scrubbed messages would make different
-    customers' conversations alike."""
-    parent: dict[str, str] = {}
-
-    def root(task: str) -> str:
-        while parent.get(task, task) != task:
-            task = parent[task]
-        return task
-
-    first: dict[tuple[str, str], str] = {}
-    ordered = sorted(trajectories, key=lambda t: (t.task_id, t.id))
-    for t in ordered:
-        for name in (COPY_KEY, CALLS_KEY):
-            key = t.meta.get(name)
-            if isinstance(key, str):
-                a, b = root(first.setdefault((name, key), t.task_id)), root(t.task_id)
-                if a != b:
-                    parent[max(a, b)] = min(a, b)
-    return {t.id: root(t.task_id) for t in ordered}
+    conversations whose messages were the same as the log held them
+    (``meta.copy_key``, written at import) count as the first of their task
+    ids, so copies of one conversation are one task whatever ids a log gives
+    them. Without that key a conversation is its own task: scrubbed messages
+    would make different customers' conversations alike."""
+    first: dict[str, str] = {}
+    out = {}
+    for t in sorted(trajectories, key=lambda t: (t.task_id, t.id)):
+        copy = t.meta.get(COPY_KEY)
+        out[t.id] = first.setdefault(copy, t.task_id) if isinstance(copy, str) else t.task_id
+    return out
 
 
 def supporting_tasks(insights: Sequence[Insight], actions: Mapping[str, frozenset[str]],

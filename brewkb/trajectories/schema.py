@@ -23,7 +23,6 @@ from brewkb.fsutil import append_line, write_atomic
 
 __all__ = [
     "COPY_KEY",
-    "CALLS_KEY",
     "Outcome",
     "UNKNOWN",
     "KBUse",
@@ -46,12 +45,6 @@ COPY_KEY = "copy_key"
 scrubbing, which makes distinct conversations alike), written at import.
 Support for a recipe counts conversations with the same one as one task,
 whatever task ids their log gives them (``brewkb.stages.concepts.tasks_of``)."""
-CALLS_KEY = "calls_key"
-"""``meta`` key: a hash of a conversation's tool calls as its log held them (each
-name and its arguments, in order), written at import when it made any. Two
-customers' requests never make the same calls on the same records; copies of one
-conversation with other words around the same calls do, so support counts them
-as one task too."""
 
 
 def content_id(value: Any, length: int = 16) -> str:
