@@ -162,7 +162,7 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
     (MARKUP, re.compile(r"```|~~~|^\s{0,3}#{1,6}\s|\{\{[^}]{0,1000}\}\}|\{%[^%]{0,1000}%\}|<!--|<\?|<!\w", re.M)),
     (ASKS_FOR_A_SECRET, re.compile(
         r"(?i)\b(?:ask|asks|asking|request|requests|read|reads|reading|provide|give|tell|share|send|repeat|collect"
-        r"|obtain|enter|type|spell)\b(?:\s+[\w'-]+){0,8}?\s+(?:(?:full|whole|complete|entire|stored|saved)\s+)?"
+        r"|obtain|enter|type|spell|get|fetch|retrieve|capture)\b(?:\s+[\w'-]+){0,8}?\s+(?:(?:full|whole|complete|entire|stored|saved)\s+)?"
         r"(?:(?:credit\s+|debit\s+|payment\s+)?card(?:'s)?\s+(?:numbers?|digits)|cvv2?|cvc2?|security\s+codes?"
         r"|(?:three|3|four|4)\s+digits\s+on\s+the\s+back|passwords?|passcodes?|passphrases?|pin\s+(?:codes?|numbers?)"
         r"|one[- ]time\s+(?:codes?|passwords?)|otp|social\s+security\s+numbers?)\b")),
