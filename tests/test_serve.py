@@ -413,9 +413,9 @@ def test_the_key_is_in_no_file(setup: Any) -> None:
 
 def test_an_upstream_that_is_down_is_a_502_naming_it(setup: Any) -> None:
     kb, env, fake, server = setup
-    with socket.socket() as closed:
-        closed.bind(("127.0.0.1", 0))
-        down = f"http://127.0.0.1:{closed.getsockname()[1]}/v1"
+    closed = socket.socket()  # bound and never listening, for the whole test: refused, and no server gets its port
+    closed.bind(("127.0.0.1", 0))
+    down = f"http://127.0.0.1:{closed.getsockname()[1]}/v1"
     draft = kb / "recipes" / "draft.md"  # not committed: not served, and the server says so
     draft.write_text("---\nname: draft\ndescription: a draft\n---\n")
     other = Server(kb, env, "--upstream", down, "--run", "down")
@@ -428,6 +428,7 @@ def test_an_upstream_that_is_down_is_a_502_naming_it(setup: Any) -> None:
         assert failed.value.body["type"] == "upstream_unreachable" and down in failed.value.body["message"]
     finally:
         code, status = other.stop()
+        closed.close()
     assert code == 0 and status["errors"] == 1
     assert "recipes/draft.md is not committed: the server starts from HEAD without it" in other.log.read_text()
     wrong = brewkb(kb, env, "serve", "--upstream", "localhost:8000", "--run", "down")
