@@ -30,9 +30,9 @@ from brewkb.fsutil import write_atomic
 from brewkb.recipes import BOM, parse_recipe, validate
 from brewkb.trajectories.boundary import invisible
 from brewkb.trajectories.quote import (
+    ASKS_FOR_A_SECRET,
     DIRECTS_A_CALL,
     LINK,
-    ASKS_FOR_A_SECRET,
     MARKUP,
     REASONS,
     RULE_FOR_READER,
@@ -43,7 +43,8 @@ from brewkb.trajectories.quote import (
 from brewkb.trajectories.scrub import ID_SHAPE, Scrubber
 from brewkb.trajectories.secrets import SECRET
 
-__all__ = ["Problem", "lint_paths", "lint_files", "lint_text", "personal_data", "untrusted_text", "recipe_files", "fix_bom"]
+__all__ = ["Problem", "lint_paths", "lint_files", "lint_text", "personal_data", "untrusted_text", "recipe_files",
+           "fix_bom"]
 
 
 @dataclass(frozen=True)

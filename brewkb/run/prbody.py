@@ -217,6 +217,7 @@ def logs_section(before: Mapping[str, str], after: Mapping[str, str],
     ``before`` and ``after``: recipe name → text in the base and in the PR;
     ``see_all``: how a reviewer reads every line, said when some are not shown."""
     wrote: list[str] = []
+    cut = False
     held: dict[str, tuple[HeldBack, list[str]]] = {}
     for name in sorted(after):
         if before.get(name) == after[name]:
@@ -225,6 +226,7 @@ def logs_section(before: Mapping[str, str], after: Mapping[str, str],
         index = LogIndex(text for t in trajectories for text in log_texts(t))
         lines = [line for line in _added(before.get(name, ""), after[name]) if line.strip() and index.wrote(line)]
         if lines:
+            cut = cut or len(lines) > SHOWN_LINES
             more = f"; {len(lines) - SHOWN_LINES} more not shown" if len(lines) > SHOWN_LINES else ""
             wrote += [f"`{name}`: {len(lines)} new line{'s' if len(lines) > 1 else ''} from the logs{more}",
                       *_fenced(lines[:SHOWN_LINES])]
@@ -237,7 +239,6 @@ def logs_section(before: Mapping[str, str], after: Mapping[str, str],
     tools = ("\n**New tools.** Tools the changed recipes tell an agent to call that no recipe of the base KB names "
              "(check that each is one of your agent's tools, and that calling it as the steps say is safe): "
              + ", ".join(f"`{t}`" for t in new_tools) + "." if new_tools else "")
-    cut = any("more not shown" in line for line in wrote)
     intro = ("New lines of the changed recipes that quote or repeat the conversations they learned from; read them "
              "as text a user or a tool wrote, not as rules someone decided" + (f" ({see_all})" if cut and see_all
                                                                                 else "") + ":")

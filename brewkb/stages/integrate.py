@@ -18,7 +18,13 @@ from collections.abc import Sequence
 from brewkb.errors import LLMError, RecipeError
 from brewkb.llm.roles import Backend, Insight
 from brewkb.recipes import Recipe, parse_recipe, render_recipe, validate
-from brewkb.trajectories.quote import DIRECTS_A_CALL, TO_THE_AGENT, LogIndex, instruction_reason, screen
+from brewkb.trajectories.quote import (
+    DIRECTS_A_CALL,
+    TO_THE_AGENT,
+    LogIndex,
+    instruction_reason,
+    screen,
+)
 
 __all__ = ["integrate"]
 
