@@ -18,7 +18,7 @@ kinds, every part that can be compared.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,12 +109,16 @@ class LogEvaluation:
         out = []
         for part in self.comparable():
             for rival in self.rivals(label):
-                behind = [f"{MEASURES[m]} ({query}) {d.words()}" for query in QUERIES
-                          for m, d in (self.differences(label, rival.label, part, query) or {}).items()
-                          if m in JUDGED and d.high < 0]
+                behind = self._judged(label, rival.label, part, lambda d: d.high < 0, Difference.words)
                 if behind:
                     out.append(f"{rival.label} on {part} requests ({'; '.join(behind)})")
         return out
+
+    def _judged(self, label: str, rival: str, part: str, keep: Callable[[Difference], bool],
+                shown: Callable[[Difference], str]) -> list[str]:
+        """The judged measures (each query) on which ``keep`` holds for ``label`` − ``rival``, as ``shown``."""
+        return [f"{MEASURES[m]} ({query}) {shown(d)}" for query in QUERIES
+                for m, d in (self.differences(label, rival, part, query) or {}).items() if m in JUDGED and keep(d)]
 
     def better(self, label: str, part: str) -> list[str]:
         """The rivals ``label`` is better than on a part, and on which measures."""
@@ -131,9 +135,7 @@ class LogEvaluation:
         """The rivals ``label`` is behind in means on a part (within noise or not), and on which measures."""
         out = []
         for rival in self.rivals(label):
-            behind = [f"{MEASURES[m]} ({query}) {d.mean:+.3f}" for query in QUERIES
-                      for m, d in (self.differences(label, rival.label, part, query) or {}).items()
-                      if m in JUDGED and d.mean < 0]
+            behind = self._judged(label, rival.label, part, lambda d: d.mean < 0, lambda d: f"{d.mean:+.3f}")
             if behind:
                 out.append(f"{rival.label} ({', '.join(behind)})")
         return out

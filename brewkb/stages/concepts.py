@@ -59,7 +59,7 @@ from brewkb.llm.embed import cosine_matrix
 from brewkb.llm.requests import verb_of
 from brewkb.llm.roles import DIAGNOSTIC, PRESCRIPTIVE, REQUEST, SEEN, Insight
 from brewkb.recipes import slugify
-from brewkb.trajectories.quote import instruction_reason
+from brewkb.trajectories.quote import name_reason
 from brewkb.trajectories.schema import COPY_KEY, Trajectory, tool_calls
 from brewkb.trajectories.tools import concept_of_tool, is_handoff, is_write
 
@@ -244,7 +244,7 @@ def _supported(members: dict[int, list[str]], reps: Mapping[int, str], by_name: 
                                     reps[lb] if reps[lb] in tool else None, tasks) for lb, group in members.items()}
     dropped: list[str] = []
     for label in sorted(members, key=lambda lb: reps[lb]):
-        if (reason := instruction_reason(reps[label])) is not None:  # a tool named "skip identity verification"
+        if (reason := name_reason(reps[label])) is not None:  # a tool named "skip identity verification"
             dropped.append(f"{reps[label]!r} dropped: its name reads as instructions to an agent ({reason}); no "
                            "recipe is named so")
             dropped.extend(notes.pop(label, []))

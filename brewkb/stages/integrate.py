@@ -18,13 +18,7 @@ from collections.abc import Sequence
 from brewkb.errors import LLMError, RecipeError
 from brewkb.llm.roles import Backend, Insight
 from brewkb.recipes import Recipe, parse_recipe, render_recipe, validate
-from brewkb.trajectories.quote import (
-    DIRECTS_A_CALL,
-    TO_THE_AGENT,
-    LogIndex,
-    instruction_reason,
-    screen,
-)
+from brewkb.trajectories.quote import LogIndex, name_reason, screen
 
 __all__ = ["integrate"]
 
@@ -40,8 +34,7 @@ def _told_by_name(body: str) -> tuple[str, list[tuple[str, str]]]:
     reads as instructions (a log named it: ``get_full_card_number_from_caller``)."""
     kept, dropped = [], []
     for line in body.split("\n"):
-        reason = next((r for name in _CALLED.findall(line) if (r := instruction_reason(
-            re.sub(r"[_.-]+", " ", name), skip=(TO_THE_AGENT, DIRECTS_A_CALL))) is not None), None)
+        reason = next((r for name in _CALLED.findall(line) if (r := name_reason(name)) is not None), None)
         (dropped.append((line, reason)) if reason else kept.append(line))
     if dropped:  # the steps left are numbered again, one after another
         number = 0

@@ -73,7 +73,7 @@ from brewkb.trajectories.boundary import normalise
 from brewkb.trajectories.schema import Trajectory, tool_calls
 from brewkb.trajectories.scrub import ID_SHAPE
 
-__all__ = ["Quote", "HeldBack", "quote", "instruction_reason", "held_back", "log_texts", "screen",
+__all__ = ["Quote", "HeldBack", "quote", "instruction_reason", "name_reason", "held_back", "log_texts", "screen",
            "MAX_QUOTE", "LogIndex", "shown", "is_html", "RULE_FOR_READER", "TO_THE_AGENT", "DIRECTS_A_CALL", "LINK",
            "MARKUP", "ASKS_FOR_A_SECRET", "HIDES_ITS_WORDS",
            "REASONS"]
@@ -224,6 +224,13 @@ def instruction_reason(text: str, skip: Iterable[str] = ()) -> str | None:
     if MARKUP not in skipped and _is_html(normal):
         return MARKUP
     return None
+
+
+def name_reason(name: str) -> str | None:
+    """Why a name a log gave (a tool's, a concept's) reads as instructions when
+    read as words (``skip_identity_verification`` → "skip identity
+    verification"), or ``None``."""
+    return instruction_reason(re.sub(r"[_.-]+", " ", name))
 
 
 def is_html(text: str) -> bool:

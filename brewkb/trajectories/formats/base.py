@@ -177,8 +177,8 @@ def without_markers(messages: Any, markers: Sequence[str]) -> Any:
     out = []
     for m in messages:
         content = m.get("content") if isinstance(m, dict) and m.get("role") == "user" else None
-        if isinstance(content, str) and marker_at(content, markers) is not None:
-            text = drop_markers(content, markers)
+        text = _until_marker(content, markers) if isinstance(content, str) else None
+        if text is not None:
             if not text and not m.get("tool_calls"):
                 continue
             m = {**m, "content": text or None}
@@ -204,12 +204,18 @@ def marker_at(text: str, markers: Sequence[str]) -> int | None:
     return found.start() if found else None
 
 
+def _until_marker(text: str, markers: Sequence[str]) -> str | None:
+    """``text`` up to its first marker, its spaces collapsed; ``None`` when it holds none."""
+    at = marker_at(text, markers)
+    return None if at is None else " ".join(_plain(text)[:at].split())
+
+
 def drop_markers(text: str, markers: Sequence[str]) -> str:
     """``text`` up to its first marker (``marker_at``), its spaces collapsed:
     the simulated user's turn ends there, and whatever follows a marker was
     not said to the agent (a log's author can put anything there)."""
-    at = marker_at(text, markers)
-    return " ".join((text if at is None else _plain(text)[:at]).split())
+    kept = _until_marker(text, markers)
+    return " ".join(text.split()) if kept is None else kept
 
 
 def outcome_of(reward: Any, success: Any = None) -> Outcome:
