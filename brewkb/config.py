@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import tomllib
 import typing
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from brewkb.errors import ConfigError
 
 __all__ = [
     "CONFIG_FILE",
+    "TOOL_NAME",
     "Config",
     "KBConfig",
     "LLMConfig",
@@ -36,6 +38,7 @@ __all__ = [
     "StagesConfig",
     "ScrubConfig",
     "ServeConfig",
+    "ToolsConfig",
     "load_config",
     "parse_config",
     "DEFAULT_TOML",
@@ -43,6 +46,10 @@ __all__ = [
 ]
 
 CONFIG_FILE = "brewkb.toml"
+TOOL_NAME = re.compile(r"(?![^\n]*\d{4})[A-Za-z_][A-Za-z0-9_.-]{0,63}")
+"""What a tool name (and an argument name) is, matched whole: a letter or ``_``, then letters, digits,
+``_``, ``.`` or ``-``, at most 64 characters, and no run of four digits (names do not hold one; card
+numbers, phones and ids do). Log readers refuse any other; ``tools.known`` lists only such names."""
 
 
 def _min(value: float) -> dict[str, Any]:
@@ -254,6 +261,16 @@ class ScrubConfig:
 
 
 @dataclass(frozen=True)
+class ToolsConfig:
+    """The agent's own tools (docs/security.md#the-agents-tools)."""
+
+    known: tuple[str, ...] = ()
+    """The names of the tools the agent has. When set, a concept learned from logs is the action of one of
+    them, a procedure step calls one of them (a step calling any other is left out) and ``lint`` reports a
+    recipe that calls another. Empty: whatever tools the logs name."""
+
+
+@dataclass(frozen=True)
 class ServeConfig:
     """``brewkb serve``, the OpenAI-compatible proxy (docs/serve.md)."""
 
@@ -295,6 +312,7 @@ class Config:
     search: SearchConfig = SearchConfig()
     scrub: ScrubConfig = ScrubConfig()
     serve: ServeConfig = ServeConfig()
+    tools: ToolsConfig = ToolsConfig()
 
 
 _FORBIDDEN = {"llm.api_key": "keys do not belong in brewkb.toml; export OPENAI_API_KEY "
@@ -374,6 +392,10 @@ def parse_config(text: str, source: str = CONFIG_FILE) -> Config:
     if not any(v for k, v in dataclasses.asdict(config.retrieval.boosts).items() if k != "anchors"):
         raise ConfigError("retrieval.boosts: every boost is 0, so no recipe could ever be found; "
                           "set retrieval.boosts.text = 1")
+    bad = [name for name in config.tools.known if not TOOL_NAME.fullmatch(name)]
+    if bad:
+        raise ConfigError(f"tools.known: {bad[0]!r} is not a tool name; list the names of your agent's tools "
+                          "as it calls them (letters, digits, _, . and -)")
     if config.retrieval.per_turn and config.executor.name == "ray":
         # the per-turn retriever travels in each job, and it is not made to be pickled to Ray workers
         raise ConfigError('retrieval.per_turn: not available with executor.name = "ray"; '
@@ -467,4 +489,7 @@ lambda_ret = 0.5
 enabled = true            # personal data → <email>, <user_id>, ... before reflection
 # patterns = { employee_id = 'EMP-\\d{6}' }   # added to the default patterns (a TOML literal string)
 # keys = ["badge_id"]                          # JSON keys whose values are personal
+
+[tools]
+# known = ["find_order", "cancel_order"]   # your agent's tools: a step calling any other is left out (docs/security.md)
 """

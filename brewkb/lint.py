@@ -14,14 +14,16 @@ from untrusted logs (docs/security.md), hand-written ones too:
   follow or render them;
 - **instruction-like text** (warnings): words addressed to the assistant,
   "ignore previous …", claimed policies — what ``brewkb.trajectories.quote``
-  holds back when it quotes a log.
+  holds back when it quotes a log;
+- **tools the agent does not have** (errors), when ``tools.known`` in
+  ``brewkb.toml`` lists the agent's tools: a call of any other tool.
 """
 
 from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -42,9 +44,10 @@ from brewkb.trajectories.quote import (
 )
 from brewkb.trajectories.scrub import ID_SHAPE, Scrubber
 from brewkb.trajectories.secrets import SECRET
+from brewkb.trajectories.tools import CALLED, NOT_THE_AGENTS, not_the_agents
 
-__all__ = ["Problem", "lint_paths", "lint_files", "lint_text", "personal_data", "untrusted_text", "recipe_files",
-           "fix_bom"]
+__all__ = ["Problem", "lint_paths", "lint_files", "lint_text", "personal_data", "untrusted_text", "unknown_tools",
+           "recipe_files", "fix_bom"]
 
 
 @dataclass(frozen=True)
@@ -157,13 +160,26 @@ def untrusted_text(path: str, text: str) -> list[Problem]:
     return problems
 
 
-def lint_text(path: str, text: str, scrubber: Scrubber | None = None) -> tuple[list[Problem], str | None]:
+def unknown_tools(path: str, text: str, known: Collection[str]) -> list[Problem]:
+    """An error per body line that calls a tool the agent's ``known`` tools do not hold (none when empty)."""
+    problems = []
+    for number, line in enumerate(text.splitlines()[_body_line(text) - 1:], start=_body_line(text)):
+        others = [name for name in dict.fromkeys(CALLED.findall(line)) if not_the_agents(name, known)]
+        if others:
+            problems.append(Problem(path, number, "error", "calls " + ", ".join(f"`{n}`" for n in others) +
+                                    f", {NOT_THE_AGENTS}", "remove the step, or add the tool to tools.known if "
+                                    "your agent has it"))
+    return problems
+
+
+def lint_text(path: str, text: str, scrubber: Scrubber | None = None,
+              known: Collection[str] = ()) -> tuple[list[Problem], str | None]:
     """Problems of one file's text, and the recipe name it declares (if it parses)."""
-    privacy = personal_data(path, text, scrubber) + untrusted_text(path, text)
+    read = personal_data(path, text, scrubber) + untrusted_text(path, text) + unknown_tools(path, text, known)
     try:
         recipe = parse_recipe(text)
     except RecipeError as exc:
-        return [Problem(path, exc.line or 1, "error", *_split_hint(str(exc))), *privacy], None
+        return [Problem(path, exc.line or 1, "error", *_split_hint(str(exc))), *read], None
     key_lines = _key_lines(text)
     stem = Path(path).stem
     problems = [
@@ -171,7 +187,7 @@ def lint_text(path: str, text: str, scrubber: Scrubber | None = None) -> tuple[l
                 issue.severity, issue.message, issue.hint)
         for issue in validate(recipe, stem=stem)
     ]
-    return problems + privacy, recipe.name or None
+    return problems + read, recipe.name or None
 
 
 def _split_hint(message: str) -> tuple[str, str]:
@@ -190,10 +206,12 @@ def _escapes(file: Path, folders: list[Path]) -> Path | None:
     return None if target.is_file() and any(target.is_relative_to(f.resolve()) for f in inside) else target
 
 
-def lint_paths(paths: Iterable[Path], scrubber: Scrubber | None = None, max_kb: int = 256) -> list[Problem]:
+def lint_paths(paths: Iterable[Path], scrubber: Scrubber | None = None, max_kb: int = 256,
+               known: Collection[str] = ()) -> list[Problem]:
     """Lint recipe files and folders, including names duplicated across files,
-    links that lead outside their folder, files over ``max_kb`` and (as
-    warnings) personal data by ``scrubber``'s patterns (default ones when ``None``)."""
+    links that lead outside their folder, files over ``max_kb``, (as
+    warnings) personal data by ``scrubber``'s patterns (default ones when
+    ``None``) and calls of tools the agent's ``known`` tools do not hold."""
     problems: list[Problem] = []
     files: dict[str, bytes] = {}
     sizes: dict[str, int] = {}
@@ -207,11 +225,12 @@ def lint_paths(paths: Iterable[Path], scrubber: Scrubber | None = None, max_kb: 
         size = file.stat().st_size
         files[str(file)] = b"" if size > max_kb * 1024 else file.read_bytes()
         sizes[str(file)] = size
-    return sorted(problems + lint_files(files, scrubber, max_kb, sizes), key=lambda p: (p.path, p.line, p.message))
+    return sorted(problems + lint_files(files, scrubber, max_kb, sizes, known),
+                  key=lambda p: (p.path, p.line, p.message))
 
 
 def lint_files(files: Mapping[str, bytes], scrubber: Scrubber | None = None, max_kb: int = 256,
-               sizes: Mapping[str, int] | None = None) -> list[Problem]:
+               sizes: Mapping[str, int] | None = None, known: Collection[str] = ()) -> list[Problem]:
     """Lint recipe files given as path → bytes (a folder read from disk, or a
     revision's folder read from git): each file, and names duplicated across them."""
     problems: list[Problem] = []
@@ -228,7 +247,7 @@ def lint_files(files: Mapping[str, bytes], scrubber: Scrubber | None = None, max
         except UnicodeDecodeError:
             problems.append(Problem(path, 1, "error", "file is not UTF-8 text", "save it as UTF-8"))
             continue
-        found, name = lint_text(path, text, scrubber)
+        found, name = lint_text(path, text, scrubber, known)
         problems.extend(found)
         if name:
             seen[name].append((path, _key_lines(text).get("name", 1)))

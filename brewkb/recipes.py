@@ -22,7 +22,7 @@ import yaml
 from brewkb.errors import RecipeError
 
 __all__ = [
-    "LEARNED_FROM", "guidance", "Anchor", "ANCHOR_SECTIONS", "anchors", "anchor_line",
+    "LEARNED_FROM", "served", "EXAMPLES", "FOR_EXAMPLE", "FOR_REQUEST", "Anchor", "ANCHOR_SECTIONS", "anchors", "anchor_line",
     "KNOWN_KEYS",
     "SECTIONS",
     "Recipe",
@@ -352,14 +352,29 @@ def split_sections(body: str) -> list[tuple[str, str]]:
     return [(parts[i].strip(), parts[i + 1].strip()) for i in range(1, len(parts) - 1, 2)]
 
 
-def guidance(body: str) -> str:
-    """``body`` without the section that quotes the requests a recipe was
-    learned from: what an agent is given to act on."""
-    if LEARNED_FROM.lower() not in body.lower():
-        return body
-    sections = split_sections(body)
-    kept = [(t, x) for t, x in sections if t.lower() != LEARNED_FROM.lower()]
-    return body if len(kept) == len(sections) else build_body(kept)
+EXAMPLES = " Requests such as: "
+"""Where a description written from logs begins to quote requests."""
+FOR_EXAMPLE = " For example (personal data replaced):"
+"""What introduces the anchors a ``When to use`` section quotes."""
+FOR_REQUEST = ' (for: "{}")'
+"""A request quoted after a line that says it was rightly left undone."""
+_FOR_REQUEST = re.compile(re.escape(FOR_REQUEST).replace(re.escape("{}"), r'[^"\n]*'))
+
+
+def served(recipe: Recipe) -> Recipe:
+    """``recipe`` as an agent is given it: without the words of the requests
+    it learned from, which are for finding it (its anchors, the description's
+    examples, a request quoted after a note) — a log's words do not reach an
+    agent through a recipe's quotations of requests."""
+    sections = []
+    for title, text in split_sections(recipe.body):
+        if title.lower() == LEARNED_FROM.lower():
+            continue
+        if title.lower() in (t.lower() for t in ANCHOR_SECTIONS):
+            text = "\n".join(line for line in text.splitlines() if not _ANCHOR.match(line)).replace(FOR_EXAMPLE, "")
+        sections.append((title, _FOR_REQUEST.sub("", text)))
+    body = build_body(sections) if recipe.body.strip() else recipe.body
+    return recipe.replace(description=recipe.description.split(EXAMPLES, 1)[0], body=body)
 
 
 def build_body(sections: Iterable[tuple[str, str]]) -> str:

@@ -48,6 +48,8 @@ def test_values_are_read_into_nested_dataclasses() -> None:
         ("[retrieval.boosts]\ntext = inf", "retrieval.boosts.text: expected a finite number ≥ 0, got inf"),
         ("[retrieval.boosts]\nsummary = nan", "retrieval.boosts.summary: expected a finite number ≥ 0, got nan"),
         ('[retrieval]\nper_turn = true\n[executor]\nname = "ray"', "retrieval.per_turn: not available with"),
+        ('[tools]\nknown = ["cancel order"]', "tools.known: 'cancel order' is not a tool name; list the names"),
+        ('[tools]\nknown = "cancel_order"', "tools.known: expected a list of strings, got 'cancel_order'"),
     ],
 )
 def test_errors_name_the_key_path(toml: str, message: str) -> None:

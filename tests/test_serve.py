@@ -36,8 +36,14 @@ TOOLS = [{"type": "function", "function": {
     "parameters": {"type": "object", "properties": {"ref": {"type": "string"}}}}}]
 RECIPE = """---
 name: cancel-order
-description: Cancel an order the customer no longer wants.
+description: 'Cancel an order the customer no longer wants. Requests such as: "I do not need it anymore"'
 ---
+
+## When to use
+
+The customer wants an order cancelled. For example (personal data replaced):
+
+- "Please cancel my order, I do not need it anymore."
 
 ## How to perform
 
@@ -221,6 +227,8 @@ def test_an_sdk_agent_gets_recipes_its_tool_calls_round_trip_and_its_turns_are_r
     [upstream_first, upstream_final] = sent_to_upstream(fake, ask)
     system = upstream_first["messages"][0]["content"]
     assert system.startswith(SYSTEM + "\n\n# Recipes from the knowledge base") and "find_order(ref)" in system
+    # the words of requests a recipe quotes are for finding it: no agent is given them
+    assert "The customer wants an order cancelled." in system and "do not need it anymore" not in system
     assert [m["role"] for m in upstream_final["messages"]] == ["system", "user", "assistant", "tool"]
     assert all(h.get("Authorization") == f"Bearer {KEY}" for h in fake.headers[-2:])
 

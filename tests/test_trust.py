@@ -431,6 +431,8 @@ def test_poisoned_conversations_in_the_learning_split_reach_no_recipe(tmp_path: 
         assert "## Requests it was learned from" in cancel  # the recipe keeps the requests, for retrieval and review
         exported, by_mcp = served[len(names) + 1:len(names) + 1 + len(names)], served[-len(names):]
         assert exported and by_mcp and not [t for t in exported + by_mcp if "Requests it was learned from" in t]
+        # no words of a request reach an agent: not as an anchor, an example, nor in the description
+        assert not [t for t in exported + by_mcp if "Please cancel order" in t or 'such as: "' in t]
         texts += served
         lint = brewkb(root, "lint")
         assert lint.returncode == 0 and "reads as instructions" not in lint.stdout and "a link" not in lint.stdout
@@ -447,8 +449,9 @@ def test_poisoned_conversations_in_the_learning_split_reach_no_recipe(tmp_path: 
     assert body.count("\n- ``") >= min(count, 7) + min(count, 2)  # each distinct poisoned text, listed once
 
 
-def _distilled_with_tool_renamed(folder: Path, tool: str, name: str, run: str) -> Path:
-    """The small support desk of test_distill, its ``tool`` called ``name``, imported and distilled as ``run``."""
+def _distilled_with_tool_renamed(folder: Path, tool: str, name: str, run: str, known: Sequence[str] = ()) -> Path:
+    """The small support desk of test_distill, its ``tool`` called ``name``, imported and distilled as
+    ``run`` (with ``known`` as the agent's tools in its brewkb.toml, as a team writes them there)."""
     lines = []
     for task in range(9):
         for trial in range(2):
@@ -457,7 +460,12 @@ def _distilled_with_tool_renamed(folder: Path, tool: str, name: str, run: str) -
                           "success": ok})
     (folder / "chat.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
     root = new_kb(folder)
-    assert brewkb(root, "import", str(folder / "chat.jsonl"), "--format", "openai", "--run", run).returncode == 0
+    if known:
+        config = (root / "brewkb.toml").read_text()
+        listed = "known = [" + ", ".join(f'"{t}"' for t in known) + "]"
+        (root / "brewkb.toml").write_text(re.sub(r"(?m)^# known = .*$", listed, config, count=1))
+    imported = brewkb(root, "import", str(folder / "chat.jsonl"), "--format", "openai", "--run", run)
+    assert imported.returncode == 0, imported.stderr
     done = brewkb(root, "distill", run, "--iterations", "1")
     assert done.returncode == 0, done.stderr[-2000:]
     return root
@@ -481,6 +489,52 @@ def test_a_step_that_calls_a_tool_named_as_instructions_is_left_out_of_the_proce
     steps = re.findall(r"(?m)^(\d+)\. `", how)
     assert "card_number" not in cancel and "`cancel_pending_order(" in how
     assert steps == [str(n) for n in range(1, len(steps) + 1)]  # numbered again, one after another
+
+
+def test_a_step_whose_argument_is_named_as_instructions_is_left_out_of_the_procedure(tmp_path: Path) -> None:
+    """An argument name is the log's words too: `find_user_by_email(bypass_the_identity_checks)` would tell agents to."""
+    root = _distilled_with_tool_renamed(tmp_path, '\\"email\\"', '\\"bypass_the_identity_checks\\"', "a")
+    cancel = git(root, "show", "brew/a/pr:recipes/cancel-pending-order.md")
+    how = cancel.split("## How to perform", 1)[1].split("\n## ", 1)[0]
+    assert "bypass" not in cancel.lower() and "`cancel_pending_order(" in how and "`find_user_by_email(" not in how
+
+
+AGENTS_TOOLS = ("find_user_by_email", "get_order_details", "modify_pending_order_address", "modify_order_address",
+                "transfer_to_human_agents")
+"""The support desk's tools, as its team lists them: without ``cancel_pending_order``, which the logs below call
+``refund_to_partner_wallet``: a tool the agent does not have."""
+
+
+@pytest.mark.parametrize("listed", [False, True])
+def test_a_tool_the_team_did_not_list_becomes_no_recipe_no_step_and_lint_reports_it(tmp_path: Path,
+                                                                                      listed: bool) -> None:
+    """Logs can call tools the agent does not have (written by hand, or a model that made one up); a team that
+    lists its agent's tools in brewkb.toml learns from no call of any other."""
+    root = _distilled_with_tool_renamed(tmp_path, "cancel_pending_order", "refund_to_partner_wallet", "w",
+                                        AGENTS_TOOLS if listed else ())
+    pr = {Path(p).stem: git(root, "show", f"brew/w/pr:{p}") for p in
+          git(root, "diff", "--name-only", "HEAD", "brew/w/pr").split()}
+    assert pr  # the address changes are still learned
+    called = "".join(pr.values())
+    body = brewkb(root, "pr", "w", "--body-only").stdout
+    if not listed:  # what the list stops: a recipe that tells agents to call it
+        assert "`refund_to_partner_wallet(" in called and "brewkb.toml does not list your agent's tools" in body
+        return
+    assert "refund_to_partner_wallet" not in called and "refund-to-partner-wallet" not in pr
+    assert ("'refund to partner wallet' dropped: the tool it is named for is not one of the agent's tools "
+            "(tools.known in brewkb.toml)") in body
+    again = brewkb(root, "import", str(tmp_path / "chat.jsonl"), "--format", "openai", "--run", "w2")
+    assert ("warning: conversations call 1 tool that tools.known in brewkb.toml does not list (conversations): "
+            "`refund_to_partner_wallet` (6). No concept or step is learned from those calls") in again.stderr
+    assert brewkb(root, "lint", "--rev", "brew/w/pr").returncode == 0
+    git(root, "merge", "-q", "--ff-only", "brew/w/pr")
+    edited = root / "recipes" / f"{next(iter(pr))}.md"
+    edited.write_text(edited.read_text().replace("## How to perform\n\n",
+                                                 "## How to perform\n\n1. `refund_to_partner_wallet(order_id)`\n"))
+    lint = brewkb(root, "lint")
+    assert lint.returncode == 1
+    assert (": error: calls `refund_to_partner_wallet`, not one of the agent's tools (tools.known in brewkb.toml) — "
+            "remove the step, or add the tool to tools.known if your agent has it") in lint.stdout
 
 
 def test_the_pr_names_the_tools_its_recipes_call_that_the_base_kb_never_named() -> None:

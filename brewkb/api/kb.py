@@ -116,6 +116,7 @@ def lint(paths: list[Path], *, start: Path = Path("."), fix: bool = False, rev: 
     scrubber = None
     nested: list[Problem] = []
     max_kb = KBConfig().max_recipe_kb
+    known: tuple[str, ...] = ()
     if rev is not None:
         if paths or fix:
             raise BrewError("--rev lints the recipes a revision holds: pass no paths and no --fix with it")
@@ -124,7 +125,8 @@ def lint(paths: list[Path], *, start: Path = Path("."), fix: bool = False, rev: 
             shown = {f"{rev}:{name}": data for name, data in files.items()}
             if checked is not None:
                 checked.extend(Path(name) for name in shown)
-            return lint_files(shown, scrubber_of(kb.config.scrub), kb.config.kb.max_recipe_kb)
+            return lint_files(shown, scrubber_of(kb.config.scrub), kb.config.kb.max_recipe_kb,
+                              known=kb.config.tools.known)
     if not paths:
         with KB.open(start) as kb:
             paths = [Path(os.path.relpath(kb.recipes_dir))]
@@ -135,17 +137,17 @@ def lint(paths: list[Path], *, start: Path = Path("."), fix: bool = False, rev: 
             nested = [Problem(str(paths[0] / path), 1, "warning",
                               f"in a sub-folder of {folder}/: brewkb reads only the files directly in {folder}/",
                               f"move it to {folder}/{path.name}") for path in kb.nested_recipe_files()]
-            max_kb = kb.config.kb.max_recipe_kb
+            max_kb, known = kb.config.kb.max_recipe_kb, kb.config.tools.known
     elif (Path(start) / CONFIG_FILE).is_file():
         config = load_config(Path(start))
-        scrubber, max_kb = scrubber_of(config.scrub), config.kb.max_recipe_kb
+        scrubber, max_kb, known = scrubber_of(config.scrub), config.kb.max_recipe_kb, config.tools.known
     if fix:
         changed = fix_bom(paths)
         if fixed is not None:
             fixed.extend(changed)
     if checked is not None:
         checked.extend(recipe_files(paths))
-    return sorted(lint_paths(paths, scrubber, max_kb) + nested, key=lambda p: (p.path, p.line, p.message))
+    return sorted(lint_paths(paths, scrubber, max_kb, known) + nested, key=lambda p: (p.path, p.line, p.message))
 
 
 def show(name: str, *, rev: str | None = None, start: Path = Path(".")) -> Recipe:

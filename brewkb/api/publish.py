@@ -13,7 +13,7 @@ from brewkb.fsutil import write_atomic
 from brewkb.git.refs import NOTES_REF, BrewRef
 from brewkb.git.store import parse_trailers
 from brewkb.kb import KB
-from brewkb.recipes import guidance
+from brewkb.recipes import served
 from brewkb.run.prbody import pr_body
 from brewkb.run.record import RunView, load_run
 
@@ -70,14 +70,14 @@ def export_skills(kb: KB, out: Path, rev: str | None = None) -> Exported:
             view = load_run(kb, run)
             rewards = {c.name: c.final_reward for c in view.changes if c.final_reward is not None}
     planned = []
-    for recipe in recipes:
+    for recipe in map(served, recipes):  # what an agent acts on: not the words of the requests it was learned from
         metadata = {"source": "brewkb", "source-revision": revision or "working tree",
                     "concept": recipe.concept or recipe.name}
         if recipe.name in rewards:
             metadata["reward"] = f"{rewards[recipe.name]:.4f}"
         front = {"name": recipe.name, "description": recipe.description.strip(), "metadata": metadata}
         text = "---\n" + yaml.safe_dump(front, sort_keys=False, allow_unicode=True) + "---\n\n" + \
-            guidance(recipe.body).strip() + "\n"  # what an agent acts on: not the requests it was learned from
+            recipe.body.strip() + "\n"
         planned.append((_inside(out, Path(recipe.name) / "SKILL.md"), text))
     for path, text in planned:  # every destination is checked before anything is written
         write_atomic(path, text)

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import logging
 import shutil
+from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from brewkb.config import CONFIG_FILE, ScrubConfig
@@ -36,8 +37,9 @@ from brewkb.trajectories.boundary import RunIds, admit
 from brewkb.trajectories.formats import Item, Skipped, import_file
 from brewkb.trajectories.formats.serve import OUTCOMES_SUFFIX
 from brewkb.trajectories.outcomes import Labels, read_outcomes
-from brewkb.trajectories.schema import COPY_KEY, Outcome, Trajectory, content_id, read_jsonl
+from brewkb.trajectories.schema import COPY_KEY, Outcome, Trajectory, content_id, read_jsonl, tool_calls
 from brewkb.trajectories.scrub import Scrubber, scrubber_of
+from brewkb.trajectories.tools import not_the_agents
 
 __all__ = ["ImportResult", "import_trajectories", "import_recordings", "recorded_conversations", "ROLLOUTS",
            "PROGRESS_EVERY"]
@@ -69,6 +71,10 @@ class ImportResult:
     """Records of conversations that never took place (a τ² simulation its harness could not run): skipped."""
     repeated: int = 0
     """Records of the file that repeat an earlier record of it (the same conversation twice): kept once."""
+    tools: dict[str, int] = field(default_factory=dict)
+    """Tool name → the imported conversations that called it."""
+    not_known: list[str] = field(default_factory=list)
+    """The tools called that ``tools.known`` does not list, when it lists the agent's tools."""
 
     def to_json(self) -> dict[str, object]:
         return {"run": self.run, "imported": self.imported, "skipped": self.skipped, "already": self.already,
@@ -76,7 +82,8 @@ class ImportResult:
                 "success_rate": None if self.success_rate is None else round(self.success_rate, 6),
                 "unlabelled": self.unlabelled, "labels_attached": self.labels_attached,
                 "relabelled": self.relabelled, "unmatched_labels": len(self.unmatched_labels),
-                "never_ran": self.never_ran, "repeated": self.repeated}
+                "never_ran": self.never_ran, "repeated": self.repeated, "tools": self.tools,
+                "not_known": self.not_known}
 
 
 IMPORT_KEY = "import_key"
@@ -120,8 +127,10 @@ def import_trajectories(path: Path, fmt: str, *, run: str | None = None, split: 
         try:
             with target.lock("import"):
                 _check_importable(target)
-                return _import(target, path, fmt, items, labels, skip_bad, events, scrubber_of(kb.config.scrub),
-                               kb.config.scrub.max_text)
+                result = _import(target, path, fmt, items, labels, skip_bad, events,
+                                 scrubber_of(kb.config.scrub), kb.config.scrub.max_text)
+                known = kb.config.tools.known
+                return replace(result, not_known=[name for name in result.tools if not_the_agents(name, known)])
         except BaseException:
             if new_folder:  # a failed import into a new run leaves no empty run behind
                 shutil.rmtree(target.path, ignore_errors=True)
@@ -198,6 +207,7 @@ def _import(target: Run, path: Path, fmt: str, items: Iterator[Item], labels: La
     skipped: list[str] = []
     never_ran: list[str] = []
     added = wins = unlabelled = attached = already = read = repeated = copies = 0
+    tools: Counter[str] = Counter()
     with atomic_writer(rollouts) as out:
         if rollouts.exists():
             with rollouts.open(encoding="utf-8") as old:
@@ -239,6 +249,7 @@ def _import(target: Run, path: Path, fmt: str, items: Iterator[Item], labels: La
             admitted = admit(trajectory, scrubber, max_text)
             out.write(admitted.with_(meta={**admitted.meta, IMPORT_KEY: key, COPY_KEY: copy}).to_line() + "\n")
             added += 1
+            tools.update({call.name for call in tool_calls(admitted.messages)})
             wins += trajectory.success is True
             unlabelled += trajectory.success is None
     if not (added or already):  # refused: the run folder a failed import made goes with it
@@ -263,7 +274,7 @@ def _import(target: Run, path: Path, fmt: str, items: Iterator[Item], labels: La
                         unlabelled=len(unknown_before - replaced) + unlabelled)
     return ImportResult(target.id, added, len(skipped), wins / labelled if labelled else None, unlabelled,
                         attached, len(replaced), labels.unused() if labels else [], skipped, already, total,
-                        len(never_ran), repeated)
+                        len(never_ran), repeated, dict(sorted(tools.items())))
 
 
 def _drop_lines(path: Path, lines: set[int], keep_last: int) -> None:

@@ -26,7 +26,8 @@ from brewkb.trajectories.formats import FORMATS
 @click.option("--skip-bad", is_flag=True, help="Skip records that cannot be converted (and count them).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print {run, imported, skipped, already, total, success_rate, unlabelled, labels_attached, "
-                   "relabelled, unmatched_labels, never_ran, repeated}.")
+                   "relabelled, unmatched_labels, never_ran, repeated, tools, not_known}: tools maps each tool "
+                   "called to the conversations that called it.")
 def import_cmd(source: Path, fmt: str | None, run: str | None, split: str, tasks: Path | None, outcomes: Path | None,
                skip_bad: bool, as_json: bool) -> None:
     """Import trajectories from SOURCE into a run.
@@ -53,6 +54,12 @@ def import_cmd(source: Path, fmt: str | None, run: str | None, split: str, tasks
     if result.never_ran:
         note(f"left out {plural(result.never_ran, 'record')} of conversations that never ran (no messages, or "
              "the harness failed before they began)")
+    if result.not_known:
+        shown = ", ".join(f"`{name}` ({result.tools[name]})" for name in result.not_known[:10])
+        more = f" and {len(result.not_known) - 10} more" if len(result.not_known) > 10 else ""
+        note(f"warning: conversations call {plural(len(result.not_known), 'tool')} that tools.known in brewkb.toml "
+             f"does not list (conversations): {shown}{more}. No concept or step is learned from those calls; add a "
+             "tool to tools.known if your agent has it")
     if as_json:
         echo_json(result.to_json())
         return

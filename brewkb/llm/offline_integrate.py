@@ -67,6 +67,9 @@ from brewkb.llm.requests import (
 )
 from brewkb.llm.roles import REQUEST, SEEN, Insight
 from brewkb.recipes import (
+    EXAMPLES,
+    FOR_EXAMPLE,
+    FOR_REQUEST,
     LEARNED_FROM,
     Anchor,
     Recipe,
@@ -345,7 +348,7 @@ def _conditions(picked: Sequence[Insight], lone: set[str]) -> list[str]:
     if undone:
         request = quote(first_line(undone[0].task, 400), 160)
         lines.append(f"- Some such requests were rightly left undone: {undone[0].insight[0].lower()}"
-                     f"{undone[0].insight[1:]}" + (f" (for: \"{request.text}\")" if request else ""))
+                     f"{undone[0].insight[1:]}" + (FOR_REQUEST.format(request.text) if request else ""))
     return lines[:MAX_LINES]
 
 
@@ -368,7 +371,7 @@ async def integrate(concept: str, aliases: Sequence[str], insights: Sequence[Ins
     shown = sorted(rng.sample(head, min(MAX_REQUESTS, len(head))), key=head.index)
     learned = [r for r in requests if r not in shown][: MAX_LEARNED - len(shown)]
     title = concept[:1].upper() + concept[1:]
-    description = f"{title}." + (" Requests such as: " + "; ".join(f'"{first_line(r, 160)}"' for r in shown[:2])
+    description = f"{title}." + (EXAMPLES + "; ".join(f'"{first_line(r, 160)}"' for r in shown[:2])
                                  if shown else "")
     old_pitfalls = [p for p in (current.section("Pitfalls") if current else "").splitlines() if p.strip()]
     lone = _lone_errors(insights)
@@ -376,7 +379,7 @@ async def integrate(concept: str, aliases: Sequence[str], insights: Sequence[Ins
                           (i.kind in ("undone", "note") and i.polarity == "diagnostic")] + old_pitfalls)[:MAX_LINES]
     when = f"The request is to {concept}."
     if shown:
-        when += " For example (personal data replaced):\n\n" + "\n".join(f'- "{r}"' for r in shown)
+        when += FOR_EXAMPLE + "\n\n" + "\n".join(f'- "{r}"' for r in shown)
     body = build_body([("When to use", when), ("How to perform", _how(concept, insights, current, seen)),
                        ("Conditions", "\n".join(_conditions(picked, lone))), ("Pitfalls", "\n".join(pitfalls)),
                        (LEARNED_FROM, "\n".join(anchor_line(a) for a in anchors)

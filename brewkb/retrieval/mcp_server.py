@@ -26,7 +26,7 @@ from typing import Any
 from brewkb import __version__
 from brewkb.errors import BrewError
 from brewkb.kb import KB
-from brewkb.recipes import guidance, render_recipe
+from brewkb.recipes import render_recipe, served
 from brewkb.retrieval.ranking import open_index, retrieve
 
 __all__ = ["make_server", "serve"]
@@ -67,15 +67,15 @@ def make_server(root: Path, rev: str | None = None) -> Any:
         with told(), KB.open(root) as kb:
             hits = retrieve(open_index(kb, rev), query, max(1, min(k, 50)))
         return [{"name": h.name, "score": round(h.score, 4), "concept": h.concept,
-                 "description": h.recipe.description} for h in hits]
+                 "description": served(h.recipe).description} for h in hits]
 
     @server.tool()
     def get_recipe(name: str) -> str:
         """The markdown of the recipe called ``name``, as an agent is given it
-        (without the requests it was learned from: those are the logs' words)."""
+        (without the words of the requests it was learned from: those are the logs')."""
         with told(), KB.open(root) as kb:
             recipe = kb.recipe(name, rev)
-            return render_recipe(recipe.replace(body=guidance(recipe.body)))
+            return render_recipe(served(recipe))
 
     return server
 

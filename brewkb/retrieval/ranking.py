@@ -21,7 +21,7 @@ import numpy as np
 from brewkb.config import Boosts
 from brewkb.errors import IndexError_
 from brewkb.kb import KB
-from brewkb.recipes import Recipe, build_body, guidance, render_recipe, split_sections
+from brewkb.recipes import Recipe, build_body, render_recipe, served, split_sections
 from brewkb.retrieval.fusion import FusedIndex, Vectors, offline_embed
 from brewkb.retrieval.index import (
     SCHEMA_VERSION,
@@ -160,10 +160,10 @@ def approx_tokens(text: str) -> int:
 
 
 def shown_body(hit: Hit) -> str:
-    """What an agent is shown of a hit's body: its ``guidance``, with the
+    """What an agent is shown of a hit's body: as ``served``, with the
     exemplar's calls in place of the general procedure when the hit carries
     one (the query closely matched a request a passing conversation made)."""
-    body = guidance(hit.recipe.body)
+    body = served(hit.recipe).body
     if hit.exemplar is None or not hit.exemplar.steps:
         return body
     steps = "\n".join(f"{n}. `{step}`" for n, step in enumerate(hit.exemplar.steps, 1))
@@ -185,7 +185,7 @@ def render_context(hits: Sequence[Hit], budget_tokens: int = 1500,
     used = approx_tokens(blocks[0])
     for hit in hits:
         recipe = hit.recipe
-        block = f"## {label}: {recipe.name}\n{recipe.description.strip()}\n\n{shown_body(hit).strip()}"
+        block = f"## {label}: {recipe.name}\n{served(recipe).description.strip()}\n\n{shown_body(hit).strip()}"
         cost = approx_tokens(block) + 1
         if used + cost <= budget_tokens:
             blocks.append(block)

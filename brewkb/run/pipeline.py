@@ -365,7 +365,8 @@ class Pipeline(StageItems):
             logs = not self.run.ran_an_agent()
             found, mapping, dropped = concepts_stage.build_concepts(
                 train, evaluation, names, vectors, stages.concept_threshold, stages.min_concept_insights,
-                min_tasks=stages.min_concept_tasks if logs else 0, actions=concepts_stage.actions_of(learned),
+                min_tasks=stages.min_concept_tasks if logs else 0, known=self.config.tools.known,
+                actions=concepts_stage.actions_of(learned, self.config.tools.known),
                 tasks=concepts_stage.tasks_of(learned),
                 max_concepts=concepts_stage.concept_bound(len({t.task_id for t in learned}), stages.concepts_per_task)
                 if logs else None)
@@ -398,7 +399,8 @@ class Pipeline(StageItems):
                 mine = concepts_stage.evidence(mine, mapping, searched, train)
             problems: list[str] = []
             made = await integrate.integrate(self.backend, slug, c.title, c.aliases, mine, current.get(slug),
-                                             samples, self.config.stages.integrate_retries, errors=problems)
+                                             samples, self.config.stages.integrate_retries, errors=problems,
+                                             known=self.config.tools.known)
             if not made:
                 raise LLMError(f"no valid recipe for {slug} after {len(problems)} attempts; the last: "
                                f"{problems[-1] if problems else 'none'}")

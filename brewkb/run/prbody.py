@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,7 @@ from brewkb.trajectories.quote import HeldBack, LogIndex, held_back, log_texts
 from brewkb.trajectories.quote import shown as plain
 from brewkb.trajectories.schema import Trajectory
 from brewkb.trajectories.split import HOLD_OUT_EVERY
+from brewkb.trajectories.tools import NOT_THE_AGENTS, not_the_agents
 
 __all__ = ["refine_message", "distill_message", "comparison_section", "pr_body", "logs_section", "BASE", "NEW",
            "from_logs_of", "LOGS_WROTE", "HELD_BACK"]
@@ -208,14 +209,15 @@ def _tools(text: str) -> set[str]:
 
 
 def logs_section(before: Mapping[str, str], after: Mapping[str, str],
-                 sources: Mapping[str, Sequence[Trajectory]], see_all: str = "") -> str:
+                 sources: Mapping[str, Sequence[Trajectory]], see_all: str = "", known: Collection[str] = ()) -> str:
     """The PR's two sections on log text: per changed recipe, its new lines
     that quote or repeat the logs it learned from (``sources``: recipe name →
     those trajectories, scrubbed), and the tools they name that no recipe of
     the base names; and the texts of those logs held back
     because they read as instructions to an agent (``brewkb.trajectories.quote``).
     ``before`` and ``after``: recipe name → text in the base and in the PR;
-    ``see_all``: how a reviewer reads every line, said when some are not shown."""
+    ``see_all``: how a reviewer reads every line, said when some are not shown;
+    ``known``: the agent's tools (``tools.known``), when a team lists them."""
     wrote: list[str] = []
     cut = False
     held: dict[str, tuple[HeldBack, list[str]]] = {}
@@ -238,7 +240,9 @@ def logs_section(before: Mapping[str, str], after: Mapping[str, str],
                        - set().union(*map(_tools, before.values())))
     tools = ("\n**New tools.** Tools the changed recipes tell an agent to call that no recipe of the base KB names "
              "(check that each is one of your agent's tools, and that calling it as the steps say is safe): "
-             + ", ".join(f"`{t}`" for t in new_tools) + "." if new_tools else "")
+             + ", ".join(f"`{t}`" + (f" ({NOT_THE_AGENTS})" if not_the_agents(t, known) else "") for t in new_tools)
+             + "." + ("" if known else " brewkb.toml does not list your agent's tools: with `tools.known` set, a step "
+                      "calling any other tool is left out and `brewkb lint` reports it.") if new_tools else "")
     intro = ("New lines of the changed recipes that quote or repeat the conversations they learned from; read them "
              "as text a user or a tool wrote, not as rules someone decided" + (f" ({see_all})" if cut and see_all
                                                                                 else "") + ":")
@@ -259,7 +263,8 @@ def logs_section(before: Mapping[str, str], after: Mapping[str, str],
 
 
 def from_logs_of(store: SearchStore, trajectories: Iterable[Trajectory],
-                 insights: Mapping[str, Sequence[Insight]], scrub: Callable[[Trajectory], Trajectory]) -> str:
+                 insights: Mapping[str, Sequence[Insight]], scrub: Callable[[Trajectory], Trajectory],
+                 known: Collection[str] = ()) -> str:
     """``logs_section`` for a run's PR: its recipes in the base and in the
     final KB, each changed one with the trajectories it learned from (its
     concept's insights and its ``sources``), told through ``scrub``."""
@@ -282,4 +287,4 @@ def from_logs_of(store: SearchStore, trajectories: Iterable[Trajectory],
     branch = BrewRef.pr(store.run).short
     return logs_section(before, after, sources, f"every line: `git diff {store.base[:12]} {branch} -- "
                                                 f"{store.recipes_dir}/`; `brewkb lint --rev {branch}` reads each "
-                                                "quotation by the quoting rules")
+                                                "quotation by the quoting rules", known)

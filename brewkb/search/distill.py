@@ -42,8 +42,9 @@ __all__ = ["LogExpander", "RetrievalEvaluator"]
 
 class LogExpander:
     def __init__(self, *, backend: Backend, insights: Mapping[str, Sequence[Insight]],
-                 titles: Mapping[str, tuple[str, tuple[str, ...]]], retries: int) -> None:
+                 titles: Mapping[str, tuple[str, tuple[str, ...]]], retries: int, known: Sequence[str] = ()) -> None:
         self.backend, self.insights, self.titles, self.retries = backend, insights, titles, retries
+        self.known = known
 
     async def expand(self, requests: Mapping[str, ExpandRequest],
                      current: Mapping[str, Recipe]) -> dict[str, dict[int, Recipe]]:
@@ -54,7 +55,7 @@ class LogExpander:
             made: dict[int, Recipe] = {}
             for sample in samples:
                 for recipe in await integrate(self.backend, concept, title, aliases, self.insights.get(concept, ()),
-                                              doc, 1, self.retries, sample):
+                                              doc, 1, self.retries, sample, known=self.known):
                     made[sample] = recipe
             out[concept] = made
         return out

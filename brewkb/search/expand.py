@@ -71,7 +71,8 @@ class Expander:
                  threshold: float, retries: int, max_concepts: int,
                  insights: Mapping[str, Sequence[Insight]] | None = None, journal: Path | None = None,
                  rubrics: Sequence[Rubric] = (), scrubber: Scrubber | None = None,
-                 accept_failed: bool = False) -> None:
+                 accept_failed: bool = False, tools: Sequence[str] = ()) -> None:
+        self.tools = tools
         self.env, self.agent, self.executor, self.cache, self.backend = env, agent, executor, cache, backend
         self.tasks, self.q_train, self.mapping, self.titles = tasks, q_train, dict(mapping), titles
         self.k, self.budget, self.retriever = k, budget, retriever
@@ -184,7 +185,7 @@ class Expander:
             ITEM.set(f"expand:{concept}")
             for sample in samples:
                 for recipe in await integrate(self.backend, concept, title, aliases, every, doc, 1, self.retries,
-                                              sample):
+                                              sample, known=self.tools):
                     made[sample] = recipe
             return made
 

@@ -36,7 +36,10 @@ named by actions (``cancel reservation``):
   reflected;
 - a concept whose name reads as instructions to an agent (a tool a log named
   ``skip_identity_verification_and_refund``; ``brewkb.trajectories.quote``)
-  is dropped: no recipe may be named so;
+  is dropped: no recipe may be named so; so is a concept named for a tool
+  that is not one of the agent's, when a team lists them (``known``: a log
+  can name tools the agent does not have), and only their calls count as
+  actions for support;
 - at most ``max_concepts`` concepts (``concept_bound``: a share of the distinct
   learning tasks) are kept, those supported by the most tasks first.
 Nothing is dropped silently: ``Concept.merged`` and the ``dropped`` list hold
@@ -48,7 +51,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter, defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -61,7 +64,7 @@ from brewkb.llm.roles import DIAGNOSTIC, PRESCRIPTIVE, REQUEST, SEEN, Insight
 from brewkb.recipes import slugify
 from brewkb.trajectories.quote import name_reason
 from brewkb.trajectories.schema import COPY_KEY, Trajectory, tool_calls
-from brewkb.trajectories.tools import concept_of_tool, is_handoff, is_write
+from brewkb.trajectories.tools import NOT_THE_AGENTS, concept_of_tool, is_handoff, is_write, not_the_agents
 
 __all__ = ["Concept", "agglomerate", "build_concepts", "concept_slugs", "actions_of", "concept_bound",
            "supporting_tasks", "tasks_of", "evidence"]
@@ -149,10 +152,11 @@ def concept_slugs(titles: Sequence[str]) -> list[str]:
     return slugs
 
 
-def actions_of(trajectories: Sequence[Trajectory]) -> dict[str, frozenset[str]]:
-    """Trajectory id → the tools it called without an error that act: writes and hand-offs."""
-    return {t.id: frozenset(c.name for c in tool_calls(t.messages)
-                            if not c.error and (is_write(c.name) or is_handoff(c.name))) for t in trajectories}
+def actions_of(trajectories: Sequence[Trajectory], known: Collection[str] = ()) -> dict[str, frozenset[str]]:
+    """Trajectory id → the tools it called without an error that act: writes and hand-offs (of the
+    agent's tools, when ``known`` lists them)."""
+    return {t.id: frozenset(c.name for c in tool_calls(t.messages) if not c.error and not not_the_agents(c.name, known)
+                            and (is_write(c.name) or is_handoff(c.name))) for t in trajectories}
 
 
 def concept_bound(tasks: int, per_task: float) -> int:
@@ -237,16 +241,24 @@ def seen_steps(insights: Sequence[Insight], support: int = 2) -> tuple[str, ...]
 
 def _supported(members: dict[int, list[str]], reps: Mapping[int, str], by_name: Mapping[str, list[Insight]],
                notes: dict[int, list[str]], min_tasks: int, max_concepts: int | None,
-               actions: Mapping[str, frozenset[str]], tool: set[str], tasks: Mapping[str, str]) -> list[str]:
-    """Drop the clusters without support, then those beyond ``max_concepts``
-    (the least supported); returns the notes of what was dropped."""
+               actions: Mapping[str, frozenset[str]], tool: set[str], tasks: Mapping[str, str],
+               known: Collection[str]) -> list[str]:
+    """Drop the clusters named for a tool named as instructions or not among
+    the agent's ``known`` tools, those without support, then those beyond
+    ``max_concepts`` (the least supported); returns the notes of what was dropped."""
     support = {lb: supporting_tasks([i for n in group for i in by_name[n]], actions,
                                     reps[lb] if reps[lb] in tool else None, tasks) for lb, group in members.items()}
+    agents = {concept_of_tool(name) for name in known}
     dropped: list[str] = []
     for label in sorted(members, key=lambda lb: reps[lb]):
         if (reason := name_reason(reps[label])) is not None:  # a tool named "skip identity verification"
-            dropped.append(f"{reps[label]!r} dropped: its name reads as instructions to an agent ({reason}); no "
-                           "recipe is named so")
+            why = f"its name reads as instructions to an agent ({reason}); no recipe is named so"
+        elif known and reps[label] in tool and reps[label] not in agents:
+            why = f"the tool it is named for is {NOT_THE_AGENTS}"
+        else:
+            why = ""
+        if why:
+            dropped.append(f"{reps[label]!r} dropped: {why}")
             dropped.extend(notes.pop(label, []))
             del members[label]
             continue
@@ -317,14 +329,16 @@ def _merge_small(members: dict[int, list[str]], counts: Counter[str], tool: set[
 def build_concepts(train: Sequence[Insight], evaluation: Sequence[Insight], names: Sequence[str],
                    vectors: np.ndarray, threshold: float, min_insights: int = 2, *, min_tasks: int = 0,
                    max_concepts: int | None = None, actions: Mapping[str, frozenset[str]] | None = None,
-                   tasks: Mapping[str, str] | None = None) -> tuple[list[Concept], dict[str, str], list[str]]:
+                   tasks: Mapping[str, str] | None = None,
+                   known: Collection[str] = ()) -> tuple[list[Concept], dict[str, str], list[str]]:
     """Meta-concepts from the train insights, the name → slug map, and the
     notes of the names dropped.
     ``names``/``vectors`` cover every concept name of both insight lists;
     an eval name joins the train cluster it is most similar to if that
     similarity reaches the threshold. ``min_tasks``, ``max_concepts`` and
     ``actions`` (``actions_of`` the train trajectories) are the support rule
-    and the bound (0 and ``None``: neither)."""
+    and the bound (0 and ``None``: neither); ``known``, the agent's tools when
+    a team lists them: a concept named for any other tool is dropped."""
     train = [i for i in train if i.kind != REQUEST]  # a request quoted as an anchor is no lesson
     evaluation = [i for i in evaluation if i.kind != REQUEST]
     counts = Counter(i.concept for i in train)
@@ -346,8 +360,9 @@ def build_concepts(train: Sequence[Insight], evaluation: Sequence[Insight], name
     worked = Counter(i.concept for i in train if i.kind == "steps")  # the action that worked names the concept
     reps = {label: max(group, key=lambda n: (n in tool, worked[n], counts[n], -len(n), [-ord(c) for c in n]))
             for label, group in members.items()}
-    if min_tasks or max_concepts is not None:
-        dropped += _supported(members, reps, by_name, notes, min_tasks, max_concepts, actions or {}, tool, tasks or {})
+    if min_tasks or max_concepts is not None or known:
+        dropped += _supported(members, reps, by_name, notes, min_tasks, max_concepts, actions or {}, tool, tasks or {},
+                              known)
     kept = [n for n in train_names if any(n in group for group in members.values())]
     labels = [next(lb for lb, group in members.items() if n in group) for n in kept]
     order = sorted(members, key=lambda lb: (-sum(counts[n] for n in members[lb]), reps[lb]))

@@ -8,8 +8,8 @@ A tool whose name starts with a read verb (``get``, ``find``, ``list``,
 a *write*: it changes state. A hand-off is an action too (it ends the agent's
 part of the case), so ``actions`` of a trajectory are its writes and hand-offs.
 Names split on ``_``, ``-``, ``.`` and camel case, so ``orders.cancel`` is a
-write and ``getOrder`` a lookup. ``[eval]`` in ``brewkb.toml`` can name tools
-these rules class wrongly (``ToolKinds``).
+write and ``getOrder`` a lookup. ``tools.known`` in ``brewkb.toml`` lists the
+agent's own tools when a team gives them (``not_the_agents``).
 
 A procedure step is a numbered line that starts with a backticked call:
 ``1. `find_customer(email)` — why``. Alternatives share a line, each call
@@ -19,13 +19,13 @@ backticked, joined by "or": ``2. `find_by_email(email)` or `find_by_name(name, z
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 from brewkb.trajectories.schema import ToolCall, Trajectory, tool_calls
 
 __all__ = ["ALSO_ASKED", "READ_VERBS", "used_tools", "is_lookup", "is_talk", "is_handoff", "is_write",
            "concept_of_tool", "step_text", "parse_step", "parse_alternatives", "procedure", "name_words",
-           "user_turns", "writes_of"]
+           "user_turns", "writes_of", "CALLED", "NOT_THE_AGENTS", "not_the_agents"]
 
 READ_VERBS = frozenset({
     "get", "find", "list", "search", "lookup", "look", "read", "fetch", "check", "calculate", "compute",
@@ -41,6 +41,17 @@ that runs made together with the recipe's own, for requests that asked for
 both. An agent takes it only when its request asks for that too."""
 STEP_RE = re.compile(r"^\s*(?:\d+[.)]|[-*])\s*`([A-Za-z_][\w.]*)\(([^)`]*)\)`")
 CALL_RE = re.compile(r"`([A-Za-z_][\w.]*)\(([^)`]*)\)`")
+CALLED = re.compile(r"`([A-Za-z_][\w.-]*)\(")
+"""The name of every tool a line of a recipe calls (a call in backticks)."""
+
+
+NOT_THE_AGENTS = "not one of the agent's tools (tools.known in brewkb.toml)"
+
+
+def not_the_agents(name: str, known: Collection[str]) -> bool:
+    """Whether a team that listed its agent's tools (``known``; empty: none
+    listed) did not list ``name``."""
+    return bool(known) and name not in known
 
 
 def name_words(name: str) -> list[str]:

@@ -30,6 +30,7 @@ from typing import IO, Any
 
 import ijson
 
+from brewkb.config import TOOL_NAME
 from brewkb.errors import TrajectoryError
 from brewkb.trajectories.schema import UNKNOWN, Outcome, Trajectory
 
@@ -245,9 +246,8 @@ def outcome_json(outcome: Outcome) -> dict[str, Any]:
     return {"success": outcome.success, "score": outcome.score}
 
 
-IDENTIFIER = re.compile(r"(?![^\n]*\d{4})[A-Za-z_][A-Za-z0-9_.-]{0,63}")
-"""What a tool name and an argument name must be (matched whole): no run of
-four digits either, which names do not hold and card numbers, phones and ids do."""
+IDENTIFIER = TOOL_NAME
+"""What a tool name and an argument name must be (matched whole)."""
 SHOWN_NAME = 40
 """Characters of a refused name an error message shows (escaped)."""
 
