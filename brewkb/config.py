@@ -394,7 +394,8 @@ def parse_config(text: str, source: str = CONFIG_FILE) -> Config:
                           "set retrieval.boosts.text = 1")
     bad = [name for name in config.tools.known if not TOOL_NAME.fullmatch(name)]
     if bad:
-        raise ConfigError(f"tools.known: {bad[0]!r} is not a tool name; list the names of your agent's tools "
+        what = "is not a tool name" if len(bad) == 1 else "are not tool names"
+        raise ConfigError(f"tools.known: {', '.join(map(repr, bad))} {what}; list the names of your agent's tools "
                           "as it calls them (letters, digits, _, . and -)")
     if config.retrieval.per_turn and config.executor.name == "ray":
         # the per-turn retriever travels in each job, and it is not made to be pickled to Ray workers

@@ -160,11 +160,18 @@ def untrusted_text(path: str, text: str) -> list[Problem]:
     return problems
 
 
+_BARE_CALL = re.compile(r"(?<![\w.`-])([A-Za-z][A-Za-z0-9]*(?:[_.][A-Za-z0-9]+)+)\s?\(")
+"""A call written out of code form (``issue_gift_card(order_id)``): a name of two words or more joined by
+``_`` or ``.`` (prose joins words before a parenthesis with a hyphen at most)."""
+
+
 def unknown_tools(path: str, text: str, known: Collection[str]) -> list[Problem]:
-    """An error per body line that calls a tool the agent's ``known`` tools do not hold (none when empty)."""
+    """An error per body line that calls a tool the agent's ``known`` tools do not hold (none when empty):
+    in code form, or written out (``issue_gift_card(order_id)``)."""
     problems = []
     for number, line in enumerate(text.splitlines()[_body_line(text) - 1:], start=_body_line(text)):
-        others = [name for name in dict.fromkeys(CALLED.findall(line)) if not_the_agents(name, known)]
+        called = CALLED.findall(line) + _BARE_CALL.findall(line)
+        others = [name for name in dict.fromkeys(called) if not_the_agents(name, known)]
         if others:
             problems.append(Problem(path, number, "error", "calls " + ", ".join(f"`{n}`" for n in others) +
                                     f", {NOT_THE_AGENTS}", "remove the step, or add the tool to tools.known if "

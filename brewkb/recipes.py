@@ -358,23 +358,36 @@ FOR_EXAMPLE = " For example (personal data replaced):"
 """What introduces the anchors a ``When to use`` section quotes."""
 FOR_REQUEST = ' (for: "{}")'
 """A request quoted after a line that says it was rightly left undone."""
-_FOR_REQUEST = re.compile(re.escape(FOR_REQUEST).replace(re.escape("{}"), r'[^"\n]*'))
+_FOR_REQUEST = re.compile(re.escape(FOR_REQUEST).replace(re.escape("{}"), r'.*'), re.M)
+_QUOTATION = re.compile(r'["“].*["”]')
+"""From the first quotation mark to the last of a line's part: a quotation with quotation marks inside it
+(written by hand, or by an older brewkb) is elided whole."""
+_CODE = re.compile(r"(`[^`\n]*`)")
+ELIDED = '"…"'
+"""What an agent is shown in place of a quotation of the logs."""
+
+
+def _elided(text: str) -> str:
+    """``text`` with the quotations of each part outside code spans replaced by ``ELIDED``."""
+    return "".join(part if part.startswith("`") else _QUOTATION.sub(ELIDED, part) for part in _CODE.split(text))
 
 
 def served(recipe: Recipe) -> Recipe:
-    """``recipe`` as an agent is given it: without the words of the requests
-    it learned from, which are for finding it (its anchors, the description's
-    examples, a request quoted after a note) — a log's words do not reach an
-    agent through a recipe's quotations of requests."""
+    """``recipe`` as an agent is given it: without the words of the logs it
+    quotes. Its anchors (the requests it is found by), the description's
+    examples and a request quoted after a note are left out; any other
+    quotation (an error text a tool returned) is shown as ``ELIDED``. Text in
+    double quotes is how brewkb quotes a log, so a team writes its own
+    guidance unquoted."""
     sections = []
     for title, text in split_sections(recipe.body):
         if title.lower() == LEARNED_FROM.lower():
             continue
         if title.lower() in (t.lower() for t in ANCHOR_SECTIONS):
             text = "\n".join(line for line in text.splitlines() if not _ANCHOR.match(line)).replace(FOR_EXAMPLE, "")
-        sections.append((title, _FOR_REQUEST.sub("", text)))
+        sections.append((title, _elided(_FOR_REQUEST.sub("", text))))
     body = build_body(sections) if recipe.body.strip() else recipe.body
-    return recipe.replace(description=recipe.description.split(EXAMPLES, 1)[0], body=body)
+    return recipe.replace(description=_elided(recipe.description.split(EXAMPLES, 1)[0]), body=body)
 
 
 def build_body(sections: Iterable[tuple[str, str]]) -> str:

@@ -239,7 +239,8 @@ def logs_section(before: Mapping[str, str], after: Mapping[str, str],
     new_tools = sorted(set().union(*(_tools(after[n]) for n in after if before.get(n) != after[n]))
                        - set().union(*map(_tools, before.values())))
     tools = ("\n**New tools.** Tools the changed recipes tell an agent to call that no recipe of the base KB names "
-             "(check that each is one of your agent's tools, and that calling it as the steps say is safe): "
+             + ("(check that calling each as the steps say is safe): " if known else
+                "(check that each is one of your agent's tools, and that calling it as the steps say is safe): ")
              + ", ".join(f"`{t}`" + (f" ({NOT_THE_AGENTS})" if not_the_agents(t, known) else "") for t in new_tools)
              + "." + ("" if known else " brewkb.toml does not list your agent's tools: with `tools.known` set, a step "
                       "calling any other tool is left out and `brewkb lint` reports it.") if new_tools else "")

@@ -42,9 +42,10 @@ __all__ = ["LogExpander", "RetrievalEvaluator"]
 
 class LogExpander:
     def __init__(self, *, backend: Backend, insights: Mapping[str, Sequence[Insight]],
-                 titles: Mapping[str, tuple[str, tuple[str, ...]]], retries: int, known: Sequence[str] = ()) -> None:
+                 titles: Mapping[str, tuple[str, tuple[str, ...]]], retries: int, known: Sequence[str] = (),
+                 support: int = 0) -> None:
         self.backend, self.insights, self.titles, self.retries = backend, insights, titles, retries
-        self.known = known
+        self.known, self.support = known, support
 
     async def expand(self, requests: Mapping[str, ExpandRequest],
                      current: Mapping[str, Recipe]) -> dict[str, dict[int, Recipe]]:
@@ -55,7 +56,8 @@ class LogExpander:
             made: dict[int, Recipe] = {}
             for sample in samples:
                 for recipe in await integrate(self.backend, concept, title, aliases, self.insights.get(concept, ()),
-                                              doc, 1, self.retries, sample, known=self.known):
+                                              doc, 1, self.retries, sample, known=self.known,
+                                              support=self.support):
                     made[sample] = recipe
             out[concept] = made
         return out

@@ -159,6 +159,26 @@ def actions_of(trajectories: Sequence[Trajectory], known: Collection[str] = ()) 
                             and (is_write(c.name) or is_handoff(c.name))) for t in trajectories}
 
 
+def known_notes(trajectories: Sequence[Trajectory], known: Collection[str], shown: int = 10) -> list[str]:
+    """What a team that listed its agent's tools (``known``) should hear of
+    ``trajectories``: the tools they call that the list leaves out (nothing is
+    learned from those calls), and the listed tools none of them calls (a name
+    spelled otherwise than the agent calls it learns nothing)."""
+    called = Counter(name for t in trajectories for name in {c.name for c in tool_calls(t.messages)})
+    others = sorted(name for name in called if not_the_agents(name, known))
+    never = [name for name in known if name not in called]
+    notes = []
+    if others:
+        notes.append(f"{len(others)} tool(s) the learning conversations call are {NOT_THE_AGENTS}, so nothing is "
+                     "learned from their calls: " + ", ".join(f"{n} ({called[n]})" for n in others[:shown])
+                     + (f" and {len(others) - shown} more" if len(others) > shown else ""))
+    if never:
+        notes.append(f"tools.known lists {len(never)} tool(s) no learning conversation calls (check the spelling "
+                     "against the agent's): " + ", ".join(never[:shown])
+                     + (f" and {len(never) - shown} more" if len(never) > shown else ""))
+    return notes
+
+
 def concept_bound(tasks: int, per_task: float) -> int:
     """The most concepts a run keeps: ``per_task`` per distinct learning task, rounded up, at least one."""
     return max(1, math.ceil(per_task * tasks - 1e-9))

@@ -6,8 +6,8 @@ or *holds it back* with the reason:
 
 - **made safe**: normalised (``boundary.normalise``), made one line (so it
   can never start a heading, a list item or a section), markup characters
-  replaced by plain look-alikes (backticks by ``'``, brackets by
-  parentheses, angle brackets that are not a placeholder such as
+  replaced by plain look-alikes (backticks and double quotes by ``'``, so
+  a quotation of it ends where it should; brackets by parentheses, angle brackets that are not a placeholder such as
   ``<email>`` by ``‹ ›``), any id-shaped token left replaced by ``<id>``,
   and cut to a length.
 - **held back** when the text reads as instructions to an agent, by eight
@@ -142,10 +142,11 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"|\b(?:you|agents?|assistants?|the agent|the assistant)\s+(?:must|should|shall|are to|have to|need to)\s+"
         r"(?:always|never|not|no longer)\b|\bmust (?:always|never)\b")),
     (TO_THE_AGENT, re.compile(
-        r"(?i)\b(?:the|an?|our|your|every|any)\s+(?:agent|assistant|ai|model|bot|chatbot|llm)s?\s+(?:must|should|shall"
+        r"(?i)\b(?:the|an?|our|your|every|any)\s+(?:(?:ai|support|virtual|customer)\s+)?"
+        r"(?:agent|assistant|ai|model|bot|chatbot|llm)s?\s+(?:also\s+|now\s+|always\s+)?(?:must|should|shall"
         r"|(?:is|are)\s+(?:to|required to|expected to)|(?:has|have|needs?)\s+to)\b")),
     (LINK, re.compile(
-        r"(?i)\b(?:https?|ftp|file|data|javascript|vbscript)\s*:\s*/*\S+|\bwww\d?\.\S+"
+        r"(?i)\b(?:https?|ftp|file|data|javascript|vbscript)\s*:\s*/*\S+|(?<![a-z0-9])www\d?\.\S+"
         # a host and its path, a markdown link: begun where a word begins, each part bounded (no backtracking)
         r"|(?<![a-z0-9.-])[a-z0-9-]{1,63}(?:\.[a-z0-9-]{1,63}){0,8}\.[a-z]{2,24}/\S*"
         r"|!?\[[^\]\n]{0,500}\]\([^)\n]{0,2000}\)|^\s*\[[^\]\n]+\]:\s*\S+"
@@ -227,10 +228,10 @@ def instruction_reason(text: str, skip: Iterable[str] = ()) -> str | None:
 
 
 def name_reason(name: str) -> str | None:
-    """Why a name a log gave (a tool's, a concept's) reads as instructions when
-    read as words (``skip_identity_verification`` → "skip identity
-    verification"), or ``None``."""
-    return instruction_reason(re.sub(r"[_.-]+", " ", name))
+    """Why a name a log gave (a tool's, an argument's, a concept's) reads as
+    instructions when read as words (``skip_identity_verification`` → "skip
+    identity verification"), or as a host (``see_evil-help.com``), or ``None``."""
+    return instruction_reason(re.sub(r"[_.-]+", " ", name)) or instruction_reason(name.replace("_", " "))
 
 
 def is_html(text: str) -> bool:
@@ -249,7 +250,7 @@ class Quote:
         return self.held is None and bool(self.text)
 
 
-_LOOKALIKE = str.maketrans({"`": "'", "[": "(", "]": ")", "|": "/", "\\": "/"})
+_LOOKALIKE = str.maketrans({"`": "'", "[": "(", "]": ")", "|": "/", "\\": "/", '"': "'", "“": "'", "”": "'"})
 
 
 def _plain(line: str) -> str:

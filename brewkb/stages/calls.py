@@ -1,0 +1,117 @@
+"""The calls a recipe's lines may make, whoever wrote them (the offline rules
+or an LLM): a log names its tools and their arguments, so a name is the
+log's words too.
+
+A line is left out when a tool it calls reads, as words, as instructions
+(``get_full_card_number_from_caller``), or is not one of the agent's tools
+when a team lists them (``tools.known``), or an argument it passes reads as
+instructions (``bypass_the_identity_checks``); a step that offers such a
+tool as one of its alternatives ("`a(x)` or `b(y)`") keeps the others. For
+logs, an argument is shown only when conversations of ``support`` distinct
+tasks or more passed it to that tool (or the current recipe already does):
+one conversation cannot add an argument to a step, as it cannot add a
+concept. The steps left are numbered again, and a section left empty goes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+
+from brewkb.llm.roles import SEEN, Insight
+from brewkb.recipes import build_body, split_sections
+from brewkb.trajectories.quote import name_reason
+from brewkb.trajectories.tools import CALLED, NOT_THE_AGENTS, not_the_agents
+
+__all__ = ["CallRules", "screen_calls"]
+
+_CALL = re.compile(r"`([A-Za-z_][\w.-]*)\(([^)`]*)\)`")
+_STEP = re.compile(r"([A-Za-z_][\w.-]*)\(([^)]*)\)")
+_ITEM = re.compile(r"(\s*)\d+\.(\s)")
+
+
+def _arguments(text: str) -> list[str]:
+    return [a.strip() for a in text.split(",") if a.strip()]
+
+
+@dataclass(frozen=True)
+class CallRules:
+    known: Collection[str] = ()
+    """The agent's tools (``tools.known``); empty: any tool."""
+    arguments: Mapping[str, frozenset[str]] | None = None
+    """Tool → the argument names a line may pass it; ``None``: any."""
+
+    @classmethod
+    def of(cls, insights: Sequence[Insight], current: str, known: Collection[str], support: int) -> CallRules:
+        """The rules for a recipe written from ``insights`` over the ``current``
+        body: arguments need ``support`` distinct tasks (0: no such rule)."""
+        if support <= 0:
+            return cls(known)
+        tasks: dict[tuple[str, str], set[str]] = defaultdict(set)
+        allowed: dict[str, set[str]] = defaultdict(set)
+        for insight in insights:
+            for step in insight.steps:
+                if (match := _STEP.match(step)) is None:
+                    continue
+                for argument in _arguments(match.group(2)):
+                    if insight.kind == SEEN:  # steps more than one conversation of the run took
+                        allowed[match.group(1)].add(argument)
+                    tasks[match.group(1), argument].add(insight.task_id or insight.source)
+        for (tool, argument), found in tasks.items():
+            if len(found) >= support:
+                allowed[tool].add(argument)
+        for tool, arguments in _CALL.findall(current):
+            allowed[tool].update(_arguments(arguments))
+        return cls(known, {tool: frozenset(names) for tool, names in allowed.items()})
+
+    def tool_reason(self, name: str) -> str | None:
+        return name_reason(name) or (NOT_THE_AGENTS if not_the_agents(name, self.known) else None)
+
+
+def _line(line: str, rules: CallRules) -> tuple[str | None, str]:
+    """``line`` as it may stay (``None``: left out), and why it changed."""
+    calls = list(_CALL.finditer(line))
+    named = {m.group(1) for m in calls}
+    if (reason := next((r for n in CALLED.findall(line) if n not in named and (r := rules.tool_reason(n))), None)):
+        return None, reason
+    bad = [(m, r) for m in calls if (r := rules.tool_reason(m.group(1))) is not None]
+    for match, reason in bad:  # an alternative goes; a step with no other goes whole
+        joined = re.compile(rf"\s+or\s+{re.escape(match.group(0))}|{re.escape(match.group(0))}\s+or\s+")
+        if len(bad) == len(calls) or not joined.search(line):
+            return None, reason
+        line = joined.sub("", line, count=1)
+    why = bad[0][1] if bad else ""
+    for match in _CALL.finditer(line):
+        tool, arguments = match.group(1), _arguments(match.group(2))
+        if (reason := next((r for a in arguments if (r := name_reason(a)) is not None), None)) is not None:
+            return None, f"an argument name {reason}"
+        shown = [a for a in arguments if rules.arguments is None or a in rules.arguments.get(tool, ())]
+        if shown != arguments:
+            line = line.replace(match.group(0), f"`{tool}({', '.join(shown)})`", 1)
+            why = why or "an argument only one task passed"
+    return line, why
+
+
+def screen_calls(body: str, rules: CallRules) -> tuple[str, list[tuple[str, str]]]:
+    """``body`` with each line as ``rules`` let it stay (see the module
+    docstring), and the lines changed or left out, with why."""
+    kept: list[str] = []
+    changed: list[tuple[str, str]] = []
+    for line in body.split("\n"):
+        new, why = _line(line, rules)
+        if new != line:
+            changed.append((line, why))
+        if new is not None:
+            kept.append(new)
+    if not changed:
+        return body, changed
+    number = 0
+    for n, line in enumerate(kept):  # the steps left, numbered again one after another
+        item = _ITEM.match(line)
+        number = number + 1 if item else 0
+        kept[n] = f"{item.group(1)}{number}.{item.group(2)}{line[item.end():]}" if item else line
+    text = "\n".join(kept)
+    head = re.split(r"(?m)^##[ \t]", text, maxsplit=1)[0]
+    return head.rstrip("\n") + build_body(split_sections(text)) if split_sections(text) else text, changed
