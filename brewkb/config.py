@@ -39,6 +39,7 @@ __all__ = [
     "ScrubConfig",
     "ServeConfig",
     "ToolsConfig",
+    "Signatures",
     "load_config",
     "parse_config",
     "DEFAULT_TOML",
@@ -50,6 +51,10 @@ TOOL_NAME = re.compile(r"(?![^\n]*\d{4})[A-Za-z_][A-Za-z0-9_.-]{0,63}")
 """What a tool name (and an argument name) is, matched whole: a letter or ``_``, then letters, digits,
 ``_``, ``.`` or ``-``, at most 64 characters, and no run of four digits (names do not hold one; card
 numbers, phones and ids do). Log readers refuse any other; ``tools.known`` lists only such names."""
+Signatures = typing.Mapping[str, frozenset[str] | None]
+"""The agent's tools as a team lists them: name → the names of its arguments (``None``: any)."""
+_NAME = TOOL_NAME.pattern.replace(r"[^\n]", r"[^\n(),]")
+_SIGNATURE = re.compile(rf"{_NAME}(?:\(\s*(?:{_NAME}(?:\s*,\s*{_NAME})*)?\s*,?\s*\))?")
 
 
 def _min(value: float) -> dict[str, Any]:
@@ -265,9 +270,21 @@ class ToolsConfig:
     """The agent's own tools (docs/security.md#the-agents-tools)."""
 
     known: tuple[str, ...] = ()
-    """The names of the tools the agent has. When set, a concept learned from logs is the action of one of
-    them, a procedure step calls one of them (a step calling any other is left out) and ``lint`` reports a
-    recipe that calls another. Empty: whatever tools the logs name."""
+    """The tools the agent has, each as its name (``cancel_order``) or its name and the names of its
+    arguments (``cancel_order(order_id, reason)``). When set, a concept learned from logs is the action
+    of one of them, a procedure step calls one of them (a step calling any other is left out), a call
+    passes only the arguments listed for its tool, and ``lint`` reports a recipe that does otherwise.
+    Empty: whatever tools and arguments the logs name."""
+
+    @property
+    def signatures(self) -> dict[str, frozenset[str] | None]:
+        """Tool name → the argument names listed for it (``None``: any)."""
+        found: dict[str, frozenset[str] | None] = {}
+        for entry in self.known:
+            name, _, rest = entry.partition("(")
+            found[name.strip()] = frozenset(a.strip() for a in rest.rstrip(") ").split(",") if a.strip()) \
+                if rest else None
+        return found
 
 
 @dataclass(frozen=True)
@@ -392,11 +409,12 @@ def parse_config(text: str, source: str = CONFIG_FILE) -> Config:
     if not any(v for k, v in dataclasses.asdict(config.retrieval.boosts).items() if k != "anchors"):
         raise ConfigError("retrieval.boosts: every boost is 0, so no recipe could ever be found; "
                           "set retrieval.boosts.text = 1")
-    bad = [name for name in config.tools.known if not TOOL_NAME.fullmatch(name)]
+    bad = [entry for entry in config.tools.known if not _SIGNATURE.fullmatch(entry)]
     if bad:
-        what = "is not a tool name" if len(bad) == 1 else "are not tool names"
-        raise ConfigError(f"tools.known: {', '.join(map(repr, bad))} {what}; list the names of your agent's tools "
-                          "as it calls them (letters, digits, _, . and -)")
+        what = "is not a tool" if len(bad) == 1 else "are not tools"
+        raise ConfigError(f"tools.known: {', '.join(map(repr, bad))} {what}; list your agent's tools as it calls "
+                          "them, each a name (letters, digits, _, . and -), or a name and its arguments: "
+                          '"cancel_order(order_id, reason)"')
     if config.retrieval.per_turn and config.executor.name == "ray":
         # the per-turn retriever travels in each job, and it is not made to be pickled to Ray workers
         raise ConfigError('retrieval.per_turn: not available with executor.name = "ray"; '
@@ -492,5 +510,5 @@ enabled = true            # personal data → <email>, <user_id>, ... before ref
 # keys = ["badge_id"]                          # JSON keys whose values are personal
 
 [tools]
-# known = ["find_order", "cancel_order"]   # your agent's tools: a step calling any other is left out (docs/security.md)
+# known = ["find_order(order_id)", "cancel_order"]   # your agent's tools (and arguments): no step calls others (docs/security.md)
 """

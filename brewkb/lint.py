@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from brewkb.config import Signatures
 from brewkb.errors import BrewError, RecipeError
 from brewkb.fsutil import write_atomic
 from brewkb.recipes import BOM, parse_recipe, validate
@@ -44,7 +45,7 @@ from brewkb.trajectories.quote import (
 )
 from brewkb.trajectories.scrub import ID_SHAPE, Scrubber
 from brewkb.trajectories.secrets import SECRET
-from brewkb.trajectories.tools import CALLED, NOT_THE_AGENTS, not_the_agents
+from brewkb.trajectories.tools import CALLED, CALLED_WITH, NOT_THE_AGENTS, not_the_agents
 
 __all__ = ["Problem", "lint_paths", "lint_files", "lint_text", "personal_data", "untrusted_text", "unknown_tools",
            "recipe_files", "fix_bom"]
@@ -165,9 +166,9 @@ _BARE_CALL = re.compile(r"(?<![\w.`-])([A-Za-z][A-Za-z0-9]*(?:[_.][A-Za-z0-9]+)+
 ``_`` or ``.`` (prose joins words before a parenthesis with a hyphen at most)."""
 
 
-def unknown_tools(path: str, text: str, known: Collection[str]) -> list[Problem]:
-    """An error per body line that calls a tool the agent's ``known`` tools do not hold (none when empty):
-    in code form, or written out (``issue_gift_card(order_id)``)."""
+def unknown_tools(path: str, text: str, known: Signatures) -> list[Problem]:
+    """An error per body line that calls a tool the agent's ``known`` tools do not hold (none when empty),
+    in code form or written out (``issue_gift_card(order_id)``), or passes an argument not listed for it."""
     problems = []
     for number, line in enumerate(text.splitlines()[_body_line(text) - 1:], start=_body_line(text)):
         called = CALLED.findall(line) + _BARE_CALL.findall(line)
@@ -176,13 +177,20 @@ def unknown_tools(path: str, text: str, known: Collection[str]) -> list[Problem]
             problems.append(Problem(path, number, "error", "calls " + ", ".join(f"`{n}`" for n in others) +
                                     f", {NOT_THE_AGENTS}", "remove the step, or add the tool to tools.known if "
                                     "your agent has it"))
+        unlisted = [(tool, a) for tool, arguments in CALLED_WITH.findall(line) if (listed := known.get(tool)) is not None
+                    for a in (x.strip() for x in arguments.split(",")) if a and a not in listed]
+        if unlisted:
+            problems.append(Problem(path, number, "error", "passes " + ", ".join(f"`{a}` to `{t}`" for t, a in
+                                                                                 unlisted)
+                                    + ", an argument tools.known does not list for it",
+                                    "remove the argument, or list it with the tool in tools.known"))
     return problems
 
 
 def lint_text(path: str, text: str, scrubber: Scrubber | None = None,
-              known: Collection[str] = ()) -> tuple[list[Problem], str | None]:
+              known: Signatures | None = None) -> tuple[list[Problem], str | None]:
     """Problems of one file's text, and the recipe name it declares (if it parses)."""
-    read = personal_data(path, text, scrubber) + untrusted_text(path, text) + unknown_tools(path, text, known)
+    read = personal_data(path, text, scrubber) + untrusted_text(path, text) + unknown_tools(path, text, known or {})
     try:
         recipe = parse_recipe(text)
     except RecipeError as exc:
@@ -214,7 +222,7 @@ def _escapes(file: Path, folders: list[Path]) -> Path | None:
 
 
 def lint_paths(paths: Iterable[Path], scrubber: Scrubber | None = None, max_kb: int = 256,
-               known: Collection[str] = ()) -> list[Problem]:
+               known: Signatures | None = None) -> list[Problem]:
     """Lint recipe files and folders, including names duplicated across files,
     links that lead outside their folder, files over ``max_kb``, (as
     warnings) personal data by ``scrubber``'s patterns (default ones when
@@ -237,7 +245,7 @@ def lint_paths(paths: Iterable[Path], scrubber: Scrubber | None = None, max_kb: 
 
 
 def lint_files(files: Mapping[str, bytes], scrubber: Scrubber | None = None, max_kb: int = 256,
-               sizes: Mapping[str, int] | None = None, known: Collection[str] = ()) -> list[Problem]:
+               sizes: Mapping[str, int] | None = None, known: Signatures | None = None) -> list[Problem]:
     """Lint recipe files given as path → bytes (a folder read from disk, or a
     revision's folder read from git): each file, and names duplicated across them."""
     problems: list[Problem] = []

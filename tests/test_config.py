@@ -48,8 +48,9 @@ def test_values_are_read_into_nested_dataclasses() -> None:
         ("[retrieval.boosts]\ntext = inf", "retrieval.boosts.text: expected a finite number ≥ 0, got inf"),
         ("[retrieval.boosts]\nsummary = nan", "retrieval.boosts.summary: expected a finite number ≥ 0, got nan"),
         ('[retrieval]\nper_turn = true\n[executor]\nname = "ray"', "retrieval.per_turn: not available with"),
-        ('[tools]\nknown = ["cancel order"]', "tools.known: 'cancel order' is not a tool name; list the names"),
-        ('[tools]\nknown = ["a b", "ok", "c "]', "tools.known: 'a b', 'c ' are not tool names; list the names"),
+        ('[tools]\nknown = ["cancel order"]', "tools.known: 'cancel order' is not a tool; list your agent's tools as it calls them"),
+        ('[tools]\nknown = ["a b", "ok", "c "]', "tools.known: 'a b', 'c ' are not tools; list"),
+        ('[tools]\nknown = ["ok(a, b c)"]', "tools.known: 'ok(a, b c)' is not a tool; list"),
         ('[tools]\nknown = "cancel_order"', "tools.known: expected a list of strings, got 'cancel_order'"),
     ],
 )

@@ -189,7 +189,7 @@ async def _distill(kb: KB, folder: Run, strategy: str | None, iterations: int | 
                     for slug in roots}
         expander = LogExpander(backend=pipeline.backend, insights=insights,
                                titles={c.slug: (c.title, c.aliases) for c in concepts},
-                               retries=kb.config.stages.integrate_retries, known=kb.config.tools.known,
+                               retries=kb.config.stages.integrate_retries, known=kb.config.tools.signatures,
                                support=kb.config.stages.min_concept_tasks)
         scrub = scrubber_of(kb.config.scrub)
         retriever = retriever_of(kb, pipeline.client)
@@ -210,7 +210,7 @@ async def _distill(kb: KB, folder: Run, strategy: str | None, iterations: int | 
         # the KB the PR holds: the final gather, whether this process or an interrupted one wrote it
         result = dataclasses.replace(result, kb_commit=store.final_commit() or result.kb_commit)
         comparison = _compare(kb, store, logged, split, retriever, scrub) if split[1] else None
-        from_logs = from_logs_of(store, logged, insights, scrub.trajectory, kb.config.tools.known)
+        from_logs = from_logs_of(store, logged, insights, scrub.trajectory, kb.config.tools.signatures)
     pr = store.write_pr(distill_message(run, source, spec, result, choices, concepts, split, logged, grades,
                                         kb.config.llm.backend, comparison, left_out(folder.manifest().get("stages", {})),
                                         from_logs, waiting, _dropped(folder)), spec.rounds)

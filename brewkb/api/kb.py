@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from brewkb.config import CONFIG_FILE, DEFAULT_TOML, KBConfig, load_config
+from brewkb.config import CONFIG_FILE, DEFAULT_TOML, KBConfig, Signatures, load_config
 from brewkb.errors import BrewError, GitError
 from brewkb.fsutil import write_atomic
 from brewkb.git.store import GitStore
@@ -116,7 +116,7 @@ def lint(paths: list[Path], *, start: Path = Path("."), fix: bool = False, rev: 
     scrubber = None
     nested: list[Problem] = []
     max_kb = KBConfig().max_recipe_kb
-    known: tuple[str, ...] = ()
+    known: Signatures = {}
     if rev is not None:
         if paths or fix:
             raise BrewError("--rev lints the recipes a revision holds: pass no paths and no --fix with it")
@@ -126,7 +126,7 @@ def lint(paths: list[Path], *, start: Path = Path("."), fix: bool = False, rev: 
             if checked is not None:
                 checked.extend(Path(name) for name in shown)
             return lint_files(shown, scrubber_of(kb.config.scrub), kb.config.kb.max_recipe_kb,
-                              known=kb.config.tools.known)
+                              known=kb.config.tools.signatures)
     if not paths:
         with KB.open(start) as kb:
             paths = [Path(os.path.relpath(kb.recipes_dir))]
@@ -137,10 +137,10 @@ def lint(paths: list[Path], *, start: Path = Path("."), fix: bool = False, rev: 
             nested = [Problem(str(paths[0] / path), 1, "warning",
                               f"in a sub-folder of {folder}/: brewkb reads only the files directly in {folder}/",
                               f"move it to {folder}/{path.name}") for path in kb.nested_recipe_files()]
-            max_kb, known = kb.config.kb.max_recipe_kb, kb.config.tools.known
+            max_kb, known = kb.config.kb.max_recipe_kb, kb.config.tools.signatures
     elif (Path(start) / CONFIG_FILE).is_file():
         config = load_config(Path(start))
-        scrubber, max_kb, known = scrubber_of(config.scrub), config.kb.max_recipe_kb, config.tools.known
+        scrubber, max_kb, known = scrubber_of(config.scrub), config.kb.max_recipe_kb, config.tools.signatures
     if fix:
         changed = fix_bom(paths)
         if fixed is not None:

@@ -150,7 +150,7 @@ async def _refine(run_id: str, *, resume: str | None, base: str | None, strategy
         stored = EpisodeCache(0, folder.file("episodes.jsonl")).episodes.values()
         episodes = [*folder.read_trajectories(FILES["rollouts"]), *(t for ts in stored for t in ts)]
         from_logs = from_logs_of(store, episodes, insights, scrubber_of(kb.config.scrub).trajectory,
-                                 kb.config.tools.known)
+                                 kb.config.tools.signatures)
         pr = store.write_pr(refine_message(run_id, spec, result, base_commit, choices,
                                            _evidence(kb, folder, held_out), from_logs), spec.rounds)
         nodes = sum(len(t.nodes) for t in result.trees.values())
@@ -189,7 +189,7 @@ async def _search(kb: KB, pipeline: Pipeline, folder: Run, spec: SearchSpec, bas
                         mapping={n: s for n, s in mapping.items() if s in q_train},
                         titles={c.slug: (c.title, c.aliases) for c in concepts},
                         threshold=config.stages.concept_threshold, retries=config.stages.integrate_retries,
-                        tools=config.tools.known, max_concepts=config.stages.concepts_per_trajectory,
+                        tools=config.tools.signatures, max_concepts=config.stages.concepts_per_trajectory,
                         insights=await _stage_insights(pipeline, mapping, q_train),
                         journal=folder.file("insights.jsonl"), rubrics=pipeline.rubrics(),
                         scrubber=scrubber_of(config.scrub), accept_failed=config.stages.accept_failed)

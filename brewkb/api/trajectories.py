@@ -129,7 +129,7 @@ def import_trajectories(path: Path, fmt: str, *, run: str | None = None, split: 
                 _check_importable(target)
                 result = _import(target, path, fmt, items, labels, skip_bad, events,
                                  scrubber_of(kb.config.scrub), kb.config.scrub.max_text)
-                known = kb.config.tools.known
+                known = kb.config.tools.signatures
                 return replace(result, not_known=[name for name in result.tools if not_the_agents(name, known)])
         except BaseException:
             if new_folder:  # a failed import into a new run leaves no empty run behind

@@ -363,13 +363,13 @@ class Pipeline(StageItems):
             learned = [t for t in self.trajectories() if t.id not in held]
             # logs (not this run's own agent on the configured tasks) need support: what the conversations did
             logs = not self.run.ran_an_agent()
-            if logs and self.config.tools.known:
-                for note in concepts_stage.known_notes(learned, self.config.tools.known):
+            if logs and self.config.tools.signatures:
+                for note in concepts_stage.known_notes(learned, self.config.tools.signatures):
                     self.events(Event("note", "concepts", message=note))
             found, mapping, dropped = concepts_stage.build_concepts(
                 train, evaluation, names, vectors, stages.concept_threshold, stages.min_concept_insights,
-                min_tasks=stages.min_concept_tasks if logs else 0, known=self.config.tools.known,
-                actions=concepts_stage.actions_of(learned, self.config.tools.known),
+                min_tasks=stages.min_concept_tasks if logs else 0, known=self.config.tools.signatures,
+                actions=concepts_stage.actions_of(learned, self.config.tools.signatures),
                 tasks=concepts_stage.tasks_of(learned),
                 max_concepts=concepts_stage.concept_bound(len({t.task_id for t in learned}), stages.concepts_per_task)
                 if logs else None)
@@ -403,7 +403,7 @@ class Pipeline(StageItems):
             problems: list[str] = []
             made = await integrate.integrate(self.backend, slug, c.title, c.aliases, mine, current.get(slug),
                                              samples, self.config.stages.integrate_retries, errors=problems,
-                                             known=self.config.tools.known,
+                                             known=self.config.tools.signatures,
                                              support=0 if searched is None else self.config.stages.min_concept_tasks)
             if not made:
                 raise LLMError(f"no valid recipe for {slug} after {len(problems)} attempts; the last: "

@@ -27,10 +27,18 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from brewkb.config import Signatures
 from brewkb.llm.roles import Backend, Insight
 from brewkb.recipes import Recipe
 from brewkb.retrieval.index import Searchable
-from brewkb.retrieval.logeval import DEPTH, Case, Procedure, case_scores, procedure_of, shown_procedure
+from brewkb.retrieval.logeval import (
+    DEPTH,
+    Case,
+    Procedure,
+    case_scores,
+    procedure_of,
+    shown_procedure,
+)
 from brewkb.retrieval.ranking import Retriever
 from brewkb.search.episodes import EpisodeCache
 from brewkb.search.evaluate import Evaluation
@@ -42,7 +50,7 @@ __all__ = ["LogExpander", "RetrievalEvaluator"]
 
 class LogExpander:
     def __init__(self, *, backend: Backend, insights: Mapping[str, Sequence[Insight]],
-                 titles: Mapping[str, tuple[str, tuple[str, ...]]], retries: int, known: Sequence[str] = (),
+                 titles: Mapping[str, tuple[str, tuple[str, ...]]], retries: int, known: Signatures | None = None,
                  support: int = 0) -> None:
         self.backend, self.insights, self.titles, self.retries = backend, insights, titles, retries
         self.known, self.support = known, support

@@ -25,6 +25,7 @@ import numpy as np
 from brewkb.agents.base import retrieves_per_turn
 from brewkb.agents.executors import Executor
 from brewkb.aio import gather_all
+from brewkb.config import Signatures
 from brewkb.envs.base import Environment, Task
 from brewkb.errors import LLMError
 from brewkb.fsutil import append_line
@@ -71,7 +72,7 @@ class Expander:
                  threshold: float, retries: int, max_concepts: int,
                  insights: Mapping[str, Sequence[Insight]] | None = None, journal: Path | None = None,
                  rubrics: Sequence[Rubric] = (), scrubber: Scrubber | None = None,
-                 accept_failed: bool = False, tools: Sequence[str] = ()) -> None:
+                 accept_failed: bool = False, tools: Signatures | None = None) -> None:
         self.tools = tools
         self.env, self.agent, self.executor, self.cache, self.backend = env, agent, executor, cache, backend
         self.tasks, self.q_train, self.mapping, self.titles = tasks, q_train, dict(mapping), titles

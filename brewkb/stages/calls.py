@@ -10,24 +10,25 @@ tool as one of its alternatives ("`a(x)` or `b(y)`") keeps the others. For
 logs, an argument is shown only when conversations of ``support`` distinct
 tasks or more passed it to that tool (or the current recipe already does):
 one conversation cannot add an argument to a step, as it cannot add a
-concept. The steps left are numbered again, and a section left empty goes.
+concept. When the team listed a tool's arguments, a call passes only those.
+The steps left are numbered again, and a section left empty goes.
 """
 
 from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
+from brewkb.config import Signatures
 from brewkb.llm.roles import SEEN, Insight
 from brewkb.recipes import build_body, split_sections
 from brewkb.trajectories.quote import name_reason
-from brewkb.trajectories.tools import CALLED, NOT_THE_AGENTS, not_the_agents
+from brewkb.trajectories.tools import CALLED, CALLED_WITH, NOT_THE_AGENTS, not_the_agents
 
 __all__ = ["CallRules", "screen_calls"]
 
-_CALL = re.compile(r"`([A-Za-z_][\w.-]*)\(([^)`]*)\)`")
 _STEP = re.compile(r"([A-Za-z_][\w.-]*)\(([^)]*)\)")
 _ITEM = re.compile(r"(\s*)\d+\.(\s)")
 
@@ -38,13 +39,13 @@ def _arguments(text: str) -> list[str]:
 
 @dataclass(frozen=True)
 class CallRules:
-    known: Collection[str] = ()
-    """The agent's tools (``tools.known``); empty: any tool."""
+    known: Signatures = field(default_factory=dict)
+    """The agent's tools (``tools.known``) and the arguments listed for each (``None``: any); empty: any tool."""
     arguments: Mapping[str, frozenset[str]] | None = None
-    """Tool → the argument names a line may pass it; ``None``: any."""
+    """Tool → the argument names the logs' support lets a line pass it; ``None``: any."""
 
     @classmethod
-    def of(cls, insights: Sequence[Insight], current: str, known: Collection[str], support: int) -> CallRules:
+    def of(cls, insights: Sequence[Insight], current: str, known: Signatures, support: int) -> CallRules:
         """The rules for a recipe written from ``insights`` over the ``current``
         body: arguments need ``support`` distinct tasks (0: no such rule)."""
         if support <= 0:
@@ -62,17 +63,22 @@ class CallRules:
         for (tool, argument), found in tasks.items():
             if len(found) >= support:
                 allowed[tool].add(argument)
-        for tool, arguments in _CALL.findall(current):
+        for tool, arguments in CALLED_WITH.findall(current):
             allowed[tool].update(_arguments(arguments))
         return cls(known, {tool: frozenset(names) for tool, names in allowed.items()})
 
     def tool_reason(self, name: str) -> str | None:
         return name_reason(name) or (NOT_THE_AGENTS if not_the_agents(name, self.known) else None)
 
+    def allows(self, tool: str, argument: str) -> bool:
+        listed = self.known.get(tool)
+        return (listed is None or argument in listed) and \
+            (self.arguments is None or argument in self.arguments.get(tool, ()))
+
 
 def _line(line: str, rules: CallRules) -> tuple[str | None, str]:
     """``line`` as it may stay (``None``: left out), and why it changed."""
-    calls = list(_CALL.finditer(line))
+    calls = list(CALLED_WITH.finditer(line))
     named = {m.group(1) for m in calls}
     if (reason := next((r for n in CALLED.findall(line) if n not in named and (r := rules.tool_reason(n))), None)):
         return None, reason
@@ -83,14 +89,14 @@ def _line(line: str, rules: CallRules) -> tuple[str | None, str]:
             return None, reason
         line = joined.sub("", line, count=1)
     why = bad[0][1] if bad else ""
-    for match in _CALL.finditer(line):
+    for match in CALLED_WITH.finditer(line):
         tool, arguments = match.group(1), _arguments(match.group(2))
         if (reason := next((r for a in arguments if (r := name_reason(a)) is not None), None)) is not None:
             return None, f"an argument name {reason}"
-        shown = [a for a in arguments if rules.arguments is None or a in rules.arguments.get(tool, ())]
+        shown = [a for a in arguments if rules.allows(tool, a)]
         if shown != arguments:
             line = line.replace(match.group(0), f"`{tool}({', '.join(shown)})`", 1)
-            why = why or "an argument only one task passed"
+            why = why or "an argument the agent's tools do not list, or too few tasks passed"
     return line, why
 
 

@@ -64,7 +64,13 @@ from brewkb.llm.roles import DIAGNOSTIC, PRESCRIPTIVE, REQUEST, SEEN, Insight
 from brewkb.recipes import slugify
 from brewkb.trajectories.quote import name_reason
 from brewkb.trajectories.schema import COPY_KEY, Trajectory, tool_calls
-from brewkb.trajectories.tools import NOT_THE_AGENTS, concept_of_tool, is_handoff, is_write, not_the_agents
+from brewkb.trajectories.tools import (
+    NOT_THE_AGENTS,
+    concept_of_tool,
+    is_handoff,
+    is_write,
+    not_the_agents,
+)
 
 __all__ = ["Concept", "agglomerate", "build_concepts", "concept_slugs", "actions_of", "concept_bound",
            "supporting_tasks", "tasks_of", "evidence"]

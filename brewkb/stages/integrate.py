@@ -13,8 +13,9 @@ argument too few tasks passed."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 
+from brewkb.config import Signatures
 from brewkb.errors import LLMError, RecipeError
 from brewkb.llm.roles import Backend, Insight
 from brewkb.recipes import Recipe, parse_recipe, render_recipe, validate
@@ -43,12 +44,12 @@ def _screened(recipe: Recipe, insights: Sequence[Insight], rules: CallRules) -> 
 async def integrate(backend: Backend, slug: str, title: str, aliases: Sequence[str], insights: Sequence[Insight],
                     current: Recipe | None, samples: int = 1, retries: int = 2,
                     first_sample: int = 0, errors: list[str] | None = None,
-                    known: Collection[str] = (), support: int = 0) -> list[Recipe]:
+                    known: Signatures | None = None, support: int = 0) -> list[Recipe]:
     """Up to ``samples`` valid recipes named ``slug``; a sample that fails
     ``retries`` + 1 times is dropped (and logged). Why each attempt failed is
     appended to ``errors``. ``known``: the agent's tools (``tools.known``);
     ``support``: the distinct tasks an argument needs (``calls``; 0: none)."""
-    rules = CallRules.of(insights, current.body if current else "", known, support)
+    rules = CallRules.of(insights, current.body if current else "", known or {}, support)
     errors = errors if errors is not None else []
     found = []
     for sample in range(first_sample, first_sample + samples):

@@ -25,7 +25,7 @@ from brewkb.trajectories.schema import ToolCall, Trajectory, tool_calls
 
 __all__ = ["ALSO_ASKED", "READ_VERBS", "used_tools", "is_lookup", "is_talk", "is_handoff", "is_write",
            "concept_of_tool", "step_text", "parse_step", "parse_alternatives", "procedure", "name_words",
-           "user_turns", "writes_of", "CALLED", "NOT_THE_AGENTS", "not_the_agents"]
+           "user_turns", "writes_of", "CALLED", "CALLED_WITH", "NOT_THE_AGENTS", "not_the_agents"]
 
 READ_VERBS = frozenset({
     "get", "find", "list", "search", "lookup", "look", "read", "fetch", "check", "calculate", "compute",
@@ -43,6 +43,8 @@ STEP_RE = re.compile(r"^\s*(?:\d+[.)]|[-*])\s*`([A-Za-z_][\w.]*)\(([^)`]*)\)`")
 CALL_RE = re.compile(r"`([A-Za-z_][\w.]*)\(([^)`]*)\)`")
 CALLED = re.compile(r"`([A-Za-z_][\w.-]*)\(")
 """The name of every tool a line of a recipe calls (a call in backticks)."""
+CALLED_WITH = re.compile(r"`([A-Za-z_][\w.-]*)\(([^)`]*)\)`")
+"""A call in backticks, whole: its tool and the text of its arguments."""
 
 
 NOT_THE_AGENTS = "not one of the agent's tools (tools.known in brewkb.toml)"
