@@ -20,31 +20,10 @@ from typing import Any
 
 from brewkb.errors import ConfigError
 
-__all__ = [
-    "CONFIG_FILE",
-    "TOOL_NAME",
-    "Config",
-    "KBConfig",
-    "LLMConfig",
-    "RoleConfig",
-    "RolesConfig",
-    "Price",
-    "EnvConfig",
-    "AgentConfig",
-    "ExecutorConfig",
-    "RetrievalConfig",
-    "Boosts",
-    "SearchConfig",
-    "StagesConfig",
-    "ScrubConfig",
-    "ServeConfig",
-    "ToolsConfig",
-    "Signatures",
-    "load_config",
-    "parse_config",
-    "DEFAULT_TOML",
-    "as_dict",
-]
+__all__ = ["CONFIG_FILE", "TOOL_NAME", "Config", "KBConfig", "LLMConfig", "RoleConfig", "RolesConfig", "Price",
+           "EnvConfig", "AgentConfig", "ExecutorConfig", "RetrievalConfig", "Boosts", "SearchConfig", "StagesConfig",
+           "ScrubConfig", "ServeConfig", "ToolsConfig", "Signatures", "load_config", "parse_config", "DEFAULT_TOML",
+           "as_dict"]
 
 CONFIG_FILE = "brewkb.toml"
 TOOL_NAME = re.compile(r"(?![^\n]*\d{4})[A-Za-z_][A-Za-z0-9_.-]{0,63}")

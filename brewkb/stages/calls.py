@@ -119,5 +119,6 @@ def screen_calls(body: str, rules: CallRules) -> tuple[str, list[tuple[str, str]
         number = number + 1 if item else 0
         kept[n] = f"{item.group(1)}{number}.{item.group(2)}{line[item.end():]}" if item else line
     text = "\n".join(kept)
+    sections = split_sections(text)  # without those left empty
     head = re.split(r"(?m)^##[ \t]", text, maxsplit=1)[0]
-    return head.rstrip("\n") + build_body(split_sections(text)) if split_sections(text) else text, changed
+    return (head.rstrip("\n") + build_body(sections) if sections else text), changed

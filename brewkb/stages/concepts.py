@@ -73,7 +73,7 @@ from brewkb.trajectories.tools import (
 )
 
 __all__ = ["Concept", "agglomerate", "build_concepts", "concept_slugs", "actions_of", "concept_bound",
-           "supporting_tasks", "tasks_of", "evidence"]
+           "supporting_tasks", "tasks_of", "evidence", "known_notes"]
 
 
 @dataclass(frozen=True)
