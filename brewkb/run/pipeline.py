@@ -48,7 +48,7 @@ from brewkb.run.budget import Budget, BudgetedExecutor
 from brewkb.run.folder import FILES, STAGES, Run
 from brewkb.run.items import RETRY, StageItems
 from brewkb.stages import concepts as concepts_stage
-from brewkb.stages import grading, integrate, reflect, relabel, rollouts
+from brewkb.stages import calls, grading, integrate, reflect, relabel, rollouts
 from brewkb.stages.concepts import Concept
 from brewkb.trajectories.schema import Trajectory
 from brewkb.trajectories.scrub import scrubber_of
@@ -208,6 +208,21 @@ class Pipeline(StageItems):
                            "or `brewkb import ... --run` first")
         return self._learnable(base) + self.run.read_trajectories(FILES["relabel"])
 
+    def learned(self) -> list[Trajectory]:
+        """The trajectories the run learns from: ``trajectories`` without the eval ones."""
+        held = {t.id for t in self.run.read_trajectories(FILES["rollouts-eval"])}
+        return [t for t in self.trajectories() if t.id not in held]
+
+    def arguments(self) -> dict[str, frozenset[str]] | None:
+        """For logs, tool → the arguments a recipe's call may pass: those the
+        learning conversations of ``stages.min_concept_tasks`` tasks passed it
+        (``calls.supported_arguments``); ``None`` (any) for a run of its own agent."""
+        if self.run.ran_an_agent():
+            return None
+        learned = self.learned()
+        return calls.supported_arguments(learned, concepts_stage.tasks_of(learned),
+                                         self.config.stages.min_concept_tasks)
+
     def _learnable(self, trajectories: list[Trajectory]) -> list[Trajectory]:
         """``trajectories`` without the run's test tasks (logs held out for a
         PR's evidence, see ``brewkb.trajectories.split``): no stage reads them."""
@@ -359,8 +374,7 @@ class Pipeline(StageItems):
         dropped: list[str] = []
         if names:
             vectors = await self.backend.embed(names)
-            stages, held = self.config.stages, {t.id for t in self.run.read_trajectories(FILES["rollouts-eval"])}
-            learned = [t for t in self.trajectories() if t.id not in held]
+            stages, learned = self.config.stages, self.learned()
             # logs (not this run's own agent on the configured tasks) need support: what the conversations did
             logs = not self.run.ran_an_agent()
             if logs and self.config.tools.signatures:
@@ -394,6 +408,7 @@ class Pipeline(StageItems):
         current = {r.name: r for r in self.kb.recipes()} if self.kb.store.work_tree else {}
         by_slug = {c.slug: c for c in concepts}
         searched = None if self.run.ran_an_agent() else {c.slug for c in concepts if c.q_eval}
+        arguments = self.arguments()
 
         async def work(slug: str) -> Any:
             c = by_slug[slug]
@@ -403,8 +418,7 @@ class Pipeline(StageItems):
             problems: list[str] = []
             made = await integrate.integrate(self.backend, slug, c.title, c.aliases, mine, current.get(slug),
                                              samples, self.config.stages.integrate_retries, errors=problems,
-                                             known=self.config.tools.signatures,
-                                             support=0 if searched is None else self.config.stages.min_concept_tasks)
+                                             known=self.config.tools.signatures, arguments=arguments)
             if not made:
                 raise LLMError(f"no valid recipe for {slug} after {len(problems)} attempts; the last: "
                                f"{problems[-1] if problems else 'none'}")

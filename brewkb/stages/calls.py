@@ -7,10 +7,11 @@ A line is left out when a tool it calls reads, as words, as instructions
 when a team lists them (``tools.known``), or an argument it passes reads as
 instructions (``bypass_the_identity_checks``); a step that offers such a
 tool as one of its alternatives ("`a(x)` or `b(y)`") keeps the others. For
-logs, an argument is shown only when conversations of ``support`` distinct
-tasks or more passed it to that tool (or the current recipe already does):
-one conversation cannot add an argument to a step, as it cannot add a
-concept. When the team listed a tool's arguments, a call passes only those.
+logs, an argument is shown only when the run's conversations of several
+distinct tasks passed it to that tool (``supported_arguments``), or the
+current recipe already does: one conversation cannot add an argument to a
+step, as it cannot add a concept. When the team listed a tool's arguments, a
+call passes only those.
 The steps left are numbered again, and a section left empty goes.
 """
 
@@ -22,14 +23,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from brewkb.config import Signatures
-from brewkb.llm.roles import SEEN, Insight
 from brewkb.recipes import build_body, split_sections
 from brewkb.trajectories.quote import name_reason
+from brewkb.trajectories.schema import Trajectory, tool_calls
 from brewkb.trajectories.tools import CALLED, CALLED_WITH, NOT_THE_AGENTS, not_the_agents
 
-__all__ = ["CallRules", "screen_calls"]
+__all__ = ["CallRules", "screen_calls", "supported_arguments"]
 
-_STEP = re.compile(r"([A-Za-z_][\w.-]*)\(([^)]*)\)")
 _ITEM = re.compile(r"(\s*)\d+\.(\s)")
 
 
@@ -45,26 +45,14 @@ class CallRules:
     """Tool → the argument names the logs' support lets a line pass it; ``None``: any."""
 
     @classmethod
-    def of(cls, insights: Sequence[Insight], current: str, known: Signatures, support: int) -> CallRules:
-        """The rules for a recipe written from ``insights`` over the ``current``
-        body: arguments need ``support`` distinct tasks (0: no such rule)."""
-        if support <= 0:
+    def of(cls, current: str, known: Signatures, arguments: Mapping[str, frozenset[str]] | None) -> CallRules:
+        """The rules for a recipe written over the ``current`` body, whose own
+        arguments stay: ``arguments`` (``supported_arguments``; ``None``: any)."""
+        if arguments is None:
             return cls(known)
-        tasks: dict[tuple[str, str], set[str]] = defaultdict(set)
-        allowed: dict[str, set[str]] = defaultdict(set)
-        for insight in insights:
-            for step in insight.steps:
-                if (match := _STEP.match(step)) is None:
-                    continue
-                for argument in _arguments(match.group(2)):
-                    if insight.kind == SEEN:  # steps more than one conversation of the run took
-                        allowed[match.group(1)].add(argument)
-                    tasks[match.group(1), argument].add(insight.task_id or insight.source)
-        for (tool, argument), found in tasks.items():
-            if len(found) >= support:
-                allowed[tool].add(argument)
-        for tool, arguments in CALLED_WITH.findall(current):
-            allowed[tool].update(_arguments(arguments))
+        allowed = {tool: set(names) for tool, names in arguments.items()}
+        for tool, listed in CALLED_WITH.findall(current):
+            allowed.setdefault(tool, set()).update(_arguments(listed))
         return cls(known, {tool: frozenset(names) for tool, names in allowed.items()})
 
     def tool_reason(self, name: str) -> str | None:
@@ -74,6 +62,22 @@ class CallRules:
         listed = self.known.get(tool)
         return (listed is None or argument in listed) and \
             (self.arguments is None or argument in self.arguments.get(tool, ()))
+
+
+def supported_arguments(trajectories: Sequence[Trajectory], tasks: Mapping[str, str],
+                        support: int) -> dict[str, frozenset[str]]:
+    """Tool → the argument names that conversations of ``support`` distinct
+    tasks or more (``tasks``: trajectory id → the task it counts as) passed it."""
+    passed: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for trajectory in trajectories:
+        for call in tool_calls(trajectory.messages):
+            for argument in call.args() or {}:
+                passed[call.name, argument].add(tasks.get(trajectory.id, trajectory.task_id))
+    allowed: dict[str, set[str]] = defaultdict(set)
+    for (tool, argument), found in passed.items():
+        if len(found) >= support:
+            allowed[tool].add(argument)
+    return {tool: frozenset(names) for tool, names in allowed.items()}
 
 
 def _line(line: str, rules: CallRules) -> tuple[str | None, str]:

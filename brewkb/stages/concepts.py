@@ -294,7 +294,8 @@ def _supported(members: dict[int, list[str]], reps: Mapping[int, str], by_name: 
         dropped.append(f"{reps[label]!r} dropped: " + (
             f"conversations of {found} task(s) did it, fewer than stages.min_concept_tasks ({min_tasks})" if found
             else "no conversation that passed did its action (a write or a hand-off): a request no action "
-                 "followed, or attempts that failed"))
+                 "followed, or attempts that failed" + ("; only calls of the tools tools.known lists count" if known
+                                                         else "")))
         dropped.extend(notes.pop(label, []))
         del members[label]
     if max_concepts is not None and len(members) > max_concepts:

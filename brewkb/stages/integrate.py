@@ -13,7 +13,7 @@ argument too few tasks passed."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from brewkb.config import Signatures
 from brewkb.errors import LLMError, RecipeError
@@ -44,12 +44,13 @@ def _screened(recipe: Recipe, insights: Sequence[Insight], rules: CallRules) -> 
 async def integrate(backend: Backend, slug: str, title: str, aliases: Sequence[str], insights: Sequence[Insight],
                     current: Recipe | None, samples: int = 1, retries: int = 2,
                     first_sample: int = 0, errors: list[str] | None = None,
-                    known: Signatures | None = None, support: int = 0) -> list[Recipe]:
+                    known: Signatures | None = None,
+                    arguments: Mapping[str, frozenset[str]] | None = None) -> list[Recipe]:
     """Up to ``samples`` valid recipes named ``slug``; a sample that fails
     ``retries`` + 1 times is dropped (and logged). Why each attempt failed is
     appended to ``errors``. ``known``: the agent's tools (``tools.known``);
-    ``support``: the distinct tasks an argument needs (``calls``; 0: none)."""
-    rules = CallRules.of(insights, current.body if current else "", known or {}, support)
+    ``arguments``: the arguments a call may pass (``calls.supported_arguments``; ``None``: any)."""
+    rules = CallRules.of(current.body if current else "", known or {}, arguments)
     errors = errors if errors is not None else []
     found = []
     for sample in range(first_sample, first_sample + samples):
