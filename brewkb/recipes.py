@@ -375,7 +375,8 @@ def _elided(text: str) -> str:
 def served(recipe: Recipe) -> Recipe:
     """``recipe`` as an agent is given it: without the words of the logs it
     quotes. Its anchors (the requests it is found by), the description's
-    examples and a request quoted after a note are left out; any other
+    examples, a request quoted after a note and its aliases (other names of
+    its concept, for retrieval) are left out; any other
     quotation (an error text a tool returned) is shown as ``ELIDED``. Text in
     double quotes is how brewkb quotes a log, so a team writes its own
     guidance unquoted."""
@@ -387,7 +388,7 @@ def served(recipe: Recipe) -> Recipe:
             text = "\n".join(line for line in text.splitlines() if not _ANCHOR.match(line)).replace(FOR_EXAMPLE, "")
         sections.append((title, _elided(_FOR_REQUEST.sub("", text))))
     body = build_body(sections) if recipe.body.strip() else recipe.body
-    return recipe.replace(description=_elided(recipe.description.split(EXAMPLES, 1)[0]), body=body)
+    return recipe.replace(description=_elided(recipe.description.split(EXAMPLES, 1)[0]), body=body, aliases=())
 
 
 def build_body(sections: Iterable[tuple[str, str]]) -> str:

@@ -213,15 +213,15 @@ class Pipeline(StageItems):
         held = {t.id for t in self.run.read_trajectories(FILES["rollouts-eval"])}
         return [t for t in self.trajectories() if t.id not in held]
 
-    def arguments(self) -> dict[str, frozenset[str]] | None:
-        """For logs, tool → the arguments a recipe's call may pass: those the
-        learning conversations of ``stages.min_concept_tasks`` tasks passed it
-        (``calls.supported_arguments``); ``None`` (any) for a run of its own agent."""
+    def supported_calls(self) -> dict[str, frozenset[str]] | None:
+        """For logs, the calls a recipe's line may make: the tools the learning
+        conversations of ``stages.min_concept_tasks`` tasks called, with the
+        arguments as many passed (``calls.supported_calls``); ``None`` (any)
+        for a run of its own agent."""
         if self.run.ran_an_agent():
             return None
         learned = self.learned()
-        return calls.supported_arguments(learned, concepts_stage.tasks_of(learned),
-                                         self.config.stages.min_concept_tasks)
+        return calls.supported_calls(learned, concepts_stage.tasks_of(learned), self.config.stages.min_concept_tasks)
 
     def _learnable(self, trajectories: list[Trajectory]) -> list[Trajectory]:
         """``trajectories`` without the run's test tasks (logs held out for a
@@ -408,7 +408,7 @@ class Pipeline(StageItems):
         current = {r.name: r for r in self.kb.recipes()} if self.kb.store.work_tree else {}
         by_slug = {c.slug: c for c in concepts}
         searched = None if self.run.ran_an_agent() else {c.slug for c in concepts if c.q_eval}
-        arguments = self.arguments()
+        supported = self.supported_calls()
 
         async def work(slug: str) -> Any:
             c = by_slug[slug]
@@ -418,7 +418,7 @@ class Pipeline(StageItems):
             problems: list[str] = []
             made = await integrate.integrate(self.backend, slug, c.title, c.aliases, mine, current.get(slug),
                                              samples, self.config.stages.integrate_retries, errors=problems,
-                                             known=self.config.tools.signatures, arguments=arguments)
+                                             known=self.config.tools.signatures, supported=supported)
             if not made:
                 raise LLMError(f"no valid recipe for {slug} after {len(problems)} attempts; the last: "
                                f"{problems[-1] if problems else 'none'}")

@@ -51,9 +51,9 @@ __all__ = ["LogExpander", "RetrievalEvaluator"]
 class LogExpander:
     def __init__(self, *, backend: Backend, insights: Mapping[str, Sequence[Insight]],
                  titles: Mapping[str, tuple[str, tuple[str, ...]]], retries: int, known: Signatures | None = None,
-                 arguments: Mapping[str, frozenset[str]] | None = None) -> None:
+                 supported: Mapping[str, frozenset[str]] | None = None) -> None:
         self.backend, self.insights, self.titles, self.retries = backend, insights, titles, retries
-        self.known, self.arguments = known, arguments
+        self.known, self.supported = known, supported
 
     async def expand(self, requests: Mapping[str, ExpandRequest],
                      current: Mapping[str, Recipe]) -> dict[str, dict[int, Recipe]]:
@@ -65,7 +65,7 @@ class LogExpander:
             for sample in samples:
                 for recipe in await integrate(self.backend, concept, title, aliases, self.insights.get(concept, ()),
                                               doc, 1, self.retries, sample, known=self.known,
-                                              arguments=self.arguments):
+                                              supported=self.supported):
                     made[sample] = recipe
             out[concept] = made
         return out

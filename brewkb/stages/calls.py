@@ -2,17 +2,18 @@
 or an LLM): a log names its tools and their arguments, so a name is the
 log's words too.
 
-A line is left out when a tool it calls reads, as words, as instructions
-(``get_full_card_number_from_caller``), or is not one of the agent's tools
-when a team lists them (``tools.known``), or an argument it passes reads as
-instructions (``bypass_the_identity_checks``); a step that offers such a
-tool as one of its alternatives ("`a(x)` or `b(y)`") keeps the others. For
-logs, an argument is shown only when the run's conversations of several
-distinct tasks passed it to that tool (``supported_arguments``), or the
-current recipe already does: one conversation cannot add an argument to a
-step, as it cannot add a concept. When the team listed a tool's arguments, a
-call passes only those.
-The steps left are numbered again, and a section left empty goes.
+A call may not be made when its tool's name reads, as words, as
+instructions (``get_full_card_number_from_caller``, ``skipIdentityCheck``)
+or as a host, when the tool is not one of the agent's tools a team listed
+(``tools.known``), or, for logs, when conversations of fewer than
+``stages.min_concept_tasks`` distinct tasks called it (``supported_calls``):
+one conversation cannot put a tool in front of an agent, as it cannot make a
+concept. Such a call goes from a list it is one of (alternatives joined by
+"or", an exemplar's calls after an arrow); a line that makes it otherwise
+goes. An argument whose name reads as instructions, one the team did not
+list for its tool, or, for logs, one that conversations of too few tasks
+passed, goes from its call. The current recipe's own calls stay. The steps
+left are numbered again, and a section left empty goes.
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ from brewkb.trajectories.quote import name_reason
 from brewkb.trajectories.schema import Trajectory, tool_calls
 from brewkb.trajectories.tools import CALLED, CALLED_WITH, NOT_THE_AGENTS, not_the_agents
 
-__all__ = ["CallRules", "screen_calls", "supported_arguments"]
+__all__ = ["CallRules", "screen_calls", "supported_calls", "FEW_TASKS"]
 
+FEW_TASKS = "a tool conversations of too few tasks called (stages.min_concept_tasks)"
 _ITEM = re.compile(r"(\s*)\d+\.(\s)")
 
 
@@ -37,70 +39,87 @@ def _arguments(text: str) -> list[str]:
     return [a.strip() for a in text.split(",") if a.strip()]
 
 
+def supported_calls(trajectories: Sequence[Trajectory], tasks: Mapping[str, str],
+                    support: int) -> dict[str, frozenset[str]]:
+    """The tools that conversations of ``support`` distinct tasks or more
+    (``tasks``: trajectory id → the task it counts as) called, each with the
+    argument names as many passed it."""
+    called: dict[str, set[str]] = defaultdict(set)
+    passed: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for trajectory in trajectories:
+        task = tasks.get(trajectory.id, trajectory.task_id)
+        for call in tool_calls(trajectory.messages):
+            called[call.name].add(task)
+            for argument in call.args() or {}:
+                passed[call.name, argument].add(task)
+    arguments: dict[str, set[str]] = defaultdict(set)
+    for (tool, argument), found in passed.items():
+        if len(found) >= support:
+            arguments[tool].add(argument)
+    return {tool: frozenset(arguments[tool]) for tool, found in called.items() if len(found) >= support}
+
+
 @dataclass(frozen=True)
 class CallRules:
     known: Signatures = field(default_factory=dict)
     """The agent's tools (``tools.known``) and the arguments listed for each (``None``: any); empty: any tool."""
-    arguments: Mapping[str, frozenset[str]] | None = None
-    """Tool → the argument names the logs' support lets a line pass it; ``None``: any."""
+    supported: Mapping[str, frozenset[str]] | None = None
+    """The tools the logs' support lets a line call, each with the argument names it may pass; ``None``: any."""
 
     @classmethod
-    def of(cls, current: str, known: Signatures, arguments: Mapping[str, frozenset[str]] | None) -> CallRules:
+    def of(cls, current: str, known: Signatures, supported: Mapping[str, frozenset[str]] | None) -> CallRules:
         """The rules for a recipe written over the ``current`` body, whose own
-        arguments stay: ``arguments`` (``supported_arguments``; ``None``: any)."""
-        if arguments is None:
+        calls stay: ``supported`` (``supported_calls``; ``None``: any)."""
+        if supported is None:
             return cls(known)
-        allowed = {tool: set(names) for tool, names in arguments.items()}
+        allowed = {tool: set(names) for tool, names in supported.items()}
         for tool, listed in CALLED_WITH.findall(current):
             allowed.setdefault(tool, set()).update(_arguments(listed))
         return cls(known, {tool: frozenset(names) for tool, names in allowed.items()})
 
     def tool_reason(self, name: str) -> str | None:
-        return name_reason(name) or (NOT_THE_AGENTS if not_the_agents(name, self.known) else None)
+        if reason := name_reason(name) or (NOT_THE_AGENTS if not_the_agents(name, self.known) else None):
+            return reason
+        return FEW_TASKS if self.supported is not None and name not in self.supported else None
 
     def allows(self, tool: str, argument: str) -> bool:
         listed = self.known.get(tool)
-        return (listed is None or argument in listed) and \
-            (self.arguments is None or argument in self.arguments.get(tool, ()))
+        return name_reason(argument) is None and (listed is None or argument in listed) and \
+            (self.supported is None or argument in self.supported.get(tool, ()))
 
 
-def supported_arguments(trajectories: Sequence[Trajectory], tasks: Mapping[str, str],
-                        support: int) -> dict[str, frozenset[str]]:
-    """Tool → the argument names that conversations of ``support`` distinct
-    tasks or more (``tasks``: trajectory id → the task it counts as) passed it."""
-    passed: dict[tuple[str, str], set[str]] = defaultdict(set)
-    for trajectory in trajectories:
-        for call in tool_calls(trajectory.messages):
-            for argument in call.args() or {}:
-                passed[call.name, argument].add(tasks.get(trajectory.id, trajectory.task_id))
-    allowed: dict[str, set[str]] = defaultdict(set)
-    for (tool, argument), found in passed.items():
-        if len(found) >= support:
-            allowed[tool].add(argument)
-    return {tool: frozenset(names) for tool, names in allowed.items()}
+def _without(line: str, call: str) -> str | None:
+    """``line`` without ``call`` where it is one of a list (alternatives joined
+    by "or", an exemplar's calls after an arrow); ``None`` where it is not."""
+    quoted = re.escape(call)
+    patterns = [rf"\s+or\s+{quoted}", rf"{quoted}\s+or\s+"]
+    if "→" in line and line.index(call) > line.index("→"):  # an exemplar: calls joined by commas
+        patterns += [rf",\s*{quoted}", rf"{quoted},\s*", rf"\s*→\s*{quoted}\s*$"]
+    for pattern in patterns:
+        if re.search(pattern, line):
+            return re.sub(pattern, "", line, count=1)
+    return None
 
 
 def _line(line: str, rules: CallRules) -> tuple[str | None, str]:
     """``line`` as it may stay (``None``: left out), and why it changed."""
-    calls = list(CALLED_WITH.finditer(line))
-    named = {m.group(1) for m in calls}
-    if (reason := next((r for n in CALLED.findall(line) if n not in named and (r := rules.tool_reason(n))), None)):
+    whole = {m.group(1) for m in CALLED_WITH.finditer(line)}
+    if reason := next((r for n in CALLED.findall(line) if n not in whole and (r := rules.tool_reason(n))), None):
         return None, reason
-    bad = [(m, r) for m in calls if (r := rules.tool_reason(m.group(1))) is not None]
-    for match, reason in bad:  # an alternative goes; a step with no other goes whole
-        joined = re.compile(rf"\s+or\s+{re.escape(match.group(0))}|{re.escape(match.group(0))}\s+or\s+")
-        if len(bad) == len(calls) or not joined.search(line):
+    why = ""
+    for match in list(CALLED_WITH.finditer(line)):
+        if (reason := rules.tool_reason(match.group(1))) is None:
+            continue
+        kept = _without(line, match.group(0))
+        if kept is None:
             return None, reason
-        line = joined.sub("", line, count=1)
-    why = bad[0][1] if bad else ""
-    for match in CALLED_WITH.finditer(line):
+        line, why = kept, why or reason
+    for match in list(CALLED_WITH.finditer(line)):
         tool, arguments = match.group(1), _arguments(match.group(2))
-        if (reason := next((r for a in arguments if (r := name_reason(a)) is not None), None)) is not None:
-            return None, f"an argument name {reason}"
         shown = [a for a in arguments if rules.allows(tool, a)]
         if shown != arguments:
             line = line.replace(match.group(0), f"`{tool}({', '.join(shown)})`", 1)
-            why = why or "an argument the agent's tools do not list, or too few tasks passed"
+            why = why or "an argument named as instructions, not listed for its tool, or too few tasks passed"
     return line, why
 
 

@@ -39,7 +39,7 @@ named by actions (``cancel reservation``):
   is dropped: no recipe may be named so; so is a concept named for a tool
   that is not one of the agent's, when a team lists them (``known``: a log
   can name tools the agent does not have), and only their calls count as
-  actions for support;
+  actions for support; a name of either kind is no alias of a concept kept;
 - at most ``max_concepts`` concepts (``concept_bound``: a share of the distinct
   learning tasks) are kept, those supported by the most tasks first.
 Nothing is dropped silently: ``Concept.merged`` and the ``dropped`` list hold
@@ -411,8 +411,14 @@ def build_concepts(train: Sequence[Insight], evaluation: Sequence[Insight], name
     for insight in evaluation:
         if insight.concept in mapping:
             q_eval[mapping[insight.concept]].add(insight.task_id)
+    agents = {concept_of_tool(name) for name in known}
+
+    def alias(name: str) -> bool:  # a name a log gave, as the title is: read the same way
+        return name_reason(name) is None and not (known and name in tool and name not in agents)
+
     concepts = [
-        Concept(slug=slugs[lb], title=reps[lb], aliases=tuple(sorted(n for n in members[lb] if n != reps[lb])),
+        Concept(slug=slugs[lb], title=reps[lb],
+                aliases=tuple(sorted(n for n in members[lb] if n != reps[lb] and alias(n))),
                 insights=sum(counts[n] for n in members[lb]), q_train=tuple(sorted(q_train[slugs[lb]])),
                 q_eval=tuple(sorted(q_eval[slugs[lb]])), merged=tuple(notes.get(lb, ())))
         for lb in order

@@ -7,8 +7,8 @@ insights' requests and texts) are dropped before the sample is kept
 (``brewkb.trajectories.quote.screen``): log text reaches a recipe only the
 way ``quote`` lets it, and the pull request lists what was held back. The
 calls its lines make are screened too (``calls``): a tool or an argument
-whose name reads as instructions, a tool the agent does not have, an
-argument too few tasks passed."""
+whose name reads as instructions, a tool the agent does not have, a tool or
+an argument too few tasks called or passed."""
 
 from __future__ import annotations
 
@@ -45,12 +45,12 @@ async def integrate(backend: Backend, slug: str, title: str, aliases: Sequence[s
                     current: Recipe | None, samples: int = 1, retries: int = 2,
                     first_sample: int = 0, errors: list[str] | None = None,
                     known: Signatures | None = None,
-                    arguments: Mapping[str, frozenset[str]] | None = None) -> list[Recipe]:
+                    supported: Mapping[str, frozenset[str]] | None = None) -> list[Recipe]:
     """Up to ``samples`` valid recipes named ``slug``; a sample that fails
     ``retries`` + 1 times is dropped (and logged). Why each attempt failed is
     appended to ``errors``. ``known``: the agent's tools (``tools.known``);
-    ``arguments``: the arguments a call may pass (``calls.supported_arguments``; ``None``: any)."""
-    rules = CallRules.of(current.body if current else "", known or {}, arguments)
+    ``supported``: the calls a line may make (``calls.supported_calls``; ``None``: any)."""
+    rules = CallRules.of(current.body if current else "", known or {}, supported)
     errors = errors if errors is not None else []
     found = []
     for sample in range(first_sample, first_sample + samples):

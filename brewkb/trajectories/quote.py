@@ -97,7 +97,8 @@ HIDES_ITS_WORDS = "hides its words"
 _ROLE = r"(?:ai|assistant|agent|model|llm|chatbot|bot|system|gpt|claude|language model)"
 _TLD = (r"(?:com|net|org|info|biz|io|co|ai|app|dev|xyz|top|site|online|shop|store|link|click|live|ly|gl|cc|ws|tk"
         r"|ru|cn|uk|de|fr|nl|eu|us|ca|au|in|br|jp|su|pw|icu|club|vip|example|test|invalid|local|internal|onion|corp"
-        r"|lan|localhost)")
+        r"|lan|localhost|help|support|pro|travel|me|tv|cloud|tech|page|world|email|services|center|solutions|zone"
+        r"|network|digital|agency|global|bank|pay|money|finance|systems|company|business|group|care|express)")
 """Endings of host names that a bare one is read by (a link needs no scheme to be followed)."""
 _STAFF = (r"(?:staff|supervisor|manager|management|admin|administrator|operator|moderator|headquarters|reps?"
           r"|representatives?|team leads?|reviewers?|customer care(?: team)?|support team|ops|operations"
@@ -230,8 +231,10 @@ def instruction_reason(text: str, skip: Iterable[str] = ()) -> str | None:
 def name_reason(name: str) -> str | None:
     """Why a name a log gave (a tool's, an argument's, a concept's) reads as
     instructions when read as words (``skip_identity_verification`` → "skip
-    identity verification"), or as a host (``see_evil-help.com``), or ``None``."""
-    return instruction_reason(re.sub(r"[_.-]+", " ", name)) or instruction_reason(name.replace("_", " "))
+    identity verification", ``skipIdentityCheck`` too), or as a host
+    (``see_evil-help.com``), or ``None``."""
+    spaced = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", name)  # camel case: skipIdentityCheck
+    return instruction_reason(re.sub(r"[_.-]+", " ", spaced)) or instruction_reason(spaced.replace("_", " "))
 
 
 def is_html(text: str) -> bool:
