@@ -126,6 +126,8 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"|verifications?|authentications?)\b)"
         r"|\bwithout\s+(?:a\s+|any\s+|the\s+)?(?:[a-z]+[\s-]+){0,2}(?:checks?|checking|verification|verifying"
         r"|authentication)\b"
+        r"|\bno\s+(?:[a-z]+[\s-]+){0,2}(?:checks?|verification|authentication|identity)\s+(?:is\s+|are\s+)?"
+        r"(?:needed|required|necessary)\b"
         r"|\b(?:no need|not necessary|unnecessary|(?:do|does|did)(?:n't| not) need)\s+(?:for\s+\w+\s+)?to\s+"
         r"(?:check|verify|validate|authenticate|review|follow|apply)\s+(?:[a-z]+[\s-]+){0,2}(?:rules?|polic(?:y|ies)"
         r"|identity|id|verification|eligibility|requirements?|restrictions?|conditions?|checks?)\b"
