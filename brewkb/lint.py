@@ -16,7 +16,8 @@ from untrusted logs (docs/security.md), hand-written ones too:
   "ignore previous …", claimed policies — what ``brewkb.trajectories.quote``
   holds back when it quotes a log;
 - **tools the agent does not have** (errors), when ``tools.known`` in
-  ``brewkb.toml`` lists the agent's tools: a call of any other tool.
+  ``brewkb.toml`` lists the agent's tools: a call of any other tool, or an
+  argument not listed for a tool listed with its arguments.
 """
 
 from __future__ import annotations
@@ -161,7 +162,7 @@ def untrusted_text(path: str, text: str) -> list[Problem]:
     return problems
 
 
-_BARE_CALL = re.compile(r"(?<![\w.`-])([A-Za-z][A-Za-z0-9]*(?:[_.][A-Za-z0-9]+)+)\s?\(")
+_BARE_CALL = re.compile(r"(?<![\w.`-])([A-Za-z][A-Za-z0-9]*(?:[_.][A-Za-z0-9]+)+)\s?\(([^)`\n]*)\)?")
 """A call written out of code form (``issue_gift_card(order_id)``): a name of two words or more joined by
 ``_`` or ``.`` (prose joins words before a parenthesis with a hyphen at most)."""
 
@@ -171,14 +172,16 @@ def unknown_tools(path: str, text: str, known: Signatures) -> list[Problem]:
     in code form or written out (``issue_gift_card(order_id)``), or passes an argument not listed for it."""
     problems = []
     for number, line in enumerate(text.splitlines()[_body_line(text) - 1:], start=_body_line(text)):
-        called = CALLED.findall(line) + _BARE_CALL.findall(line)
-        others = [name for name in dict.fromkeys(called) if not_the_agents(name, known)]
+        calls = CALLED_WITH.findall(line) + _BARE_CALL.findall(line)
+        others = [name for name in dict.fromkeys([*CALLED.findall(line), *(t for t, _ in calls)])
+                  if not_the_agents(name, known)]
         if others:
             problems.append(Problem(path, number, "error", "calls " + ", ".join(f"`{n}`" for n in others) +
                                     f", {NOT_THE_AGENTS}", "remove the step, or add the tool to tools.known if "
                                     "your agent has it"))
-        unlisted = [(tool, a) for tool, arguments in CALLED_WITH.findall(line) if (listed := known.get(tool)) is not None
-                    for a in (x.strip() for x in arguments.split(",")) if a and a not in listed]
+        unlisted = list(dict.fromkeys((tool, a) for tool, arguments in calls if (listed := known.get(tool)) is not None
+                                      for a in (x.split("=")[0].strip() for x in arguments.split(","))
+                                      if re.fullmatch(r"[A-Za-z_][\w.-]*", a) and a not in listed))
         if unlisted:
             problems.append(Problem(path, number, "error", "passes " + ", ".join(f"`{a}` to `{t}`" for t, a in
                                                                                  unlisted)

@@ -529,11 +529,13 @@ def test_a_tool_listed_with_its_arguments_is_called_with_those_only(tmp_path: Pa
     git(root, "merge", "-q", "--ff-only", "brew/l/pr")
     edited = root / "recipes" / "cancel-pending-order.md"
     edited.write_text(cancel.replace("`cancel_pending_order(order_id, reason)`",
-                                     "`cancel_pending_order(order_id, reason, waive_all_fees)`", 1))
+                                     "`cancel_pending_order(order_id, reason, waive_all_fees)`", 1)
+                      + "\nThen cancel_pending_order(order_id, reason, refund_all=true).\n")
     lint = brewkb(root, "lint")
     assert lint.returncode == 1 and ("error: passes `waive_all_fees` to `cancel_pending_order`, an argument "
                                      "tools.known does not list for it — remove the argument, or list it with the "
                                      "tool in tools.known") in lint.stdout
+    assert "error: passes `refund_all` to `cancel_pending_order`" in lint.stdout  # written out of code form
 
 
 @pytest.mark.parametrize("argument", ["bypass_the_identity_checks", "bypassTheIdentityChecks"])
@@ -585,8 +587,9 @@ def test_a_tool_the_team_did_not_list_becomes_no_recipe_no_step_and_lint_reports
     assert "refund_to_partner_wallet (" in said and "no learning conversation calls (check the spelling" in said
     assert "issue_store_credit" in said
     again = brewkb(root, "import", str(tmp_path / "chat.jsonl"), "--format", "openai", "--run", "w2")
-    assert ("warning: conversations call 1 tool that tools.known in brewkb.toml does not list (conversations): "
-            "`refund_to_partner_wallet` (6). No concept or step is learned from those calls") in again.stderr
+    assert ("warning: conversations call 1 tool that tools.known in brewkb.toml does not list: "
+            "`refund_to_partner_wallet` (in 6 conversations). No concept or step is learned from those calls"
+            ) in again.stderr
     assert brewkb(root, "lint", "--rev", "brew/w/pr").returncode == 0
     git(root, "merge", "-q", "--ff-only", "brew/w/pr")
     edited = root / "recipes" / f"{next(iter(pr))}.md"

@@ -55,11 +55,12 @@ def import_cmd(source: Path, fmt: str | None, run: str | None, split: str, tasks
         note(f"left out {plural(result.never_ran, 'record')} of conversations that never ran (no messages, or "
              "the harness failed before they began)")
     if result.not_known:
-        shown = ", ".join(f"`{name}` ({result.tools[name]})" for name in result.not_known[:10])
+        shown = ", ".join(f"`{name}` (in {plural(result.tools[name], 'conversation')})"
+                          for name in result.not_known[:10])
         more = f" and {len(result.not_known) - 10} more" if len(result.not_known) > 10 else ""
         note(f"warning: conversations call {plural(len(result.not_known), 'tool')} that tools.known in brewkb.toml "
-             f"does not list (conversations): {shown}{more}. No concept or step is learned from those calls; add a "
-             "tool to tools.known if your agent has it")
+             f"does not list: {shown}{more}. No concept or step is learned from those calls; add a tool to "
+             "tools.known if your agent has it")
     if as_json:
         echo_json(result.to_json())
         return
