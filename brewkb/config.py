@@ -489,5 +489,6 @@ enabled = true            # personal data → <email>, <user_id>, ... before ref
 # keys = ["badge_id"]                          # JSON keys whose values are personal
 
 [tools]
-# known = ["find_order(order_id)", "cancel_order"]   # your agent's tools (and arguments): no step calls others (docs/security.md)
+# your agent's tools, each a name or a name and its arguments: no step calls others (docs/security.md)
+# known = ["find_order(order_id)", "cancel_order"]
 """

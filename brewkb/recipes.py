@@ -22,7 +22,8 @@ import yaml
 from brewkb.errors import RecipeError
 
 __all__ = [
-    "LEARNED_FROM", "served", "EXAMPLES", "FOR_EXAMPLE", "FOR_REQUEST", "Anchor", "ANCHOR_SECTIONS", "anchors", "anchor_line",
+    "LEARNED_FROM", "served", "EXAMPLES", "FOR_EXAMPLE", "FOR_REQUEST", "Anchor", "ANCHOR_SECTIONS", "anchors",
+    "anchor_line",
     "KNOWN_KEYS",
     "SECTIONS",
     "Recipe",

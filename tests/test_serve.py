@@ -279,6 +279,7 @@ def test_an_sdk_agent_gets_recipes_its_tool_calls_round_trip_and_its_turns_are_r
     recorded = server.recorded(kb, lambda found: len(found.get("sync-1", {}).get("messages", [])) == 5 and any(
         "[async1]" in r["task"] and len(r["messages"]) == 5 for r in found.values()))
     assert told(recorded["sync-1"]["messages"], messages)
+    assert recorded["sync-1"]["meta"]["tools"] == ["find_order"]  # what the agent offered its model: its tools
     assert "Rsync1" not in json.dumps(recorded["sync-1"])  # the id the tool was given is scrubbed
     by_history = next(r for r in recorded.values() if "[async1]" in r["task"])
     assert told(by_history["messages"], chat)

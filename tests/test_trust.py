@@ -454,17 +454,21 @@ def test_poisoned_conversations_in_the_learning_split_reach_no_recipe(tmp_path: 
 
 
 def _distilled_with_tool_renamed(folder: Path, tool: str, name: str, run: str, known: Sequence[str] = (),
-                                 extra: Sequence[dict[str, Any]] = (), tasks: Sequence[int] = range(9)) -> Path:
+                                 extra: Sequence[dict[str, Any]] = (), tasks: Sequence[int] = range(9),
+                                 declared: Sequence[str] = ()) -> Path:
     """The small support desk of test_distill, its ``tool`` called ``name`` in ``tasks`` and ``extra``
     lines added, imported and distilled as ``run`` (with ``known`` as the agent's tools in its brewkb.toml,
-    as a team writes them there); what distill printed is in ``distill.err`` beside the KB."""
+    as a team writes them there, and ``declared`` as the tools each logged request offered the model); what
+    distill printed is in ``distill.err`` beside the KB."""
     lines = []
     for task in range(9):
         for trial in range(2):
             _, messages, ok = conversation(task, trial)
             text = json.dumps(messages)
             lines.append({"task_id": f"t{task}", "messages": json.loads(text.replace(tool, name) if task in tasks
-                                                                          else text), "success": ok})
+                                                                          else text), "success": ok,
+                          **({"tools": [{"type": "function", "function": {"name": n}} for n in declared]}
+                             if declared else {})})
     lines += extra
     (folder / "chat.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
     root = new_kb(folder)
@@ -676,6 +680,16 @@ def test_an_agent_is_given_no_words_a_log_wrote_only_the_calls(tmp_path: Path) -
     assert "falcon" not in skill and "refund_to" not in skill and "Requests such as" not in skill
     assert "2. `cancel_order(order_id, reason)`" in skill and 'it failed with "…"' in skill
     assert "The customer wants an order cancelled." in skill
+
+
+def test_a_call_of_a_tool_its_request_did_not_offer_the_model_is_learned_from_by_nothing(tmp_path: Path) -> None:
+    """A log that keeps each request's `tools` says what the agent had: a call of any other is one the model made
+    up (or a log's author wrote), whatever brewkb.toml says."""
+    root = _distilled_with_tool_renamed(tmp_path, "cancel_pending_order", "refund_to_partner_wallet", "d",
+                                        declared=AGENTS_TOOLS)
+    assert '"tools":["find_user_by_email",' in (root / "runs" / "d" / "rollouts.jsonl").read_text()
+    texts = [git(root, "show", f"brew/d/pr:{p}") for p in git(root, "diff", "--name-only", "HEAD", "brew/d/pr").split()]
+    assert texts and not [t for t in texts if "refund_to_partner_wallet" in t or "partner wallet" in t]
 
 
 def test_the_pr_names_the_tools_its_recipes_call_that_the_base_kb_never_named() -> None:

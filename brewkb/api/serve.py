@@ -167,9 +167,9 @@ class Serving:
         return self.revision.serve(query_of(messages))
 
     def record(self, conversation: str, grouped_by: str, messages: Sequence[Any], response: Mapping[str, Any],
-               served: Served, model: str | None, usage: Mapping[str, int]) -> None:
+               served: Served, model: str | None, usage: Mapping[str, int], tools: Sequence[str] = ()) -> None:
         self.recorder.add(Turn(conversation, grouped_by, messages, response, served.revision, served.recipes,
-                               model, usage, self.run))
+                               model, usage, self.run, tuple(tools)))
 
     def outcomes(self, posted: Sequence[tuple[str, bool | None, float | None]]) -> None:
         """Record outcomes posted for conversations (id, success, score)."""

@@ -53,6 +53,7 @@ from brewkb.trajectories.formats.base import bad_name
 from brewkb.trajectories.formats.serve import OUTCOMES_SUFFIX, recorded_message, text_of_content
 from brewkb.trajectories.schema import UNKNOWN, KBUse, Trajectory
 from brewkb.trajectories.scrub import Scrubber, scrubber_of
+from brewkb.trajectories.tools import DECLARED
 
 __all__ = ["Turn", "Recorder", "writer_name", "SERVE_FOLDER"]
 
@@ -85,6 +86,8 @@ class Turn:
     model: str | None
     usage: Mapping[str, int]
     run: Run
+    tools: tuple[str, ...] = ()
+    """The names of the tools the request declared to the model."""
     time: float = field(default_factory=time.time)
 
 
@@ -230,7 +233,7 @@ class Recorder:
         held = self._held.pop(turn.conversation, None)
         at = len(turn.messages)
         info = {"at": at, "revision": turn.revision, "recipes": list(turn.recipes), "model": turn.model,
-                "usage": dict(turn.usage), "time": round(turn.time, 3)}
+                "usage": dict(turn.usage), "tools": list(turn.tools), "time": round(turn.time, 3)}
         if held is None:
             held = _Held(turn.run, None, {}, 0.0)
         self.counts["pending"] += held.latest is None
@@ -309,7 +312,8 @@ def _trajectory(turn: Turn, held: dict[int, dict[str, Any]]) -> Trajectory | Non
              for key in ("prompt_tokens", "completion_tokens", "total_tokens")}
     recipes = tuple(dict.fromkeys(r for t in turns for r in t["recipes"]))
     models = sorted({t["model"] for t in turns if t["model"]})
+    declared = sorted({name for t in turns for name in t.get("tools", ())})
     return Trajectory(task_id=turn.conversation, task=task, messages=tuple(kept), outcome=UNKNOWN,
                       kb=KBUse(turn.revision, recipes), usage={**usage, "calls": len(turns)},
                       meta={"source": "serve", "conversation_id": turn.conversation, "grouped_by": turn.grouped_by,
-                            "turns": turns, "models": models})
+                            "turns": turns, "models": models, **({DECLARED: declared} if declared else {})})

@@ -41,6 +41,7 @@ from aiohttp import web
 from brewkb.api.serve import Served, Serving, inject
 from brewkb.serve.answers import Answer, Events, from_json
 from brewkb.serve.conversations import HEADER, Conversations, Opened, valid_id
+from brewkb.trajectories.tools import declared_in
 
 __all__ = ["Proxy"]
 
@@ -65,8 +66,8 @@ def error(status: int, message: str, kind: str, headers: Mapping[str, str] | Non
 class _Chat:
     """What the proxy keeps of a chat request to record its turn."""
 
-    def __init__(self, opened: Opened, messages: list[Any], served: Served) -> None:
-        self.opened, self.messages, self.served = opened, messages, served
+    def __init__(self, opened: Opened, messages: list[Any], served: Served, tools: list[str]) -> None:
+        self.opened, self.messages, self.served, self.tools = opened, messages, served, tools
         self.events = Events()
         self.size = 0
         self.dropped = False
@@ -177,7 +178,8 @@ class Proxy:
                                                        ensure_ascii=False).encode("utf-8", "backslashreplace")
         headers = {HEADER: opened.id, "X-Brewkb-Revision": served.revision,
                    "X-Brewkb-Recipes": ",".join(served.recipes)}
-        return await self.forward(request, data, headers, _Chat(opened, messages, served))
+        chat = _Chat(opened, messages, served, declared_in(body.get("tools")))
+        return await self.forward(request, data, headers, chat)
 
     async def relay(self, request: web.Request, raw: bytes | None = None) -> web.StreamResponse:
         data = raw if raw is not None else await self._body(request)
@@ -328,7 +330,7 @@ class Proxy:
             return
         self.conversations.close(chat.opened, answer.message)
         self.serving.record(chat.opened.id, chat.opened.grouped_by, chat.messages, answer.message, chat.served,
-                            answer.model, answer.usage)
+                            answer.model, answer.usage, chat.tools)
 
 
 def _reason(exc: BaseException) -> str:

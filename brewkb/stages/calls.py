@@ -27,7 +27,7 @@ from brewkb.config import Signatures
 from brewkb.recipes import build_body, split_sections
 from brewkb.trajectories.quote import name_reason
 from brewkb.trajectories.schema import Trajectory, tool_calls
-from brewkb.trajectories.tools import CALLED, CALLED_WITH, NOT_THE_AGENTS, not_the_agents
+from brewkb.trajectories.tools import CALLED, CALLED_WITH, NOT_THE_AGENTS, not_the_agents, undeclared
 
 __all__ = ["CallRules", "screen_calls", "supported_calls", "FEW_TASKS"]
 
@@ -43,12 +43,15 @@ def supported_calls(trajectories: Sequence[Trajectory], tasks: Mapping[str, str]
                     support: int) -> dict[str, frozenset[str]]:
     """The tools that conversations of ``support`` distinct tasks or more
     (``tasks``: trajectory id → the task it counts as) called, each with the
-    argument names as many passed it."""
+    argument names as many passed it; a call of a tool its conversation's
+    requests did not declare counts for nothing."""
     called: dict[str, set[str]] = defaultdict(set)
     passed: dict[tuple[str, str], set[str]] = defaultdict(set)
     for trajectory in trajectories:
         task = tasks.get(trajectory.id, trajectory.task_id)
         for call in tool_calls(trajectory.messages):
+            if undeclared(call.name, trajectory):  # a call the model made up
+                continue
             called[call.name].add(task)
             for argument in call.args() or {}:
                 passed[call.name, argument].add(task)

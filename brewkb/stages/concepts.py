@@ -70,6 +70,7 @@ from brewkb.trajectories.tools import (
     is_handoff,
     is_write,
     not_the_agents,
+    undeclared,
 )
 
 __all__ = ["Concept", "agglomerate", "build_concepts", "concept_slugs", "actions_of", "concept_bound",
@@ -160,9 +161,10 @@ def concept_slugs(titles: Sequence[str]) -> list[str]:
 
 def actions_of(trajectories: Sequence[Trajectory], known: Collection[str] = ()) -> dict[str, frozenset[str]]:
     """Trajectory id → the tools it called without an error that act: writes and hand-offs (of the
-    agent's tools, when ``known`` lists them)."""
+    agent's tools, when ``known`` lists them, and of those its requests declared, when it says)."""
     return {t.id: frozenset(c.name for c in tool_calls(t.messages) if not c.error and not not_the_agents(c.name, known)
-                            and (is_write(c.name) or is_handoff(c.name))) for t in trajectories}
+                            and not undeclared(c.name, t) and (is_write(c.name) or is_handoff(c.name)))
+            for t in trajectories}
 
 
 def known_notes(trajectories: Sequence[Trajectory], known: Collection[str], shown: int = 10) -> list[str]:

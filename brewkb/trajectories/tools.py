@@ -21,11 +21,13 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Iterable, Sequence
 
+from brewkb.config import TOOL_NAME
 from brewkb.trajectories.schema import ToolCall, Trajectory, tool_calls
 
 __all__ = ["ALSO_ASKED", "READ_VERBS", "used_tools", "is_lookup", "is_talk", "is_handoff", "is_write",
            "concept_of_tool", "step_text", "parse_step", "parse_alternatives", "procedure", "name_words",
-           "user_turns", "writes_of", "CALLED", "CALLED_WITH", "NOT_THE_AGENTS", "not_the_agents"]
+           "user_turns", "writes_of", "CALLED", "CALLED_WITH", "NOT_THE_AGENTS", "not_the_agents", "DECLARED",
+           "declared_in", "undeclared"]
 
 READ_VERBS = frozenset({
     "get", "find", "list", "search", "lookup", "look", "read", "fetch", "check", "calculate", "compute",
@@ -54,6 +56,29 @@ def not_the_agents(name: str, known: Collection[str]) -> bool:
     """Whether a team that listed its agent's tools (``known``; empty: none
     listed) did not list ``name``."""
     return bool(known) and name not in known
+
+
+DECLARED = "tools"
+"""The ``meta`` key of a conversation that holds the tools its requests declared to the model."""
+
+
+def declared_in(tools: object) -> list[str]:
+    """The names of the functions an OpenAI ``tools`` list declares (identifiers only)."""
+    found = []
+    for tool in tools if isinstance(tools, list) else ():
+        function = tool.get("function") if isinstance(tool, dict) else None
+        name = function.get("name") if isinstance(function, dict) else None
+        if isinstance(name, str) and TOOL_NAME.fullmatch(name):
+            found.append(name)
+    return sorted(set(found))
+
+
+def undeclared(name: str, trajectory: Trajectory) -> bool:
+    """Whether ``trajectory`` says which tools its requests declared, and
+    ``name`` is not one of them: a call the model made up, which no recipe
+    learns from."""
+    declared = trajectory.meta.get(DECLARED)
+    return isinstance(declared, list) and bool(declared) and name not in declared
 
 
 def name_words(name: str) -> list[str]:

@@ -1,6 +1,7 @@
 """``openai``: JSONL, one conversation per line:
-``{messages, success | reward?, task?, task_id?, id | conversation_id?}``.
-A line with neither ``success`` nor ``reward`` is an unlabelled conversation."""
+``{messages, success | reward?, task?, task_id?, id | conversation_id?, tools?}``.
+A line with neither ``success`` nor ``reward`` is an unlabelled conversation;
+``tools``, as a chat request gives them, are the tools offered to the model."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from brewkb.trajectories.formats.base import (
     outcome_json,
     outcome_of,
 )
+from brewkb.trajectories.tools import DECLARED, declared_in
 
 __all__ = ["read", "looks_like"]
 
@@ -45,6 +47,8 @@ def _convert(where: str, number: int, record: Any, split: str) -> Item:
     meta: dict[str, Any] = {"source": "openai", "line": number}
     if isinstance(conversation, str | int) and not isinstance(conversation, bool):
         meta["conversation_id"] = str(conversation)
+    if declared := declared_in(record.get("tools")):  # a request-shaped record: the tools it offered the model
+        meta[DECLARED] = declared
     return build(where, task_id=str(record.get("task_id") or f"line-{number}"), task=task, split=split,
                  messages=messages, outcome=outcome_json(outcome), meta=meta)
 
