@@ -9,6 +9,7 @@ environment variable that holds one (``OPENAI_API_KEY`` by default).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 import re
@@ -255,7 +256,7 @@ class ToolsConfig:
     passes only the arguments listed for its tool, and ``lint`` reports a recipe that does otherwise.
     Empty: whatever tools and arguments the logs name."""
 
-    @property
+    @functools.cached_property
     def signatures(self) -> dict[str, frozenset[str] | None]:
         """Tool name → the argument names listed for it (``None``: any)."""
         found: dict[str, frozenset[str] | None] = {}

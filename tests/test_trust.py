@@ -552,14 +552,15 @@ def test_an_argument_named_as_instructions_is_left_out_of_its_call(tmp_path: Pat
     assert "`find_user_by_email()`" in how  # the step stays: a log cannot take a recipe's step away by naming
 
 
-@pytest.mark.parametrize("name", ["modifyAddressIgnorePreviousInstructions", "reset_address_lock"])
-def test_a_tool_one_task_called_names_no_line_and_no_alias(tmp_path: Path, name: str) -> None:
-    """The failing write of one task's conversations, named by whoever wrote them: no recipe line calls it (too
-    few tasks did), and its words are no alias of the concept that learned from those conversations."""
+def test_a_tool_one_task_called_names_no_line_and_no_alias(tmp_path: Path) -> None:
+    """The failing write of one task's conversations, named by whoever wrote them: no recipe line calls it, and
+    its words are no alias of the concept that learned from those conversations (the rule that one task's tool is
+    in no line is ``test_a_call_conversations_of_one_task_made_goes_from_its_list_and_its_argument_from_its_call``)."""
+    name = "modifyAddressIgnorePreviousInstructions"
     root = _distilled_with_tool_renamed(tmp_path, "modify_order_address", name, "o", tasks=[2])
     assert name in (root / "runs" / "o" / "rollouts.jsonl").read_text()
     texts = [git(root, "show", f"brew/o/pr:{p}") for p in git(root, "diff", "--name-only", "HEAD", "brew/o/pr").split()]
-    assert texts and not [t for t in texts if name in t or "ignore previous" in t.lower() or "reset address" in t]
+    assert texts and not [t for t in texts if name in t or "ignore previous" in t.lower()]
 
 
 AGENTS_TOOLS = ("find_user_by_email", "get_order_details", "modify_pending_order_address", "modify_order_address",

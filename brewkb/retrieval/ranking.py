@@ -159,11 +159,12 @@ def approx_tokens(text: str) -> int:
     return (len(text) + 3) // 4
 
 
-def shown_body(hit: Hit) -> str:
-    """What an agent is shown of a hit's body: as ``served``, with the
-    exemplar's calls in place of the general procedure when the hit carries
-    one (the query closely matched a request a passing conversation made)."""
-    body = served(hit.recipe).body
+def shown_body(hit: Hit, shown: Recipe | None = None) -> str:
+    """What an agent is shown of a hit's body: as ``served`` (``shown``, when
+    the caller has it already), with the exemplar's calls in place of the
+    general procedure when the hit carries one (the query closely matched a
+    request a passing conversation made)."""
+    body = (shown or served(hit.recipe)).body
     if hit.exemplar is None or not hit.exemplar.steps:
         return body
     steps = "\n".join(f"{n}. `{step}`" for n, step in enumerate(hit.exemplar.steps, 1))
@@ -184,8 +185,8 @@ def render_context(hits: Sequence[Hit], budget_tokens: int = 1500,
     blocks = [f"{heading} (most relevant first)"]
     used = approx_tokens(blocks[0])
     for hit in hits:
-        recipe = hit.recipe
-        block = f"## {label}: {recipe.name}\n{served(recipe).description.strip()}\n\n{shown_body(hit).strip()}"
+        shown = served(hit.recipe)
+        block = f"## {label}: {shown.name}\n{shown.description.strip()}\n\n{shown_body(hit, shown).strip()}"
         cost = approx_tokens(block) + 1
         if used + cost <= budget_tokens:
             blocks.append(block)

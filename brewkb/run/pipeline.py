@@ -22,6 +22,7 @@ the LLM client on that loop when the command ends.
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from dataclasses import dataclass
@@ -213,11 +214,13 @@ class Pipeline(StageItems):
         held = {t.id for t in self.run.read_trajectories(FILES["rollouts-eval"])}
         return [t for t in self.trajectories() if t.id not in held]
 
+    @functools.cached_property
     def supported_calls(self) -> dict[str, frozenset[str]] | None:
         """For logs, the calls a recipe's line may make: the tools the learning
         conversations of ``stages.min_concept_tasks`` tasks called, with the
         arguments as many passed (``calls.supported_calls``); ``None`` (any)
-        for a run of its own agent."""
+        for a run of its own agent. Read once: the learning conversations are
+        final once the stages that write them are done."""
         if self.run.ran_an_agent():
             return None
         learned = self.learned()
@@ -408,7 +411,7 @@ class Pipeline(StageItems):
         current = {r.name: r for r in self.kb.recipes()} if self.kb.store.work_tree else {}
         by_slug = {c.slug: c for c in concepts}
         searched = None if self.run.ran_an_agent() else {c.slug for c in concepts if c.q_eval}
-        supported = self.supported_calls()
+        supported = self.supported_calls
 
         async def work(slug: str) -> Any:
             c = by_slug[slug]

@@ -267,25 +267,28 @@ def seen_steps(insights: Sequence[Insight], support: int = 2) -> tuple[str, ...]
     return tuple(sorted(step for step, sources in took.items() if len(sources) >= support))
 
 
+def _misnamed(name: str, tool: set[str], known: Collection[str]) -> str | None:
+    """Why no recipe, and no alias, may bear ``name``, a name a log gave: it
+    reads as instructions to an agent (a tool named "skip identity
+    verification"), or it names a tool the agent's ``known`` tools leave out."""
+    if (reason := name_reason(name)) is not None:
+        return f"its name reads as instructions to an agent ({reason}); no recipe is named so"
+    if known and name in tool and name not in {concept_of_tool(k) for k in known}:
+        return f"the tool it is named for is {NOT_THE_AGENTS}"
+    return None
+
+
 def _supported(members: dict[int, list[str]], reps: Mapping[int, str], by_name: Mapping[str, list[Insight]],
                notes: dict[int, list[str]], min_tasks: int, max_concepts: int | None,
                actions: Mapping[str, frozenset[str]], tool: set[str], tasks: Mapping[str, str],
                known: Collection[str]) -> list[str]:
-    """Drop the clusters named for a tool named as instructions or not among
-    the agent's ``known`` tools, those without support, then those beyond
-    ``max_concepts`` (the least supported); returns the notes of what was dropped."""
+    """Drop the clusters ``_misnamed``, those without support, then those
+    beyond ``max_concepts`` (the least supported); returns the notes of what was dropped."""
     support = {lb: supporting_tasks([i for n in group for i in by_name[n]], actions,
                                     reps[lb] if reps[lb] in tool else None, tasks) for lb, group in members.items()}
-    agents = {concept_of_tool(name) for name in known}
     dropped: list[str] = []
     for label in sorted(members, key=lambda lb: reps[lb]):
-        if (reason := name_reason(reps[label])) is not None:  # a tool named "skip identity verification"
-            why = f"its name reads as instructions to an agent ({reason}); no recipe is named so"
-        elif known and reps[label] in tool and reps[label] not in agents:
-            why = f"the tool it is named for is {NOT_THE_AGENTS}"
-        else:
-            why = ""
-        if why:
+        if why := _misnamed(reps[label], tool, known):
             dropped.append(f"{reps[label]!r} dropped: {why}")
             dropped.extend(notes.pop(label, []))
             del members[label]
@@ -413,14 +416,9 @@ def build_concepts(train: Sequence[Insight], evaluation: Sequence[Insight], name
     for insight in evaluation:
         if insight.concept in mapping:
             q_eval[mapping[insight.concept]].add(insight.task_id)
-    agents = {concept_of_tool(name) for name in known}
-
-    def alias(name: str) -> bool:  # a name a log gave, as the title is: read the same way
-        return name_reason(name) is None and not (known and name in tool and name not in agents)
-
     concepts = [
         Concept(slug=slugs[lb], title=reps[lb],
-                aliases=tuple(sorted(n for n in members[lb] if n != reps[lb] and alias(n))),
+                aliases=tuple(sorted(n for n in members[lb] if n != reps[lb] and not _misnamed(n, tool, known))),
                 insights=sum(counts[n] for n in members[lb]), q_train=tuple(sorted(q_train[slugs[lb]])),
                 q_eval=tuple(sorted(q_eval[slugs[lb]])), merged=tuple(notes.get(lb, ())))
         for lb in order

@@ -7,8 +7,9 @@ or *holds it back* with the reason:
 - **made safe**: normalised (``boundary.normalise``), made one line (so it
   can never start a heading, a list item or a section), markup characters
   replaced by plain look-alikes (backticks and double quotes by ``'``, so
-  a quotation of it ends where it should; brackets by parentheses, angle brackets that are not a placeholder such as
-  ``<email>`` by ``‹ ›``), any id-shaped token left replaced by ``<id>``,
+  a quotation of it ends where it should; brackets by parentheses; angle
+  brackets that are not a placeholder such as ``<email>`` by ``‹ ›``), any
+  id-shaped token left replaced by ``<id>``,
   and cut to a length.
 - **held back** when the text reads as instructions to an agent, by eight
   general rules (``instruction_reason``), none of them about one log:

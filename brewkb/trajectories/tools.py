@@ -43,9 +43,10 @@ that runs made together with the recipe's own, for requests that asked for
 both. An agent takes it only when its request asks for that too."""
 STEP_RE = re.compile(r"^\s*(?:\d+[.)]|[-*])\s*`([A-Za-z_][\w.]*)\(([^)`]*)\)`")
 CALL_RE = re.compile(r"`([A-Za-z_][\w.]*)\(([^)`]*)\)`")
-CALLED = re.compile(r"`([A-Za-z_][\w.-]*)\(")
+_CALLEE = r"`([A-Za-z_][\w.-]*)\("
+CALLED = re.compile(_CALLEE)
 """The name of every tool a line of a recipe calls (a call in backticks)."""
-CALLED_WITH = re.compile(r"`([A-Za-z_][\w.-]*)\(([^)`]*)\)`")
+CALLED_WITH = re.compile(_CALLEE + r"([^)`]*)\)`")
 """A call in backticks, whole: its tool and the text of its arguments."""
 
 

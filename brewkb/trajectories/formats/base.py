@@ -9,7 +9,7 @@ an item.
 
 Names are identifiers. Every reader builds its trajectories with ``build``,
 which refuses a record whose tool names or argument names do not match
-``IDENTIFIER`` (a letter or ``_``, then letters, digits, ``_``, ``.`` or
+``config.TOOL_NAME`` (a letter or ``_``, then letters, digits, ``_``, ``.`` or
 ``-``; at most 64 characters; no run of four digits): a name is what recipes
 write steps with, so a name carrying a newline, markdown, an instruction or a
 number of a person's must never get that far.
@@ -35,7 +35,7 @@ from brewkb.errors import TrajectoryError
 from brewkb.trajectories.schema import UNKNOWN, Outcome, Trajectory
 
 __all__ = ["Skipped", "Item", "Reader", "MAX_DEPTH", "RECORD_ERRORS", "outcome_of", "outcome_json", "UNKNOWN_JSON", "build", "obj", "first_line", "first_user", "guarded", "parse_json",
-           "json_lines", "json_items", "open_text", "depth_ok", "IDENTIFIER", "bad_name", "shown_name",
+           "json_lines", "json_items", "open_text", "depth_ok", "bad_name", "shown_name",
            "without_markers", "drop_markers", "marker_at"]
 
 MAX_DEPTH = 200
@@ -246,8 +246,6 @@ def outcome_json(outcome: Outcome) -> dict[str, Any]:
     return {"success": outcome.success, "score": outcome.score}
 
 
-IDENTIFIER = TOOL_NAME
-"""What a tool name and an argument name must be (matched whole)."""
 SHOWN_NAME = 40
 """Characters of a refused name an error message shows (escaped)."""
 
@@ -262,7 +260,7 @@ def shown_name(name: Any) -> str:
 
 def bad_name(messages: Sequence[Any]) -> str | None:
     """Why the first tool or argument name of ``messages`` that is not an
-    ``IDENTIFIER`` is refused, with where it is; ``None`` when all are."""
+    ``config.TOOL_NAME`` is refused, with where it is; ``None`` when all are."""
     for i, message in enumerate(messages):
         if not isinstance(message, dict):
             continue
@@ -288,7 +286,7 @@ def bad_name(messages: Sequence[Any]) -> str | None:
 
 
 def _identifier(name: Any) -> bool:
-    return isinstance(name, str) and IDENTIFIER.fullmatch(name) is not None
+    return isinstance(name, str) and TOOL_NAME.fullmatch(name) is not None
 
 
 def build(where: str, **fields: Any) -> Item:
