@@ -517,6 +517,36 @@ def test_an_argument_one_task_passed_is_not_shown_in_a_step(tmp_path: Path) -> N
     assert "then_refund" not in cancel and "`cancel_pending_order(order_id, reason)`" in cancel
 
 
+def test_an_llm_integrator_names_no_tool_the_team_did_not_list_in_code_form_or_bare(tmp_path: Path) -> None:
+    """The LLM path, through the real `openai` SDK against a fake endpoint whose integrator writes each step as
+    "Call `tool` with …" (a name in backticks, no parentheses): the team's list holds there too."""
+    lines = []
+    for task in range(9):
+        for trial in range(2):
+            _, messages, ok = conversation(task, trial)
+            lines.append({"task_id": f"t{task}", "messages": messages, "success": ok})
+    (tmp_path / "chat.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    root = new_kb(tmp_path)
+    listed = [t for t in (*AGENTS_TOOLS, "cancel_pending_order") if t != "get_order_details"]
+    config = (root / "brewkb.toml").read_text().replace('backend = "offline"', 'backend = "openai"', 1)
+    (root / "brewkb.toml").write_text(re.sub(r"(?m)^# known = .*$", "known = [" + ", ".join(f'"{t}"' for t in listed)
+                                             + "]", config, count=1))
+    git(root, "commit", "-qam", "an endpoint, and the agent's tools")
+    with FakeOpenAI(default=role_player, embed=embed) as fake:
+        env = {"OPENAI_BASE_URL": fake.base_url, "OPENAI_API_KEY": "sk-test"}
+        assert brewkb(root, "import", str(tmp_path / "chat.jsonl"), "--format", "openai", "--run", "m").returncode == 0
+        done = brewkb(root, "distill", "m", "--iterations", "1", env=env)
+        assert done.returncode == 0, done.stderr[-2000:]
+        asked = [body for _, body in fake.requests if body.get("response_format", {}).get("json_schema", {})
+                 .get("name") == "recipe"]
+    assert asked and any("get_order_details" in json.dumps(body) for body in asked)  # the integrator saw the tool
+    written = "".join(p.read_text() for p in (root / "runs" / "m" / "recipes").glob("*.md"))
+    assert "Call `cancel_pending_order`" in written and "get_order_details" not in written  # its listed calls stay
+    branches = git(root, "for-each-ref", "--format=%(refname)", "refs/heads/brew/m").split()
+    assert branches and not subprocess.run(["git", "grep", "-l", "get_order_details", *branches, "--", "recipes/"],
+                                           cwd=root, capture_output=True, text=True).stdout  # nor any node's commit
+
+
 @pytest.mark.parametrize("listed", [False, True])
 def test_a_tool_listed_with_its_arguments_is_called_with_those_only(tmp_path: Path, listed: bool) -> None:
     """Conversations of several tasks can pass an argument whose name is a message; a team that lists its

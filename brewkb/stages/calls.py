@@ -8,9 +8,10 @@ or as a host, when the tool is not one of the agent's tools a team listed
 (``tools.known``), or, for logs, when conversations of fewer than
 ``stages.min_concept_tasks`` distinct tasks called it (``supported_calls``):
 one conversation cannot put a tool in front of an agent, as it cannot make a
-concept. Such a call goes from a list it is one of (alternatives joined by
-"or", an exemplar's calls after an arrow); a line that makes it otherwise
-goes. An argument whose name reads as instructions, one the team did not
+concept. A tool named in backticks without a call ("Call `cancel_order`
+with …", as a model may write a step) is read as a call of it. Such a call
+goes from a list it is one of (alternatives joined by "or", an exemplar's
+calls after an arrow); a line that makes it otherwise goes. An argument whose name reads as instructions, one the team did not
 list for its tool, or, for logs, one that conversations of too few tasks
 passed, goes from its call. The current recipe's own calls stay. The steps
 left are numbered again, and a section left empty goes.
@@ -33,6 +34,9 @@ __all__ = ["CallRules", "screen_calls", "supported_calls", "FEW_TASKS"]
 
 FEW_TASKS = "a tool conversations of too few tasks called (stages.min_concept_tasks)"
 _ITEM = re.compile(r"(\s*)\d+\.(\s)")
+_BARE = re.compile(r"`([A-Za-z_][\w.-]*)`")
+"""A name in backticks with no call: how a model may write a step ("Call `cancel_order` with …")."""
+_COMPOUND = re.compile(r"[_.-]|[a-z][A-Z]")
 
 
 def _arguments(text: str) -> list[str]:
@@ -85,6 +89,15 @@ class CallRules:
             return reason
         return FEW_TASKS if self.supported is not None and name not in self.supported else None
 
+    def names_a_tool(self, name: str) -> bool:
+        """Whether ``name``, written in backticks without a call (``cancel_order``), names a tool: one the
+        team listed or the logs support, or, for logs, a name of two words or more that no tool takes as
+        an argument (a tool too few tasks called, or none)."""
+        if name in self.known or (self.supported is not None and name in self.supported):
+            return True
+        arguments = {a for names in (*self.known.values(), *(self.supported or {}).values()) for a in names or ()}
+        return self.supported is not None and _COMPOUND.search(name) is not None and name not in arguments
+
     def allows(self, tool: str, argument: str) -> bool:
         listed = self.known.get(tool)
         return name_reason(argument) is None and (listed is None or argument in listed) and \
@@ -110,7 +123,8 @@ def _line(line: str, rules: CallRules) -> tuple[str | None, str]:
     if reason := next((r for n in CALLED.findall(line) if n not in whole and (r := rules.tool_reason(n))), None):
         return None, reason
     why = ""
-    for match in list(CALLED_WITH.finditer(line)):
+    named = [*CALLED_WITH.finditer(line), *(m for m in _BARE.finditer(line) if rules.names_a_tool(m.group(1)))]
+    for match in named:
         if (reason := rules.tool_reason(match.group(1))) is None:
             continue
         kept = _without(line, match.group(0))
