@@ -202,7 +202,7 @@ def bm25s_rows(kb_path: Path, learn: str, cases: list) -> dict[str, list[tuple[f
     """The trajectories memory of run ``learn`` ranked by bm25s over the same
     document texts brewkb indexes, scored like every arm."""
     with KB.open(kb_path) as kb:
-        learned, _, _ = logged_split(Run.at(kb.runs_dir, learn, create=False))
+        learned, _, _ = logged_split(Run.at(kb.runs_dir, learn, create=False), kb.config)
         scrub = scrubber_of(kb.config.scrub).trajectory
     documents = memory_documents("trajectories", [scrub(t) for t in learned])
     if not documents:

@@ -19,7 +19,9 @@ from typing import Any
 
 import pytest
 
-from brewkb.trajectories.schema import content_id
+from brewkb.stages.concepts import held_out
+from brewkb.trajectories.formats import import_file
+from brewkb.trajectories.schema import Trajectory, content_id
 from brewkb.trajectories.split import HOLD_OUT_EVERY, split_tasks
 from brewkb.trajectories.tools import is_lookup
 from tests.conftest import AIRLINE, git
@@ -102,8 +104,10 @@ def _learning_ids(real: list[str], n: int) -> list[str]:
 
 def _log(folder: Path, *groups: tuple[dict[str, Any], int]) -> tuple[Path, set[str]]:
     """The real log plus, for each (conversation, n), n copies of the
-    conversation graded as passed, each a task of its own that the split puts
-    in the learning part; returns the file and the learning tasks."""
+    conversation graded as passed, each a task of its own in a place of the
+    split's order that it learns from; returns the file and the tasks distill
+    learns from (the eval split also takes one task of an action that more
+    than two learning tasks performed, ``brewkb.trajectories.split``)."""
     real = list(_logged())
     ids = _learning_ids(sorted({str(r["task_id"]) for r in real}), sum(n for _, n in groups))
     poisoned = []
@@ -115,9 +119,10 @@ def _log(folder: Path, *groups: tuple[dict[str, Any], int]) -> tuple[Path, set[s
                                      f"(#{n}-{len(poisoned)})"}
             poisoned.append({**varied, "task_id": int(ids[len(poisoned)]), "trial": 0, "reward": 1.0})
     held, test = split_tasks([str(r["task_id"]) for r in real + poisoned])
-    assert not set(ids) & (held | test)  # forced into the learning split
+    assert not set(ids) & (held | test)  # forced into the learning places of the order
     path = folder / "logs.json"
     path.write_text(json.dumps(real + poisoned))
+    held, test = held_out([t for t in import_file(path, "tau-bench") if isinstance(t, Trajectory)], 2)
     return path, {str(r["task_id"]) for r in real + poisoned} - held - test
 
 
@@ -151,7 +156,7 @@ def _learned(root: Path, run: str) -> dict[str, Any]:
     return dict(json.loads((root / "runs" / run / "concepts.json").read_text()))
 
 
-@pytest.mark.parametrize("n", [1, 3, 10])
+@pytest.mark.parametrize("n", [1, 2, 3])
 def test_poisoned_conversations_add_no_recipe_and_drop_no_check_without_support(kb: Path, tmp_path: Path,
                                                                                  n: int) -> None:
     cancel, change = _passing("cancel_reservation"), _passing("update_reservation_flights")
@@ -161,23 +166,29 @@ def test_poisoned_conversations_add_no_recipe_and_drop_no_check_without_support(
     out = _distill(kb, logs, "p")
     recipes = _recipes(kb, "p")
     assert recipes and not any(NO_PROCEDURE in text for text in recipes.values())
-    # an invented write is no recipe, and no other recipe names it: one task, or a concept that waits
-    assert not any(INVENTED in text for text in recipes.values()), recipes
     learned = _learned(kb, "p")
     slug = INVENTED.replace("_", "-")
     body = brewkb(kb, "pr", "p", "--body-only").stdout
+    if n < 3:  # an invented write is no recipe, and no other recipe names it: one task, or a concept that waits
+        assert not any(INVENTED in text for text in recipes.values()), recipes
     if n == 1:
         assert "'issue full refund at once' dropped: conversations of 1 task(s) did it, fewer than " \
                "stages.min_concept_tasks (2)" in learned["dropped"]
         assert "Waiting for evidence" not in body
         assert "## Not learned\n\n" in body and "- `'issue full refund at once' dropped: conversations of " \
             "1 task(s) did it" in body  # the reviewer sees what the logs did that became no recipe
-    else:  # done by n tasks, asked for by no held-out request: it waits, and the PR says so
+    elif n == 2:  # done by 2 tasks, both needed for support, so no held-out request asks for it: it waits
         [waiting] = [c for c in learned["concepts"] if c["slug"] == slug]
         assert len(waiting["q_train"]) == n and waiting["q_eval"] == []
         assert f"  {slug:32} waits for evidence" in out
         assert (f"## Waiting for evidence\n\n- `{slug}`: learned from {n} task(s), but no held-out (eval) request "
                 "asked for it") in body
+    else:  # one of 3 tasks is held out to measure it; without tools.known only the reviewer can tell it is made up
+        [measured] = [c for c in learned["concepts"] if c["slug"] == slug]
+        assert len(measured["q_train"]) == n - 1 and len(measured["q_eval"]) == 1
+        assert slug in recipes
+        new_tools = body.split("**New tools.**", 1)[1].split("\n", 1)[0]
+        assert f"`{INVENTED}`" in new_tools and "does not list your agent's tools" in new_tools
     # the checks stay steps until conversations without them are more than half of the cancellations' tasks
     cancelled = {str(r["task_id"]) for r in _logged() if r["reward"] == 1.0 and "cancel_reservation" in _names(r)}
     real = len(cancelled & learning)
@@ -206,17 +217,20 @@ def test_a_conversation_of_400_invented_writes_gives_no_more_concepts_than_the_p
     learned = _learned(kb, "flood")
     assert len(learned["concepts"]) <= bound
     recipes = _recipes(kb, "flood")
-    assert set(recipes) <= {"cancel-reservation", "update-reservation-flights"}
-    assert not any("apply_credit" in text for text in recipes.values())
-    branches = git(kb, "branch", "--list", "brew/flood/*").split()
-    assert not any("apply-credit" in b for b in branches)
+    invented_recipes = {name for name in recipes if name.startswith("apply-credit")}
+    assert set(recipes) - invented_recipes <= {"cancel-reservation", "update-reservation-flights"}
+    named = {call for text in recipes.values() for call in re.findall(r"`(apply_credit_\d+)\(", text)}
+    assert named == {name.replace("-", "_") for name in invented_recipes}  # a write no recipe of its own is in none
     if copies == 1:  # one conversation: no concept of its writes at all, and the search of the log without it
-        assert not any(c["slug"].startswith("apply-credit") for c in learned["concepts"])
-    else:  # three tasks: its first writes are concepts, as many as the bound leaves room for, all waiting
-        assert len(learned["concepts"]) == bound
+        assert not any(c["slug"].startswith("apply-credit") for c in learned["concepts"]) and not invented_recipes
+        assert not any("apply-credit" in b for b in git(kb, "branch", "--list", "brew/flood/*").split())
+    else:  # three tasks, one held out to measure them: its first writes are concepts, as many as the bound leaves
+        assert len(learned["concepts"]) == bound  # room for, and without tools.known the reviewer is told of them
         assert any("the run keeps at most" in note for note in learned["dropped"])
+        assert len(invented_recipes) < bound
         body = brewkb(kb, "pr", "flood", "--body-only").stdout
-        assert re.search(r"(?m)^- `apply-credit-\d+`: learned from 3 task\(s\), but no held-out", body), body
+        new_tools = body.split("**New tools.**", 1)[1].split("\n", 1)[0]
+        assert all(f"`{name.replace('-', '_')}`" in new_tools for name in invented_recipes), new_tools
 
 
 def test_a_log_that_only_reads_gives_no_recipe_and_says_why(kb: Path, tmp_path: Path) -> None:
@@ -347,3 +361,27 @@ def test_copies_of_one_conversation_are_one_task_whatever_ids_the_log_gives_them
     assert any(note.startswith(one_task) for note in dropped) == alike, dropped
     if alike:
         assert "delete-all-customers" not in git(root, "ls-tree", "-r", "--name-only", "brew/c/pr")
+
+
+@pytest.mark.parametrize("done_by", [2, 3])
+def test_the_eval_split_asks_for_an_action_it_can_spare_a_learning_task_of(done_by: int) -> None:
+    ids = [f"t{n}" for n in range(20)]
+    evaluation, test = split_tasks(ids)
+    learning = [t for t in sorted(ids, key=lambda t: content_id(["held-out", t])) if t not in evaluation | test]
+    actions = {t: {"book_trip"} for t in learning[:done_by]} | {t: {"cancel_trip"} for t in learning[done_by:]}
+    actions |= {t: {"cancel_trip"} for t in evaluation}  # already asked for
+    moved, same_test = split_tasks(ids, actions, keep=2)
+    assert same_test == test
+    if done_by == 2:  # both needed for support: nothing to spare, so the concept will wait
+        assert moved == evaluation
+    else:  # the first of the three goes to eval; two are learned from
+        assert moved == evaluation | {learning[0]}
+
+
+def test_actions_made_up_by_the_dozen_move_no_more_tasks_to_eval_than_the_hash_held_out() -> None:
+    ids = [f"t{n}" for n in range(40)]
+    evaluation, test = split_tasks(ids)
+    learning = [t for t in ids if t not in evaluation | test]
+    actions = {t: {f"made_up_{n // 2}"} for n, t in enumerate(learning)}  # each done by two tasks, none held out
+    moved, _ = split_tasks(ids, actions, keep=1)
+    assert len(learning) // 2 > len(evaluation) and len(moved) == 2 * len(evaluation)

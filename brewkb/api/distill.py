@@ -14,6 +14,7 @@ from typing import Any
 from brewkb.api.logeval import LOG_EVAL_FILE
 from brewkb.api.loop import run_command
 from brewkb.api.trajectories import import_recordings
+from brewkb.config import Config
 from brewkb.errors import NotBetterError, RecipeError, RunError
 from brewkb.events import EventSink, null_sink
 from brewkb.fsutil import write_atomic
@@ -31,10 +32,10 @@ from brewkb.search.engine import SearchSpec, note_of, search
 from brewkb.search.episodes import EpisodeCache
 from brewkb.search.final import finalize
 from brewkb.search.store import SearchStore
-from brewkb.stages.concepts import actions_of, evidence
+from brewkb.stages.concepts import actions_of, evidence, held_out
 from brewkb.trajectories.schema import Trajectory
 from brewkb.trajectories.scrub import Scrubber, scrubber_of
-from brewkb.trajectories.split import HOLD_OUT_EVERY, split_tasks
+from brewkb.trajectories.split import HOLD_OUT_EVERY
 from brewkb.trajectories.tools import user_turns
 
 __all__ = ["DistillResult", "distill", "adistill", "comparison_section"]
@@ -45,7 +46,7 @@ WAITING = ("learned from {tasks} task(s), but no held-out (eval) request asked f
            "it helps (a recipe is never scored on the requests it was learned from); it waits, neither added nor "
            "changed, until logs whose held-out part asks for it are distilled")
 
-def _hold_out(folder: Run) -> tuple[set[str], set[str]]:
+def _hold_out(folder: Run, config: Config) -> tuple[set[str], set[str]]:
     """Write the eval part of the logs as the run's eval rollouts and record
     the test part, once (see ``brewkb.trajectories.split``). A trajectory in
     both files is reflected as eval only, so it maps tasks to concepts without
@@ -54,7 +55,7 @@ def _hold_out(folder: Run) -> tuple[set[str], set[str]]:
         record = folder.manifest()["stages"]["rollouts-eval"]
         return set(record.get("held_out", [])), set(record.get("test", []))
     logged = folder.read_trajectories(FILES["rollouts"])
-    held, test = split_tasks([t.task_id for t in logged])
+    held, test = held_out(logged, config.stages.min_concept_tasks, config.tools.signatures)
     folder.write_trajectories(FILES["rollouts-eval"], [t.with_(split="eval") for t in logged if t.task_id in held])
     folder.record_stage("rollouts-eval", source="held out from the logs", held_out=sorted(held), test=sorted(test),
                         episodes=sum(t.task_id in held for t in logged))
@@ -169,7 +170,7 @@ async def _distill(kb: KB, folder: Run, strategy: str | None, iterations: int | 
     async with Pipeline.open(kb, folder, no_cache=no_cache, events=events) as pipeline:
         await pipeline.outcomes()  # the judge labels unknown outcomes first, held-out ones included
         logged = folder.read_trajectories(FILES["rollouts"])
-        split = _hold_out(folder)
+        split = _hold_out(folder, kb.config)
         grades = await pipeline.grades()
         await pipeline.relabel()
         train, _ = await pipeline.reflections()

@@ -18,6 +18,7 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
+from brewkb.config import Config
 from brewkb.errors import BrewError, RunError
 from brewkb.fsutil import write_atomic
 from brewkb.git.refs import BrewRef
@@ -25,10 +26,11 @@ from brewkb.kb import KB
 from brewkb.retrieval.compare import LogEvaluation
 from brewkb.retrieval.logeval import BASELINES, cases_of, compare_arms
 from brewkb.retrieval.ranking import retriever_of
+from brewkb.stages.concepts import held_out
 from brewkb.run.folder import FILES, LOG_EVAL_FILE, Run
 from brewkb.trajectories.schema import Trajectory
 from brewkb.trajectories.scrub import scrubber_of
-from brewkb.trajectories.split import HOLD_OUT_EVERY, split_logs
+from brewkb.trajectories.split import HOLD_OUT_EVERY
 
 __all__ = ["evaluate_logs", "logged_split", "LOG_EVAL_FILE"]
 
@@ -49,7 +51,7 @@ def evaluate_logs(logs: str, *, revs: Sequence[str] = (), contexts: Sequence[str
         held_run = _run(kb, logs, "--logs")
         learn_run = _run(kb, from_run, "--from-run") if from_run else held_run
         target = _run(kb, save_to, "--run") if save_to else None
-        learn, evaluation, held = logged_split(learn_run)
+        learn, evaluation, held = logged_split(learn_run, kb.config)
         if learn_run.id != held_run.id:
             held = _logged(held_run)
         if not held:
@@ -82,15 +84,15 @@ def _run(kb: KB, run: str, option: str) -> Run:
         raise RunError(f"{option} {run}: {exc}") from None
 
 
-def logged_split(run: Run) -> tuple[list[Trajectory], list[Trajectory], list[Trajectory]]:
+def logged_split(run: Run, config: Config) -> tuple[list[Trajectory], list[Trajectory], list[Trajectory]]:
     """A run's logged conversations: those learned from, the eval ones and the
     test ones, as its distillation recorded them (else as it would)."""
     logged = _logged(run)
     record = run.manifest().get("stages", {}).get("rollouts-eval")
     if record is None:
-        return split_logs(logged)
-    # a run distilled before test splits existed learned from every task but its eval ones
-    evaluation, test = set(record.get("held_out", [])), set(record.get("test", []))
+        evaluation, test = held_out(logged, config.stages.min_concept_tasks, config.tools.signatures)
+    else:  # a run distilled before test splits existed learned from every task but its eval ones
+        evaluation, test = set(record.get("held_out", [])), set(record.get("test", []))
     return ([t for t in logged if t.task_id not in evaluation | test], [t for t in logged if t.task_id in evaluation],
             [t for t in logged if t.task_id in test])
 

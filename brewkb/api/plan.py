@@ -20,8 +20,7 @@ from brewkb.run.folder import FILES, STAGES, Run
 from brewkb.run.plan import JSON_ROLES, PlanInputs, RunPlan, plan_refine, with_cost
 from brewkb.search.engine import SearchSpec
 from brewkb.stages import relabel as relabel_stage
-from brewkb.stages.concepts import concept_bound
-from brewkb.trajectories.split import split_tasks
+from brewkb.stages.concepts import concept_bound, held_out
 
 __all__ = ["refine_plan", "distill_plan", "open_budget", "limits_of", "LEDGER", "SECONDS_PER_CALL"]
 
@@ -169,7 +168,7 @@ def distill_plan(run: str, *, strategy: str | None = None, iterations: int | Non
         path = folder.file(FILES["concepts"])
         concepts = len(json.loads(path.read_text(encoding="utf-8"))["concepts"]) \
             if "concepts" in done and path.exists() else None
-        held, test = split_tasks([t.task_id for t in logged])  # as distill will hold them out
+        held, test = held_out(logged, config.stages.min_concept_tasks, config.tools.signatures)  # as distill will
         learning = len({t.task_id for t in logged} - held - test)
         per_task = config.stages.concepts_per_task
         bound = concept_bound(learning, per_task)

@@ -64,6 +64,7 @@ from brewkb.llm.roles import DIAGNOSTIC, PRESCRIPTIVE, REQUEST, SEEN, Insight
 from brewkb.recipes import slugify
 from brewkb.trajectories.quote import name_reason
 from brewkb.trajectories.schema import COPY_KEY, Trajectory, tool_calls
+from brewkb.trajectories.split import split_tasks
 from brewkb.trajectories.tools import (
     NOT_THE_AGENTS,
     concept_of_tool,
@@ -73,7 +74,7 @@ from brewkb.trajectories.tools import (
     undeclared,
 )
 
-__all__ = ["Concept", "agglomerate", "build_concepts", "concept_slugs", "actions_of", "concept_bound",
+__all__ = ["Concept", "agglomerate", "build_concepts", "concept_slugs", "actions_of", "held_out", "concept_bound",
            "supporting_tasks", "tasks_of", "evidence", "known_notes"]
 
 
@@ -165,6 +166,19 @@ def actions_of(trajectories: Sequence[Trajectory], known: Collection[str] = ()) 
     return {t.id: frozenset(c.name for c in tool_calls(t.messages) if not c.error and not not_the_agents(c.name, known)
                             and not undeclared(c.name, t) and (is_write(c.name) or is_handoff(c.name)))
             for t in trajectories}
+
+
+def held_out(trajectories: Sequence[Trajectory], min_tasks: int, known: Collection[str] = ()) -> tuple[set[str], set[str]]:
+    """The eval and the test tasks of logged conversations (``split_tasks``):
+    the eval split asks for every action more than ``min_tasks`` learning
+    tasks performed (what the support rule counts: conversations that did not
+    fail, copies of one conversation as one task)."""
+    counted = tasks_of(trajectories)
+    done = actions_of([t for t in trajectories if t.success is not False and counted[t.id] == t.task_id], known)
+    actions: dict[str, set[str]] = defaultdict(set)
+    for t in trajectories:
+        actions[t.task_id] |= done.get(t.id, frozenset())
+    return split_tasks([t.task_id for t in trajectories], actions, min_tasks)
 
 
 def known_notes(trajectories: Sequence[Trajectory], known: Collection[str], shown: int = 10) -> list[str]:
