@@ -46,7 +46,7 @@ from brewkb.trajectories.quote import (
 )
 from brewkb.trajectories.scrub import ID_SHAPE, Scrubber
 from brewkb.trajectories.secrets import SECRET
-from brewkb.trajectories.tools import CALLED, CALLED_WITH, NOT_THE_AGENTS, not_the_agents
+from brewkb.trajectories.tools import CALLED, CALLED_WITH, COMPOUND, NAMED, NOT_THE_AGENTS, not_the_agents
 
 __all__ = ["Problem", "lint_paths", "lint_files", "lint_text", "personal_data", "untrusted_text", "unknown_tools",
            "recipe_files", "fix_bom"]
@@ -169,8 +169,12 @@ _BARE_CALL = re.compile(r"(?<![\w.`-])([A-Za-z][A-Za-z0-9]*(?:[_.][A-Za-z0-9]+)+
 
 def unknown_tools(path: str, text: str, known: Signatures) -> list[Problem]:
     """An error per body line that calls a tool the agent's ``known`` tools do not hold (none when empty),
-    in code form or written out (``issue_gift_card(order_id)``), or passes an argument not listed for it."""
+    in code form or written out (``issue_gift_card(order_id)``), or passes an argument not listed for it;
+    a warning per line that names such a tool in backticks without a call ("Call `issue_gift_card` …":
+    a name of two words or more that is no listed tool, and no argument listed or passed in the recipe)."""
     problems = []
+    arguments = {a for names in known.values() for a in names or ()} | {
+        a.split("=")[0].strip() for _, passed in CALLED_WITH.findall(text) for a in passed.split(",")}
     for number, line in enumerate(text.splitlines()[_body_line(text) - 1:], start=_body_line(text)):
         calls = CALLED_WITH.findall(line) + _BARE_CALL.findall(line)
         others = [name for name in dict.fromkeys([*CALLED.findall(line), *(t for t, _ in calls)])
@@ -187,6 +191,13 @@ def unknown_tools(path: str, text: str, known: Signatures) -> list[Problem]:
                                                                                  unlisted)
                                     + ", an argument tools.known does not list for it",
                                     "remove the argument, or list it with the tool in tools.known"))
+        named = [n for n in dict.fromkeys(NAMED.findall(line)) if COMPOUND.search(n) and not_the_agents(n, known)
+                 and n not in arguments and n not in others]
+        if named:
+            problems.append(Problem(path, number, "warning", "names " + ", ".join(f"`{n}`" for n in named) +
+                                    f" in backticks, {NOT_THE_AGENTS}: an agent may take it for a call",
+                                    "if your agent has the tool, add it to tools.known; else remove it, or write "
+                                    "it without backticks"))
     return problems
 
 

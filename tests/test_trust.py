@@ -630,12 +630,17 @@ def test_a_tool_the_team_did_not_list_becomes_no_recipe_no_step_and_lint_reports
     edited = root / "recipes" / f"{next(iter(pr))}.md"
     edited.write_text(edited.read_text().replace("## How to perform\n\n",
                                                  "## How to perform\n\n1. `refund_to_partner_wallet(order_id)`\n"
-                                                 "2. Then use issue_gift_card(order_id).\n"))
+                                                 "2. Then use issue_gift_card(order_id).\n"
+                                                 "3. Call `issue_store_credit`, or `refund_in_full` with the "
+                                                 "`order_id`.\n"))
     lint = brewkb(root, "lint")
     assert lint.returncode == 1
     assert (": error: calls `refund_to_partner_wallet`, not one of the agent's tools (tools.known in brewkb.toml) — "
             "remove the step, or add the tool to tools.known if your agent has it") in lint.stdout
     assert ": error: calls `issue_gift_card`, not one of the agent's tools" in lint.stdout  # written out of code form
+    named = [line for line in lint.stdout.splitlines() if ": warning: names " in line]  # named, not called
+    assert len(named) == 1 and ("names `refund_in_full` in backticks, not one of the agent's tools (tools.known in "
+                                "brewkb.toml): an agent may take it for a call") in named[0], lint.stdout
 
 
 def test_a_tool_the_team_did_not_list_leaves_a_step_its_other_alternatives_and_no_empty_section() -> None:

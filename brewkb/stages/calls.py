@@ -28,15 +28,20 @@ from brewkb.config import Signatures
 from brewkb.recipes import build_body, split_sections
 from brewkb.trajectories.quote import name_reason
 from brewkb.trajectories.schema import Trajectory, tool_calls
-from brewkb.trajectories.tools import CALLED, CALLED_WITH, NOT_THE_AGENTS, not_the_agents, undeclared
+from brewkb.trajectories.tools import (
+    CALLED,
+    CALLED_WITH,
+    COMPOUND,
+    NAMED,
+    NOT_THE_AGENTS,
+    not_the_agents,
+    undeclared,
+)
 
 __all__ = ["CallRules", "screen_calls", "supported_calls", "FEW_TASKS"]
 
 FEW_TASKS = "a tool conversations of too few tasks called (stages.min_concept_tasks)"
 _ITEM = re.compile(r"(\s*)\d+\.(\s)")
-_BARE = re.compile(r"`([A-Za-z_][\w.-]*)`")
-"""A name in backticks with no call: how a model may write a step ("Call `cancel_order` with …")."""
-_COMPOUND = re.compile(r"[_.-]|[a-z][A-Z]")
 
 
 def _arguments(text: str) -> list[str]:
@@ -96,7 +101,7 @@ class CallRules:
         if name in self.known or (self.supported is not None and name in self.supported):
             return True
         arguments = {a for names in (*self.known.values(), *(self.supported or {}).values()) for a in names or ()}
-        return self.supported is not None and _COMPOUND.search(name) is not None and name not in arguments
+        return self.supported is not None and COMPOUND.search(name) is not None and name not in arguments
 
     def allows(self, tool: str, argument: str) -> bool:
         listed = self.known.get(tool)
@@ -123,7 +128,7 @@ def _line(line: str, rules: CallRules) -> tuple[str | None, str]:
     if reason := next((r for n in CALLED.findall(line) if n not in whole and (r := rules.tool_reason(n))), None):
         return None, reason
     why = ""
-    named = [*CALLED_WITH.finditer(line), *(m for m in _BARE.finditer(line) if rules.names_a_tool(m.group(1)))]
+    named = [*CALLED_WITH.finditer(line), *(m for m in NAMED.finditer(line) if rules.names_a_tool(m.group(1)))]
     for match in named:
         if (reason := rules.tool_reason(match.group(1))) is None:
             continue

@@ -26,7 +26,7 @@ from brewkb.trajectories.schema import ToolCall, Trajectory, tool_calls
 
 __all__ = ["ALSO_ASKED", "READ_VERBS", "used_tools", "is_lookup", "is_talk", "is_handoff", "is_write",
            "concept_of_tool", "step_text", "parse_step", "parse_alternatives", "procedure", "name_words",
-           "user_turns", "writes_of", "CALLED", "CALLED_WITH", "NOT_THE_AGENTS", "not_the_agents", "DECLARED",
+           "user_turns", "writes_of", "CALLED", "CALLED_WITH", "NAMED", "COMPOUND", "NOT_THE_AGENTS", "not_the_agents", "DECLARED",
            "declared_in", "undeclared"]
 
 READ_VERBS = frozenset({
@@ -48,6 +48,10 @@ CALLED = re.compile(_CALLEE)
 """The name of every tool a line of a recipe calls (a call in backticks)."""
 CALLED_WITH = re.compile(_CALLEE + r"([^)`]*)\)`")
 """A call in backticks, whole: its tool and the text of its arguments."""
+NAMED = re.compile(r"`([A-Za-z_][\w.-]*)`")
+"""A name in backticks without a call (``cancel_order``), as a model writes "Call `cancel_order` with …"."""
+COMPOUND = re.compile(r"[_.-]|[a-z][A-Z]")
+"""A name of two words or more (``cancel_order``, ``orders.cancel``, ``cancelOrder``): a tool's, not a word of prose."""
 
 
 NOT_THE_AGENTS = "not one of the agent's tools (tools.known in brewkb.toml)"
