@@ -26,7 +26,7 @@ from brewkb.trajectories.quote import held_back, instruction_reason, quote
 from brewkb.trajectories.schema import Outcome, Trajectory
 from brewkb.trajectories.scrub import Scrubber
 from brewkb.trajectories.split import split_tasks
-from tests.conftest import AIRLINE, git
+from tests.conftest import AIRLINE, SHARED, git
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.roles import embed, role_player
 from tests.test_distill import _call, conversation
@@ -726,6 +726,28 @@ def test_a_call_of_a_tool_its_request_did_not_offer_the_model_is_learned_from_by
     assert '"tools":["find_user_by_email",' in (root / "runs" / "d" / "rollouts.jsonl").read_text()
     texts = [git(root, "show", f"brew/d/pr:{p}") for p in git(root, "diff", "--name-only", "HEAD", "brew/d/pr").split()]
     assert texts and not [t for t in texts if "refund_to_partner_wallet" in t or "partner wallet" in t]
+
+
+@pytest.mark.skipif(not (SHARED / "tau2-airline").is_dir(), reason="needs ../shared/data/tau2-airline")
+@pytest.mark.parametrize("saved", [False, True])
+def test_a_tau2_results_file_that_saved_its_tools_learns_from_no_call_of_another(tmp_path: Path, saved: bool) -> None:
+    """τ² saves the agent's tools in ``info.environment_info.tool_defs`` when asked to: a call of any other tool
+    in its simulations (one the model made up, or a log's author wrote in) is learned from by nothing."""
+    [source] = sorted((SHARED / "tau2-airline").glob("*.json"))
+    data = json.loads(source.read_text())
+    called = {c["name"] for s in data["simulations"] for m in s["messages"] for c in m.get("tool_calls") or []}
+    assert "update_reservation_baggages" in called  # Claude's log learns a recipe for it
+    if saved:  # as if the agent had no such tool: the log's calls of it were made up
+        data["info"]["environment_info"]["tool_defs"] = {
+            name: {"name": name, "doc": "", "params": None} for name in called - {"update_reservation_baggages"}}
+    (tmp_path / "results.json").write_text(json.dumps(data))
+    root = new_kb(tmp_path)
+    assert brewkb(root, "import", str(tmp_path / "results.json"), "--format", "tau2", "--run", "t").returncode == 0
+    assert brewkb(root, "distill", "t", "--iterations", "1").returncode == 0
+    texts = "".join(git(root, "show", f"brew/t/pr:{p}") for p in git(root, "diff", "--name-only", "HEAD",
+                                                                      "brew/t/pr").split())
+    assert "cancel_reservation(" in texts
+    assert ("update_reservation_baggages(" in texts) != saved
 
 
 def test_the_pr_names_the_tools_its_recipes_call_that_the_base_kb_never_named() -> None:

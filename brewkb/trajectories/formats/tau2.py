@@ -6,7 +6,10 @@ at a time.
 - simulations whose ``reward_info`` is null or has no reward: unlabelled;
 - a task list that is missing or names other task ids: tasks are context
   (the instruction a simulation's task gave), never required. ``--tasks FILE``
-  gives them from a tau2 domain's ``tasks.json`` instead.
+  gives them from a tau2 domain's ``tasks.json`` instead;
+- ``info.environment_info.tool_defs`` (saved when τ² ran with its tools'
+  info): the agent's tools, recorded as each conversation's declared tools
+  (``meta.tools``), so a call of any other counts for nothing.
 
 A simulation is ``{id, task_id, trial, messages[{role, content, tool_calls[{id,
 name, arguments, requestor}]}], reward_info{reward}}``. Tool calls the
@@ -22,6 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from brewkb.config import TOOL_NAME
 from brewkb.errors import TrajectoryError
 from brewkb.trajectories.formats.base import (
     Item,
@@ -35,6 +39,7 @@ from brewkb.trajectories.formats.base import (
     outcome_of,
     without_markers,
 )
+from brewkb.trajectories.tools import DECLARED
 
 __all__ = ["read", "looks_like", "task_text", "MARKERS"]
 
@@ -45,6 +50,7 @@ MARKERS = ("###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###")
 def read(path: Path, split: str, tasks: Path | None = None) -> Iterator[Item]:
     bare = _starts_with(path, b"[")
     texts = _task_texts(tasks, "item") if tasks is not None else {} if bare else _task_texts(path, "tasks.item")
+    declared = [] if bare else _tool_defs(path)
     stream = json_items(path, "item" if bare else "simulations.item")
     where_of = (lambda i: f"{path}[{i}]") if bare else (lambda i: f"{path}:simulations[{i}]")
     seen = False
@@ -59,7 +65,7 @@ def read(path: Path, split: str, tasks: Path | None = None) -> Iterator[Item]:
                                  f"{str(obj(sim).get('termination_reason'))[:40]!r}, {_count_messages(sim)})",
                           never_ran=True)
             continue
-        item = guarded(where, lambda: _convert(where, i, sim, split, texts))
+        item = guarded(where, lambda: _convert(where, i, sim, split, texts, declared))
         if item is not None:
             yield item
     if not seen and not bare and not _has_simulations(path):
@@ -81,7 +87,7 @@ def _count_messages(sim: dict[str, Any]) -> str:
     return f"{n} message{'' if n == 1 else 's'}"
 
 
-def _convert(where: str, i: int, sim: Any, split: str, texts: dict[str, str]) -> Item:
+def _convert(where: str, i: int, sim: Any, split: str, texts: dict[str, str], declared: list[str]) -> Item:
     if not isinstance(sim, dict) or not isinstance(sim.get("messages"), list):
         raise TrajectoryError("no `messages` list")
     info = sim.get("reward_info")
@@ -93,6 +99,8 @@ def _convert(where: str, i: int, sim: Any, split: str, texts: dict[str, str]) ->
             "user_tool_calls": user_calls}
     if isinstance(sim.get("id"), str):
         meta["conversation_id"] = sim["id"]
+    if declared:
+        meta[DECLARED] = declared
     return build(where, task_id=task_id, task=texts.get(task_id) or first_user(messages), split=split,
                  messages=messages, outcome=outcome_json(outcome), meta=meta)
 
@@ -153,6 +161,14 @@ def _task_texts(path: Path, prefix: str) -> dict[str, str]:
             except (TypeError, ValueError, AttributeError):
                 continue
     return texts
+
+
+def _tool_defs(path: Path) -> list[str]:
+    """The names of the agent's tools the results file saved (``info.environment_info.tool_defs``:
+    name → signature), identifiers only; none when it saved none or they cannot be read."""
+    for _, defs in json_items(path, "info.environment_info.tool_defs"):
+        return sorted(name for name in defs if TOOL_NAME.fullmatch(name)) if isinstance(defs, dict) else []
+    return []
 
 
 def _starts_with(path: Path, char: bytes) -> bool:
