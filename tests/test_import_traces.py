@@ -81,7 +81,9 @@ def test_genai_traces_of_the_official_instrumentation_import_as_conversations(
     summary = json.loads(done.stdout)
     assert (summary["imported"], summary["skipped"], summary["unlabelled"], summary["success_rate"]) == (
         10, 0, 10, None)
-    assert_conversations(list(read_jsonl(kb / "runs" / "traced" / "rollouts.jsonl")), "otel")
+    trajectories = list(read_jsonl(kb / "runs" / "traced" / "rollouts.jsonl"))
+    assert_conversations(trajectories, "otel")
+    assert not any("tools" in t.meta for t in trajectories)  # this instrumentation records no tool definitions
 
 
 def test_openinference_traces_import_as_conversations(traces: dict[str, Path], kb: Path) -> None:
@@ -91,7 +93,36 @@ def test_openinference_traces_import_as_conversations(traces: dict[str, Path], k
     assert done.returncode == 0, done.stderr
     assert "Imported 10 trajectories into run oi (no outcome known, 10 unlabelled)" in done.stdout
     assert "10 conversations have no known outcome" in done.stderr
-    assert_conversations(list(read_jsonl(kb / "runs" / "oi" / "rollouts.jsonl")), "openinference")
+    trajectories = list(read_jsonl(kb / "runs" / "oi" / "rollouts.jsonl"))
+    assert_conversations(trajectories, "openinference")
+    assert all(t.meta["tools"] == ["cancel_order", "find_order", "return_order"] for t in trajectories)  # llm.tools
+
+
+def test_a_trace_whose_model_calls_name_the_tools_they_offered_learns_from_no_call_of_another(
+        traces: dict[str, Path], kb: Path, tmp_path: Path) -> None:
+    """Chat spans that record ``gen_ai.tool.definitions`` (JSON text, as the conventions allow on spans) say what
+    the agent had: here it offered no ``return_order``, so the traces' calls of it were made up."""
+    offered = json.dumps([{"type": "function", "name": name, "parameters": {"type": "object"}}
+                          for name in ("find_order", "cancel_order")])
+    lines = []
+    for line in traces["genai"].read_text().splitlines():
+        request = json.loads(line)
+        for spans in request.get("resourceSpans", []):
+            for scope in spans["scopeSpans"]:
+                for span in scope["spans"]:
+                    if span["name"].startswith("chat"):
+                        span["attributes"].append({"key": "gen_ai.tool.definitions",
+                                                   "value": {"stringValue": offered}})
+        lines.append(json.dumps(request))
+    (tmp_path / "offered.jsonl").write_text("\n".join(lines) + "\n")
+    assert brewkb(kb, "import", str(tmp_path / "offered.jsonl"), "--format", "otel", "--run", "o").returncode == 0
+    assert all(t.meta["tools"] == ["cancel_order", "find_order"]
+               for t in read_jsonl(kb / "runs" / "o" / "rollouts.jsonl"))
+    done = brewkb(kb, "distill", "o", "--iterations", "1")
+    assert done.returncode == 0, done.stderr
+    changed = set(git(kb, "diff", "--name-only", "HEAD", "brew/o/pr").split())
+    assert "recipes/cancel-order.md" in changed and "recipes/return-order.md" not in changed
+    assert not any("return_order" in git(kb, "show", f"brew/o/pr:{f}") for f in changed)
 
 
 def test_traces_distil_into_a_pr_and_the_pr_counts_the_unlabelled(traces: dict[str, Path], kb: Path) -> None:

@@ -68,10 +68,12 @@ DECLARED = "tools"
 
 
 def declared_in(tools: object) -> list[str]:
-    """The names of the functions an OpenAI ``tools`` list declares (identifiers only)."""
+    """The names of the functions a list of tool definitions declares
+    (identifiers only): OpenAI's ``{type, function: {name, …}}``, or the
+    flat ``{type, name, …}`` of OpenTelemetry's ``gen_ai.tool.definitions``."""
     found = []
     for tool in tools if isinstance(tools, list) else ():
-        function = tool.get("function") if isinstance(tool, dict) else None
+        function = tool.get("function", tool) if isinstance(tool, dict) else None
         name = function.get("name") if isinstance(function, dict) else None
         if isinstance(name, str) and TOOL_NAME.fullmatch(name):
             found.append(name)

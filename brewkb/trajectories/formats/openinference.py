@@ -9,12 +9,15 @@ messages are the flattened attributes ``llm.input_messages.N.message.role``,
 and ``...message.tool_call_id``, and the same under ``llm.output_messages``
 (nested values, as some exporters write them, are read too). A conversation
 is the LLM spans under one ``AGENT`` span, else those sharing ``session.id``,
-else those of one trace. Its outcome is unknown: attach labels with
+else those of one trace. When every LLM span says which tools it offered the
+model (``llm.tools.N.tool.json_schema``), those are the conversation's
+declared tools (``meta.tools``). Its outcome is unknown: attach labels with
 ``--outcomes``.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,11 +26,13 @@ from typing import Any
 import brewkb.trajectories.formats.otlp as otlp
 from brewkb.trajectories.formats.base import Item, guarded
 from brewkb.trajectories.formats.chat import Message, text_of, tool_call
+from brewkb.trajectories.tools import declared_in
 
 __all__ = ["read", "looks_like", "indexed"]
 
 KIND = "openinference.span.kind"
 INPUT, OUTPUT = "llm.input_messages", "llm.output_messages"
+TOOLS = "llm.tools"
 
 
 def _is_llm(name: str, attrs: dict[str, Any]) -> bool:
@@ -51,12 +56,23 @@ def read(path: Path, split: str, tasks: Path | None = None) -> Iterator[Item]:
 CONVENTIONS = otlp.Conventions(
     "openinference", "llm.token_count.prompt", "llm.token_count.completion", "llm.model_name",
     "its LLM spans hold no messages (`llm.input_messages`); check that the instrumentation does not hide inputs "
-    "(OPENINFERENCE_HIDE_INPUTS)")
+    "(OPENINFERENCE_HIDE_INPUTS)", lambda attrs: _offered(attrs))
 
 
 def _convert(where: str, ids: dict[str, str], spans: list[otlp.Span], split: str) -> Item:
     calls = [(_messages(s.attrs, INPUT), _messages(s.attrs, OUTPUT)[:1]) for s in spans]
     return otlp.conversation(where, ids, spans, calls, split, CONVENTIONS)
+
+
+def _offered(attrs: dict[str, Any]) -> list[str]:
+    """The tools an LLM span offered the model: ``llm.tools.N.tool.json_schema``, each an OpenAI tool as JSON text."""
+    tools = []
+    for fields in indexed(attrs, TOOLS):
+        try:
+            tools.append(json.loads(fields.get("tool.json_schema") or "null"))
+        except (TypeError, json.JSONDecodeError, RecursionError):
+            continue
+    return declared_in(tools)
 
 
 def _flat(value: Any, prefix: str, out: dict[str, Any]) -> None:

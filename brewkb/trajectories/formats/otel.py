@@ -16,8 +16,10 @@ call. Its messages come from, in this order of preference:
 
 A conversation is the chat spans under one ``invoke_agent`` span, else those
 sharing ``gen_ai.conversation.id``, else those of one trace, in start order
-(``chat.merge_calls`` keeps each repeated message once). Its outcome is
-unknown: attach labels with ``--outcomes``.
+(``chat.merge_calls`` keeps each repeated message once). When every chat span
+says which tools it offered the model (``gen_ai.tool.definitions``), those are
+the conversation's declared tools (``meta.tools``). Its outcome is unknown:
+attach labels with ``--outcomes``.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import brewkb.trajectories.formats.otlp as otlp
 from brewkb.errors import TrajectoryError
 from brewkb.trajectories.formats.base import Item, guarded, obj
 from brewkb.trajectories.formats.chat import Message, text_of, tool_call
+from brewkb.trajectories.tools import declared_in
 
 __all__ = ["read", "looks_like", "genai_messages"]
 
@@ -39,6 +42,7 @@ CONTENT_KEYS = ("gen_ai.input.messages", "gen_ai.output.messages")
 ROLE_EVENTS = {"gen_ai.system.message": "system", "gen_ai.user.message": "user",
                "gen_ai.assistant.message": "assistant", "gen_ai.tool.message": "tool"}
 DETAILS_EVENT = "gen_ai.client.inference.operation.details"
+TOOL_DEFINITIONS = "gen_ai.tool.definitions"
 
 
 def _is_chat(name: str, attrs: dict[str, Any]) -> bool:
@@ -62,7 +66,7 @@ def read(path: Path, split: str, tasks: Path | None = None) -> Iterator[Item]:
 CONVENTIONS = otlp.Conventions(
     "otel", "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens", "gen_ai.request.model",
     "its chat spans hold no message content (turn content capture on: "
-    "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT)")
+    "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT)", lambda attrs: _offered(attrs.get(TOOL_DEFINITIONS)))
 
 
 def _convert(where: str, trace: otlp.Trace, ids: dict[str, str], spans: list[otlp.Span], split: str) -> Item | None:
@@ -92,6 +96,14 @@ def _parsed(value: Any) -> Any:
         except (json.JSONDecodeError, RecursionError):
             raise TrajectoryError(f"GenAI message content is not JSON: {value[:80]!r}") from None
     return value
+
+
+def _offered(value: Any) -> list[str]:
+    """The tools ``gen_ai.tool.definitions`` declares (JSON text or a structured list); none when unreadable."""
+    try:
+        return declared_in(json.loads(value) if isinstance(value, str) else value)
+    except (json.JSONDecodeError, RecursionError):
+        return []
 
 
 def genai_messages(value: Any, system: bool = False) -> list[Message]:

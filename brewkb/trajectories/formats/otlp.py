@@ -34,6 +34,7 @@ from brewkb.trajectories.formats.base import (
     open_text,
 )
 from brewkb.trajectories.formats.chat import Message, merge_calls
+from brewkb.trajectories.tools import DECLARED
 
 __all__ = ["Span", "LogEvent", "Trace", "read_trace", "any_value", "attributes", "groups", "looks_like",
            "Conventions", "conversation"]
@@ -275,6 +276,8 @@ class Conventions:
     tokens_out: str
     model: str
     no_messages: str
+    tools: Callable[[dict[str, Any]], list[str]]
+    """The tools a model call's span says it offered the model (none when it does not say)."""
 
 
 def conversation(where: str, ids: dict[str, str], spans: Sequence[Span],
@@ -289,9 +292,12 @@ def conversation(where: str, ids: dict[str, str], spans: Sequence[Span],
              "tokens_in": sum(_count(s.attrs.get(conventions.tokens_in)) for s in spans),
              "tokens_out": sum(_count(s.attrs.get(conventions.tokens_out)) for s in spans)}
     models = sorted({str(s.attrs[conventions.model]) for s in spans if s.attrs.get(conventions.model)})
+    offered = [conventions.tools(s.attrs) for s in spans]  # declared only when every model call says what it offered
+    declared = sorted(set().union(*offered)) if offered and all(offered) else []
     return build(where, task_id=ids["conversation_id"], task=first_user(messages), split=split, messages=messages,
                  outcome=UNKNOWN_JSON, usage=usage,
-                 meta={"source": conventions.source, **ids, "models": models, "spans": len(spans)})
+                 meta={"source": conventions.source, **ids, "models": models, "spans": len(spans),
+                       **({DECLARED: declared} if declared else {})})
 
 
 def _count(value: Any) -> int:
