@@ -168,7 +168,8 @@ def actions_of(trajectories: Sequence[Trajectory], known: Collection[str] = ()) 
             for t in trajectories}
 
 
-def held_out(trajectories: Sequence[Trajectory], min_tasks: int, known: Collection[str] = ()) -> tuple[set[str], set[str]]:
+def held_out(trajectories: Sequence[Trajectory], min_tasks: int,
+             known: Collection[str] = ()) -> tuple[set[str], set[str]]:
     """The eval and the test tasks of logged conversations (``split_tasks``):
     the eval split asks for every action more than ``min_tasks`` learning
     tasks performed (what the support rule counts: conversations that did not

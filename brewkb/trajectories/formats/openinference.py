@@ -53,17 +53,6 @@ def read(path: Path, split: str, tasks: Path | None = None) -> Iterator[Item]:
             yield item
 
 
-CONVENTIONS = otlp.Conventions(
-    "openinference", "llm.token_count.prompt", "llm.token_count.completion", "llm.model_name",
-    "its LLM spans hold no messages (`llm.input_messages`); check that the instrumentation does not hide inputs "
-    "(OPENINFERENCE_HIDE_INPUTS)", lambda attrs: _offered(attrs))
-
-
-def _convert(where: str, ids: dict[str, str], spans: list[otlp.Span], split: str) -> Item:
-    calls = [(_messages(s.attrs, INPUT), _messages(s.attrs, OUTPUT)[:1]) for s in spans]
-    return otlp.conversation(where, ids, spans, calls, split, CONVENTIONS)
-
-
 def _offered(attrs: dict[str, Any]) -> list[str]:
     """The tools an LLM span offered the model: ``llm.tools.N.tool.json_schema``, each an OpenAI tool as JSON text."""
     tools = []
@@ -73,6 +62,17 @@ def _offered(attrs: dict[str, Any]) -> list[str]:
         except (TypeError, json.JSONDecodeError, RecursionError):
             continue
     return declared_in(tools)
+
+
+CONVENTIONS = otlp.Conventions(
+    "openinference", "llm.token_count.prompt", "llm.token_count.completion", "llm.model_name",
+    "its LLM spans hold no messages (`llm.input_messages`); check that the instrumentation does not hide inputs "
+    "(OPENINFERENCE_HIDE_INPUTS)", _offered)
+
+
+def _convert(where: str, ids: dict[str, str], spans: list[otlp.Span], split: str) -> Item:
+    calls = [(_messages(s.attrs, INPUT), _messages(s.attrs, OUTPUT)[:1]) for s in spans]
+    return otlp.conversation(where, ids, spans, calls, split, CONVENTIONS)
 
 
 def _flat(value: Any, prefix: str, out: dict[str, Any]) -> None:

@@ -63,10 +63,20 @@ def read(path: Path, split: str, tasks: Path | None = None) -> Iterator[Item]:
             yield item
 
 
+def _offered(attrs: dict[str, Any]) -> list[str]:
+    """The tools a chat span's ``gen_ai.tool.definitions`` declares (JSON text or a structured list); none when
+    unreadable."""
+    value = attrs.get(TOOL_DEFINITIONS)
+    try:
+        return declared_in(json.loads(value) if isinstance(value, str) else value)
+    except (json.JSONDecodeError, RecursionError):
+        return []
+
+
 CONVENTIONS = otlp.Conventions(
     "otel", "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens", "gen_ai.request.model",
     "its chat spans hold no message content (turn content capture on: "
-    "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT)", lambda attrs: _offered(attrs.get(TOOL_DEFINITIONS)))
+    "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT)", _offered)
 
 
 def _convert(where: str, trace: otlp.Trace, ids: dict[str, str], spans: list[otlp.Span], split: str) -> Item | None:
@@ -96,14 +106,6 @@ def _parsed(value: Any) -> Any:
         except (json.JSONDecodeError, RecursionError):
             raise TrajectoryError(f"GenAI message content is not JSON: {value[:80]!r}") from None
     return value
-
-
-def _offered(value: Any) -> list[str]:
-    """The tools ``gen_ai.tool.definitions`` declares (JSON text or a structured list); none when unreadable."""
-    try:
-        return declared_in(json.loads(value) if isinstance(value, str) else value)
-    except (json.JSONDecodeError, RecursionError):
-        return []
 
 
 def genai_messages(value: Any, system: bool = False) -> list[Message]:
