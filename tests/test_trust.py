@@ -728,6 +728,23 @@ def test_a_call_of_a_tool_its_request_did_not_offer_the_model_is_learned_from_by
     assert texts and not [t for t in texts if "refund_to_partner_wallet" in t or "partner wallet" in t]
 
 
+def test_a_conversation_that_passes_a_tools_name_as_an_id_leaves_the_declared_tools_as_they_are(
+        tmp_path: Path) -> None:
+    """Ids a tool took are replaced in every conversation of a run; a tool's name given as an id must not be,
+    in the tools the conversations declared, or every real call of that tool would count as one made up."""
+    declared = (*AGENTS_TOOLS, "cancel_pending_order")
+    tools = [{"type": "function", "function": {"name": n}} for n in declared]
+    messages = [{"role": "user", "content": "Where is my order?"},
+                *_call(0, "get_order_details", {"order_id": "cancel_pending_order"}, {"status": "pending"}),
+                {"role": "assistant", "content": "It is pending."}]
+    root = _distilled_with_tool_renamed(tmp_path, "cancel_pending_order", "cancel_pending_order", "n",
+                                        extra=[{"task_id": "t9", "messages": messages, "success": True,
+                                                "tools": tools}], declared=declared)
+    logged = [json.loads(line) for line in (root / "runs" / "n" / "rollouts.jsonl").read_text().splitlines()]
+    assert all(t["meta"]["tools"] == sorted(declared) for t in logged)
+    assert "cancel_pending_order(" in git(root, "show", "brew/n/pr:recipes/cancel-pending-order.md")
+
+
 @pytest.mark.skipif(not (SHARED / "tau2-airline").is_dir(), reason="needs ../shared/data/tau2-airline")
 @pytest.mark.parametrize("saved", [False, True])
 def test_a_tau2_results_file_that_saved_its_tools_learns_from_no_call_of_another(tmp_path: Path, saved: bool) -> None:

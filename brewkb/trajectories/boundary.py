@@ -41,8 +41,10 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from brewkb.config import TOOL_NAME
 from brewkb.trajectories.schema import Trajectory
 from brewkb.trajectories.scrub import ADMITTED, MARKS, MIN_ID, Scrubber, message_texts, unmarked
+from brewkb.trajectories.tools import DECLARED
 
 __all__ = ["normalise", "admit", "admit_all", "RunIds", "MAX_TEXT", "invisible"]
 
@@ -117,6 +119,19 @@ def _texts(value: Any, change: Any) -> Any:
     return value
 
 
+def _meta(meta: dict[str, Any], change: Any) -> dict[str, Any]:
+    """``meta`` with ``change`` applied to its strings, but for the tools a
+    conversation declared (``meta.tools``): identifiers, never personal data,
+    kept as they are (a log that made a tool's name look like an id would
+    otherwise have it replaced, and every call of the tool would count as one
+    the model made up); a list that is not all identifiers is dropped."""
+    out = {k: _texts(v, change) for k, v in meta.items() if k != DECLARED}
+    declared = meta.get(DECLARED)
+    if isinstance(declared, list) and all(isinstance(n, str) and TOOL_NAME.fullmatch(n) for n in declared):
+        out[DECLARED] = list(declared)
+    return out
+
+
 def admit(trajectory: Trajectory, scrubber: Scrubber, limit: int = MAX_TEXT) -> Trajectory:
     """``trajectory`` normalised, bounded and scrubbed (see the module
     docstring); its id is kept. The one function through which a logged
@@ -137,7 +152,7 @@ def admit(trajectory: Trajectory, scrubber: Scrubber, limit: int = MAX_TEXT) -> 
     detail = _texts(dict(outcome.detail), scrub)
     bounded = tuple(message_texts(m, lambda s: _normal_text(s, limit), lambda v: _normal_json(v, limit))
                     for m in clean.messages)
-    meta = {**_texts(dict(trajectory.meta), scrub), ADMITTED: True}
+    meta = {**_meta(dict(trajectory.meta), scrub), ADMITTED: True}
     return clean.with_(task=normalise(clean.task, limit), messages=bounded, meta=meta,
                        rubric=_texts(dict(trajectory.rubric), scrub),
                        outcome=type(outcome)(outcome.success, outcome.score, detail))
@@ -193,7 +208,7 @@ class RunIds:
         outcome = trajectory.outcome
         return trajectory.with_(task=self.text(trajectory.task),
                                 messages=tuple(message_texts(m, self.text, value) for m in trajectory.messages),
-                                meta=value(dict(trajectory.meta)), rubric=value(dict(trajectory.rubric)),
+                                meta=_meta(dict(trajectory.meta), self.text), rubric=value(dict(trajectory.rubric)),
                                 outcome=type(outcome)(outcome.success, outcome.score, value(dict(outcome.detail))))
 
 
