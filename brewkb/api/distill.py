@@ -195,7 +195,8 @@ async def _distill(kb: KB, folder: Run, strategy: str | None, iterations: int | 
         scrub = scrubber_of(kb.config.scrub)
         retriever = retriever_of(kb, pipeline.client)
         cases: dict[str, list[Case]] = defaultdict(list)
-        for case in cases_of([t for t in logged if t.task_id in split[0]], scrub.trajectory):
+        for case in cases_of([t for t in logged if t.task_id in split[0]], scrub.trajectory,
+                             known=kb.config.tools.signatures):
             cases[case.task_id].append(case)
         evaluator = RetrievalEvaluator(queries=_queries(logged, scrub), cases=cases,
                                        q_eval={c.slug: c.q_eval for c in concepts},
@@ -257,7 +258,7 @@ def _compare(kb: KB, store: SearchStore, logged: list[Trajectory], split: tuple[
     kbs = {BASE: _readable(store, store.base), NEW: _readable(store, final or store.base)}
     tested = [t for t in logged if t.task_id in test]
     learned = [t for t in logged if t.task_id not in held | test]
-    cases = cases_of(tested, scrub.trajectory, learned)
+    cases = cases_of(tested, scrub.trajectory, learned, kb.config.tools.signatures)
     arms = compare_arms(kbs, learned, cases, retriever, scrub.trajectory,
                         everything=[t for t in logged if t.task_id not in test])
     return LogEvaluation(store.run, store.run, len(tested), cases, arms)

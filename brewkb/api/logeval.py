@@ -64,7 +64,7 @@ def evaluate_logs(logs: str, *, revs: Sequence[str] = (), contexts: Sequence[str
             revs, hint = _default_revs(kb, learn_run.id)
             names = dict(zip(revs, ["base KB", "new KB"], strict=False))  # as distill and the PR call them
         scrub = scrubber_of(kb.config.scrub)
-        cases = cases_of(held, scrub.trajectory, learn)
+        cases = cases_of(held, scrub.trajectory, learn, kb.config.tools.signatures)
         kbs = {(f"{names[rev]} ({_label(kb, rev)})" if rev in names else _label(kb, rev)):
                kb.recipes(None if rev in (".", "working-tree") else rev) for rev in revs}
         arms = compare_arms(kbs, learn, cases, retriever_of(kb), scrub.trajectory, contexts, learn + evaluation)

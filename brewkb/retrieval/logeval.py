@@ -38,7 +38,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,7 +48,7 @@ from brewkb.retrieval.index import Hit, Searchable, analyze
 from brewkb.retrieval.memory import MEMORIES, memory_documents
 from brewkb.retrieval.ranking import HOW, Retriever, shown_body
 from brewkb.trajectories.schema import Trajectory, tool_calls
-from brewkb.trajectories.tools import procedure, used_tools, user_turns, writes_of
+from brewkb.trajectories.tools import not_the_agents, procedure, undeclared, used_tools, user_turns, writes_of
 
 __all__ = ["QUERIES", "DEPTH", "MEASURES", "PARTS", "RECURS_SIMILARITY", "Case", "Scores", "Procedure",
            "procedure_of", "shown_procedure", "cases_of", "score", "case_scores", "Arm", "compare_arms", "BASELINES",
@@ -159,16 +159,19 @@ class _Recurrence:
 
 
 def cases_of(trajectories: Sequence[Trajectory], scrub: Callable[[Trajectory], Trajectory],
-             memory: Sequence[Trajectory] = ()) -> list[Case]:
+             memory: Sequence[Trajectory] = (), known: Collection[str] = ()) -> list[Case]:
     """The cases of ``trajectories``: those that passed and did an action,
     queried with their scrubbed user turns; recurring when ``memory`` (what
-    the KB learned from, as logged) holds their task."""
+    the KB learned from, as logged) holds their task. A call of a tool the
+    conversation did not declare, or that the agent's ``known`` tools leave
+    out, is none of its actions: a made-up call is nothing a recipe should
+    name, so a log cannot lower a KB's score with calls of it."""
     recurs = _Recurrence(memory)
     cases = []
     for t in trajectories:
         if t.success is not True:
             continue
-        calls = tool_calls(t.messages)
+        calls = [c for c in tool_calls(t.messages) if not undeclared(c.name, t) and not not_the_agents(c.name, known)]
         writes = writes_of(calls)
         if not writes:
             continue
