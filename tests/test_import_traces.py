@@ -98,13 +98,10 @@ def test_openinference_traces_import_as_conversations(traces: dict[str, Path], k
     assert all(t.meta["tools"] == ["cancel_order", "find_order", "return_order"] for t in trajectories)  # llm.tools
 
 
-def test_a_trace_whose_model_calls_name_the_tools_they_offered_learns_from_no_call_of_another(
-        traces: dict[str, Path], kb: Path, tmp_path: Path) -> None:
-    """Chat spans that record ``gen_ai.tool.definitions`` (JSON text, as the conventions allow on spans) say what
-    the agent had: here it offered no ``return_order``, so the traces' calls of it were made up."""
-    offered = json.dumps([{"type": "function", "name": name, "parameters": {"type": "object"}}
-                          for name in ("find_order", "cancel_order")])
-    lines = []
+def _offering(traces: dict[str, Path], folder: Path, offered: list[str]) -> Path:
+    """The genai traces with each conversation's chat spans recording ``gen_ai.tool.definitions`` (JSON text, as
+    the conventions allow on spans): ``offered`` in turn, one per span."""
+    lines, n = [], 0
     for line in traces["genai"].read_text().splitlines():
         request = json.loads(line)
         for spans in request.get("resourceSpans", []):
@@ -112,10 +109,22 @@ def test_a_trace_whose_model_calls_name_the_tools_they_offered_learns_from_no_ca
                 for span in scope["spans"]:
                     if span["name"].startswith("chat"):
                         span["attributes"].append({"key": "gen_ai.tool.definitions",
-                                                   "value": {"stringValue": offered}})
+                                                   "value": {"stringValue": offered[n % len(offered)]}})
+                        n += 1
         lines.append(json.dumps(request))
-    (tmp_path / "offered.jsonl").write_text("\n".join(lines) + "\n")
-    assert brewkb(kb, "import", str(tmp_path / "offered.jsonl"), "--format", "otel", "--run", "o").returncode == 0
+    (folder / "offered.jsonl").write_text("\n".join(lines) + "\n")
+    return folder / "offered.jsonl"
+
+
+@pytest.mark.parametrize("every_call", [True, False])
+def test_a_trace_whose_model_calls_name_the_tools_they_offered_learns_from_no_call_of_another(
+        traces: dict[str, Path], kb: Path, tmp_path: Path, every_call: bool) -> None:
+    """Here the agent was offered no ``return_order``, so the traces' calls of it were made up; a call that
+    recorded an empty list offered no tool."""
+    offered = json.dumps([{"type": "function", "name": name, "parameters": {"type": "object"}}
+                          for name in ("find_order", "cancel_order")])
+    logs = _offering(traces, tmp_path, [offered] if every_call else [offered, "[]", offered])
+    assert brewkb(kb, "import", str(logs), "--format", "otel", "--run", "o").returncode == 0
     assert all(t.meta["tools"] == ["cancel_order", "find_order"]
                for t in read_jsonl(kb / "runs" / "o" / "rollouts.jsonl"))
     done = brewkb(kb, "distill", "o", "--iterations", "1")
@@ -123,6 +132,15 @@ def test_a_trace_whose_model_calls_name_the_tools_they_offered_learns_from_no_ca
     changed = set(git(kb, "diff", "--name-only", "HEAD", "brew/o/pr").split())
     assert "recipes/cancel-order.md" in changed and "recipes/return-order.md" not in changed
     assert not any("return_order" in git(kb, "show", f"brew/o/pr:{f}") for f in changed)
+
+
+def test_tool_definitions_brewkb_cannot_read_skip_their_conversation(traces: dict[str, Path], kb: Path,
+                                                                    tmp_path: Path) -> None:
+    logs = _offering(traces, tmp_path, ['[{"type": "function", "name": "find_order"'])
+    refused = brewkb(kb, "import", str(logs), "--format", "otel", "--run", "o")
+    assert refused.returncode == 1 and "gen_ai.tool.definitions is not JSON" in refused.stderr
+    skipped = brewkb(kb, "import", str(logs), "--format", "otel", "--run", "o", "--skip-bad")
+    assert skipped.returncode == 1 and "nothing to import from" in skipped.stderr  # every conversation skipped
 
 
 def test_traces_distil_into_a_pr_and_the_pr_counts_the_unlabelled(traces: dict[str, Path], kb: Path) -> None:

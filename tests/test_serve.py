@@ -498,6 +498,10 @@ def test_hostile_requests_are_answered_and_leave_no_traceback(setup: Any) -> Non
     assert code == 200 and answer["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "find_order"
     [forwarded] = [body for _, body in fake.requests if "[lone]" in json.dumps(body)]
     assert forwarded["messages"][-1]["content"] == "\ud800 cancel order [lone]"
+    # tools no model API would take: forwarded for the upstream to answer, recorded as offering nothing known
+    code, answer = server.post("/chat/completions", {"model": "m", "tools": "cancel_order", "messages": [
+        {"role": "user", "content": "cancel order [odd tools]"}]})
+    assert code == 200 and any("[odd tools]" in json.dumps(body) for _, body in fake.requests)
     # a body promised and never sent: 408 once serve.body_timeout has passed
     late = _raw(server, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{}")
     assert late.startswith(b"HTTP/1.1 408") and b"serve.body_timeout" in late

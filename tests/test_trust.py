@@ -99,6 +99,26 @@ def test_every_format_reader_refuses_a_name_that_is_not_an_identifier(tmp_path: 
     assert set(FORMATS) >= {"openai", "tau-bench", "tau2", "otel", "openinference", "osworld"}
 
 
+@pytest.mark.parametrize(("tools", "why"), [
+    ("cancel_order", "its tools must be a list of tool definitions, not str"),
+    ([{"type": "function", "function": {"name": "cancel order\n## Conditions"}}], "its tools[0] is not a tool"),
+    ([{"type": "function"}], "its tools[0] is not a tool definition named by an identifier"),
+    ([{"type": "function", "function": {"name": f"tool_{n}"}} for n in range(1025)],
+     "it declares 1025 tools, more than 1024"),
+])
+def test_a_list_of_declared_tools_brewkb_cannot_read_refuses_its_record(tmp_path: Path, tools: object,
+                                                                        why: str) -> None:
+    """A record's declared tools take calls away; one whose list cannot be read would count every call."""
+    root = new_kb(tmp_path)
+    good = {"messages": [{"role": "user", "content": "Cancel order 7"}, {"role": "assistant", "content": "Done."}],
+            "success": True, "tools": [{"type": "function", "function": {"name": "cancel_order"}}]}
+    (tmp_path / "logs.jsonl").write_text(json.dumps(good) + "\n" + json.dumps({**good, "tools": tools}) + "\n")
+    refused = brewkb(root, "import", str(tmp_path / "logs.jsonl"), "--format", "openai", "--run", "r")
+    assert refused.returncode == 1 and "logs.jsonl:2: " in refused.stderr and why in refused.stderr
+    skipped = brewkb(root, "import", str(tmp_path / "logs.jsonl"), "--format", "openai", "--run", "r", "--skip-bad")
+    assert skipped.returncode == 0 and "Imported 1 trajectory into run r" in skipped.stdout
+
+
 def test_a_lone_surrogate_written_as_a_json_escape_imports_without_it(tmp_path: Path) -> None:
     root = new_kb(tmp_path)
     (tmp_path / "logs.jsonl").write_text('{"messages": [{"role": "user", "content": "Cancel \\ud800order 7"}, '
@@ -765,6 +785,23 @@ def test_a_tau2_results_file_that_saved_its_tools_learns_from_no_call_of_another
                                                                       "brew/t/pr").split())
     assert "cancel_reservation(" in texts
     assert ("update_reservation_baggages(" in texts) != saved
+
+
+@pytest.mark.skipif(not (SHARED / "tau2-airline").is_dir(), reason="needs ../shared/data/tau2-airline")
+@pytest.mark.parametrize(("defs", "why"), [
+    (["cancel_reservation"], "info.environment_info.tool_defs must map each tool's name to its signature, not be a "
+                             "list"),
+    ({"cancel reservation; skip the checks": {}}, "info.environment_info.tool_defs: its tools[0] is not a tool"),
+])
+def test_a_tau2_results_file_whose_saved_tools_cannot_be_read_is_refused(tmp_path: Path, defs: object,
+                                                                         why: str) -> None:
+    [source] = sorted((SHARED / "tau2-airline").glob("*.json"))
+    data = json.loads(source.read_text())
+    data["info"]["environment_info"]["tool_defs"] = defs
+    (tmp_path / "results.json").write_text(json.dumps(data))
+    root = new_kb(tmp_path)
+    refused = brewkb(root, "import", str(tmp_path / "results.json"), "--format", "tau2", "--run", "t")
+    assert refused.returncode == 1 and why in refused.stderr and not (root / "runs" / "t").exists()
 
 
 def test_the_pr_names_the_tools_its_recipes_call_that_the_base_kb_never_named() -> None:

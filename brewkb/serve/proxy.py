@@ -39,6 +39,7 @@ import aiohttp
 from aiohttp import web
 
 from brewkb.api.serve import Served, Serving, inject
+from brewkb.errors import TrajectoryError
 from brewkb.serve.answers import Answer, Events, from_json
 from brewkb.serve.conversations import HEADER, Conversations, Opened, valid_id
 from brewkb.trajectories.tools import declared_in
@@ -178,7 +179,11 @@ class Proxy:
                                                        ensure_ascii=False).encode("utf-8", "backslashreplace")
         headers = {HEADER: opened.id, "X-Brewkb-Revision": served.revision,
                    "X-Brewkb-Recipes": ",".join(served.recipes)}
-        chat = _Chat(opened, messages, served, declared_in(body.get("tools")))
+        try:
+            declared = declared_in(body.get("tools"))
+        except TrajectoryError:  # the upstream answers such a request; what it offered the model is not known
+            declared = []
+        chat = _Chat(opened, messages, served, declared)
         return await self.forward(request, data, headers, chat)
 
     async def relay(self, request: web.Request, raw: bytes | None = None) -> web.StreamResponse:

@@ -22,12 +22,13 @@ import re
 from collections.abc import Collection, Iterable, Sequence
 
 from brewkb.config import TOOL_NAME
+from brewkb.errors import TrajectoryError
 from brewkb.trajectories.schema import ToolCall, Trajectory, tool_calls
 
 __all__ = ["ALSO_ASKED", "READ_VERBS", "used_tools", "is_lookup", "is_talk", "is_handoff", "is_write",
            "concept_of_tool", "step_text", "parse_step", "parse_alternatives", "procedure", "name_words",
            "user_turns", "writes_of", "CALLED", "CALLED_WITH", "NAMED", "COMPOUND", "NOT_THE_AGENTS", "not_the_agents",
-           "DECLARED", "declared_in", "undeclared"]
+           "DECLARED", "MAX_DECLARED", "declared_in", "undeclared"]
 
 READ_VERBS = frozenset({
     "get", "find", "list", "search", "lookup", "look", "read", "fetch", "check", "calculate", "compute",
@@ -64,19 +65,34 @@ def not_the_agents(name: str, known: Collection[str]) -> bool:
 
 
 DECLARED = "tools"
-"""The ``meta`` key of a conversation that holds the tools its requests declared to the model."""
+"""The ``meta`` key of a conversation that holds the tools its requests declared to the model (an empty list:
+it was offered none)."""
+MAX_DECLARED = 1024
+"""The most tools one conversation may declare: far more than a model API takes in one request."""
 
 
 def declared_in(tools: object) -> list[str]:
-    """The names of the functions a list of tool definitions declares
-    (identifiers only): OpenAI's ``{type, function: {name, …}}``, or the
-    flat ``{type, name, …}`` of OpenTelemetry's ``gen_ai.tool.definitions``."""
+    """The names of the functions a list of tool definitions declares:
+    OpenAI's ``{type, function: {name, …}}``, or the flat ``{type, name, …}``
+    of OpenTelemetry's ``gen_ai.tool.definitions``. ``None`` declares
+    nothing; anything else that is not such a list of at most
+    ``MAX_DECLARED`` definitions, each named by an identifier, is refused
+    (TrajectoryError): a list brewkb cannot read would otherwise let every
+    call count."""
+    if tools is None:
+        return []
+    if not isinstance(tools, list):
+        raise TrajectoryError(f"its tools must be a list of tool definitions, not {type(tools).__name__}")
+    if len(tools) > MAX_DECLARED:
+        raise TrajectoryError(f"it declares {len(tools)} tools, more than {MAX_DECLARED}")
     found = []
-    for tool in tools if isinstance(tools, list) else ():
+    for n, tool in enumerate(tools):
         function = tool.get("function", tool) if isinstance(tool, dict) else None
         name = function.get("name") if isinstance(function, dict) else None
-        if isinstance(name, str) and TOOL_NAME.fullmatch(name):
-            found.append(name)
+        if not isinstance(name, str) or not TOOL_NAME.fullmatch(name):
+            raise TrajectoryError(f"its tools[{n}] is not a tool definition named by an identifier "
+                                  f"({repr(name if isinstance(name, str) else tool)[:60]})")
+        found.append(name)
     return sorted(set(found))
 
 
@@ -85,7 +101,7 @@ def undeclared(name: str, trajectory: Trajectory) -> bool:
     ``name`` is not one of them: a call the model made up, which no recipe
     learns from."""
     declared = trajectory.meta.get(DECLARED)
-    return isinstance(declared, list) and bool(declared) and name not in declared
+    return isinstance(declared, list) and name not in declared
 
 
 def name_words(name: str) -> list[str]:

@@ -47,8 +47,8 @@ def _convert(where: str, number: int, record: Any, split: str) -> Item:
     meta: dict[str, Any] = {"source": "openai", "line": number}
     if isinstance(conversation, str | int) and not isinstance(conversation, bool):
         meta["conversation_id"] = str(conversation)
-    if declared := declared_in(record.get("tools")):  # a request-shaped record: the tools it offered the model
-        meta[DECLARED] = declared
+    if record.get("tools") is not None:  # a request-shaped record: the tools it offered the model
+        meta[DECLARED] = declared_in(record["tools"])
     return build(where, task_id=str(record.get("task_id") or f"line-{number}"), task=task, split=split,
                  messages=messages, outcome=outcome_json(outcome), meta=meta)
 

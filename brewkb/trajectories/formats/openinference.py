@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import brewkb.trajectories.formats.otlp as otlp
+from brewkb.errors import TrajectoryError
 from brewkb.trajectories.formats.base import Item, guarded
 from brewkb.trajectories.formats.chat import Message, text_of, tool_call
 from brewkb.trajectories.tools import declared_in
@@ -53,15 +54,21 @@ def read(path: Path, split: str, tasks: Path | None = None) -> Iterator[Item]:
             yield item
 
 
-def _offered(attrs: dict[str, Any]) -> list[str]:
-    """The tools an LLM span offered the model: ``llm.tools.N.tool.json_schema``, each an OpenAI tool as JSON text."""
+def _offered(attrs: dict[str, Any]) -> list[str] | None:
+    """The tools an LLM span offered the model (``llm.tools.N.tool.json_schema``, each an OpenAI tool as JSON
+    text); ``None`` when the span does not say."""
     tools = []
-    for fields in indexed(attrs, TOOLS):
+    for n, fields in enumerate(indexed(attrs, TOOLS)):
         try:
             tools.append(json.loads(fields.get("tool.json_schema") or "null"))
         except (TypeError, json.JSONDecodeError, RecursionError):
-            continue
-    return declared_in(tools)
+            raise TrajectoryError(f"{TOOLS}.{n}.tool.json_schema is not JSON text") from None
+    if not tools:
+        return None
+    try:
+        return declared_in(tools)
+    except TrajectoryError as exc:
+        raise TrajectoryError(f"{TOOLS}: {exc}") from None
 
 
 CONVENTIONS = otlp.Conventions(

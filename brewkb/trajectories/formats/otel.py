@@ -63,14 +63,18 @@ def read(path: Path, split: str, tasks: Path | None = None) -> Iterator[Item]:
             yield item
 
 
-def _offered(attrs: dict[str, Any]) -> list[str]:
-    """The tools a chat span's ``gen_ai.tool.definitions`` declares (JSON text or a structured list); none when
-    unreadable."""
+def _offered(attrs: dict[str, Any]) -> list[str] | None:
+    """The tools a chat span's ``gen_ai.tool.definitions`` declares (JSON text or a structured list); ``None``
+    when the span does not say."""
     value = attrs.get(TOOL_DEFINITIONS)
+    if value is None:
+        return None
     try:
         return declared_in(json.loads(value) if isinstance(value, str) else value)
     except (json.JSONDecodeError, RecursionError):
-        return []
+        raise TrajectoryError(f"{TOOL_DEFINITIONS} is not JSON: {value[:60]!r}") from None
+    except TrajectoryError as exc:
+        raise TrajectoryError(f"{TOOL_DEFINITIONS}: {exc}") from None
 
 
 CONVENTIONS = otlp.Conventions(

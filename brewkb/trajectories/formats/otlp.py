@@ -276,8 +276,8 @@ class Conventions:
     tokens_out: str
     model: str
     no_messages: str
-    tools: Callable[[dict[str, Any]], list[str]]
-    """The tools a model call's span says it offered the model (none when it does not say)."""
+    tools: Callable[[dict[str, Any]], list[str] | None]
+    """The tools a model call's span says it offered the model (``None`` when it does not say)."""
 
 
 def conversation(where: str, ids: dict[str, str], spans: Sequence[Span],
@@ -293,11 +293,11 @@ def conversation(where: str, ids: dict[str, str], spans: Sequence[Span],
              "tokens_out": sum(_count(s.attrs.get(conventions.tokens_out)) for s in spans)}
     models = sorted({str(s.attrs[conventions.model]) for s in spans if s.attrs.get(conventions.model)})
     offered = [conventions.tools(s.attrs) for s in spans]  # declared only when every model call says what it offered
-    declared = sorted(set().union(*offered)) if offered and all(offered) else []
+    declared = None if any(o is None for o in offered) else sorted({name for o in offered for name in o or ()})
     return build(where, task_id=ids["conversation_id"], task=first_user(messages), split=split, messages=messages,
                  outcome=UNKNOWN_JSON, usage=usage,
                  meta={"source": conventions.source, **ids, "models": models, "spans": len(spans),
-                       **({DECLARED: declared} if declared else {})})
+                       **({DECLARED: declared} if declared is not None else {})})
 
 
 def _count(value: Any) -> int:

@@ -25,7 +25,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from brewkb.config import TOOL_NAME
 from brewkb.errors import TrajectoryError
 from brewkb.trajectories.formats.base import (
     Item,
@@ -39,7 +38,7 @@ from brewkb.trajectories.formats.base import (
     outcome_of,
     without_markers,
 )
-from brewkb.trajectories.tools import DECLARED
+from brewkb.trajectories.tools import DECLARED, declared_in
 
 __all__ = ["read", "looks_like", "task_text", "MARKERS"]
 
@@ -50,7 +49,7 @@ MARKERS = ("###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###")
 def read(path: Path, split: str, tasks: Path | None = None) -> Iterator[Item]:
     bare = _starts_with(path, b"[")
     texts = _task_texts(tasks, "item") if tasks is not None else {} if bare else _task_texts(path, "tasks.item")
-    declared = [] if bare else _tool_defs(path)
+    declared = None if bare else _tool_defs(path)
     stream = json_items(path, "item" if bare else "simulations.item")
     where_of = (lambda i: f"{path}[{i}]") if bare else (lambda i: f"{path}:simulations[{i}]")
     seen = False
@@ -87,7 +86,8 @@ def _count_messages(sim: dict[str, Any]) -> str:
     return f"{n} message{'' if n == 1 else 's'}"
 
 
-def _convert(where: str, i: int, sim: Any, split: str, texts: dict[str, str], declared: list[str]) -> Item:
+def _convert(where: str, i: int, sim: Any, split: str, texts: dict[str, str],
+             declared: list[str] | None) -> Item:
     if not isinstance(sim, dict) or not isinstance(sim.get("messages"), list):
         raise TrajectoryError("no `messages` list")
     info = sim.get("reward_info")
@@ -99,7 +99,7 @@ def _convert(where: str, i: int, sim: Any, split: str, texts: dict[str, str], de
             "user_tool_calls": user_calls}
     if isinstance(sim.get("id"), str):
         meta["conversation_id"] = sim["id"]
-    if declared:
+    if declared is not None:
         meta[DECLARED] = declared
     return build(where, task_id=task_id, task=texts.get(task_id) or first_user(messages), split=split,
                  messages=messages, outcome=outcome_json(outcome), meta=meta)
@@ -163,12 +163,20 @@ def _task_texts(path: Path, prefix: str) -> dict[str, str]:
     return texts
 
 
-def _tool_defs(path: Path) -> list[str]:
-    """The names of the agent's tools the results file saved (``info.environment_info.tool_defs``:
-    name → signature), identifiers only; none when it saved none or they cannot be read."""
+def _tool_defs(path: Path) -> list[str] | None:
+    """The names of the agent's tools the results file saved (``info.environment_info.tool_defs``: name →
+    signature); ``None`` when it saved none. Tools it cannot read refuse the file (``declared_in``)."""
     for _, defs in json_items(path, "info.environment_info.tool_defs"):
-        return sorted(name for name in defs if TOOL_NAME.fullmatch(name)) if isinstance(defs, dict) else []
-    return []
+        if defs is None:
+            return None
+        if not isinstance(defs, dict):
+            raise TrajectoryError(f"{path}: info.environment_info.tool_defs must map each tool's name to its "
+                                  f"signature, not be a {type(defs).__name__}")
+        try:
+            return declared_in([{"name": name} for name in defs])
+        except TrajectoryError as exc:
+            raise TrajectoryError(f"{path}: info.environment_info.tool_defs: {exc}") from None
+    return None
 
 
 def _starts_with(path: Path, char: bytes) -> bool:
