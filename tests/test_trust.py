@@ -746,6 +746,16 @@ def test_a_call_of_a_tool_its_request_did_not_offer_the_model_is_learned_from_by
     assert '"tools":["find_user_by_email",' in (root / "runs" / "d" / "rollouts.jsonl").read_text()
     texts = [git(root, "show", f"brew/d/pr:{p}") for p in git(root, "diff", "--name-only", "HEAD", "brew/d/pr").split()]
     assert texts and not [t for t in texts if "refund_to_partner_wallet" in t or "partner wallet" in t]
+    said = (tmp_path / "distill.err").read_text()
+    assert ("1 tool(s) the learning conversations call were not offered the model by their requests, so nothing is "
+            "learned from those calls: refund_to_partner_wallet (") in said
+    body = brewkb(root, "pr", "d", "--body-only").stdout
+    assert ("'refund to partner wallet' dropped: no conversation that passed did its action (a write or a hand-off) "
+            "with a tool its requests offered the model") in body
+    again = brewkb(root, "import", str(tmp_path / "chat.jsonl"), "--format", "openai", "--run", "d2", "--json")
+    assert json.loads(again.stdout)["undeclared"] == {"refund_to_partner_wallet": 6}
+    assert ("warning: conversations call 1 tool that their requests did not offer the model: "
+            "`refund_to_partner_wallet` (in 6 conversations)") in again.stderr
 
 
 def test_a_conversation_that_passes_a_tools_name_as_an_id_leaves_the_declared_tools_as_they_are(

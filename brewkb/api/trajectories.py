@@ -39,7 +39,7 @@ from brewkb.trajectories.formats.serve import OUTCOMES_SUFFIX
 from brewkb.trajectories.outcomes import Labels, read_outcomes
 from brewkb.trajectories.schema import COPY_KEY, Outcome, Trajectory, content_id, read_jsonl, tool_calls
 from brewkb.trajectories.scrub import Scrubber, scrubber_of
-from brewkb.trajectories.tools import not_the_agents
+from brewkb.trajectories.tools import not_the_agents, undeclared
 
 __all__ = ["ImportResult", "import_trajectories", "import_recordings", "recorded_conversations", "ROLLOUTS",
            "PROGRESS_EVERY"]
@@ -75,6 +75,8 @@ class ImportResult:
     """Tool name → the imported conversations that called it."""
     not_known: list[str] = field(default_factory=list)
     """The tools called that ``tools.known`` does not list, when it lists the agent's tools."""
+    undeclared: dict[str, int] = field(default_factory=dict)
+    """Tool name → the imported conversations that called it though their requests did not declare it."""
 
     def to_json(self) -> dict[str, object]:
         return {"run": self.run, "imported": self.imported, "skipped": self.skipped, "already": self.already,
@@ -83,7 +85,7 @@ class ImportResult:
                 "unlabelled": self.unlabelled, "labels_attached": self.labels_attached,
                 "relabelled": self.relabelled, "unmatched_labels": len(self.unmatched_labels),
                 "never_ran": self.never_ran, "repeated": self.repeated, "tools": self.tools,
-                "not_known": self.not_known}
+                "not_known": self.not_known, "undeclared": self.undeclared}
 
 
 IMPORT_KEY = "import_key"
@@ -208,6 +210,7 @@ def _import(target: Run, path: Path, fmt: str, items: Iterator[Item], labels: La
     never_ran: list[str] = []
     added = wins = unlabelled = attached = already = read = repeated = copies = 0
     tools: Counter[str] = Counter()
+    made_up: Counter[str] = Counter()
     with atomic_writer(rollouts) as out:
         if rollouts.exists():
             with rollouts.open(encoding="utf-8") as old:
@@ -249,7 +252,9 @@ def _import(target: Run, path: Path, fmt: str, items: Iterator[Item], labels: La
             admitted = admit(trajectory, scrubber, max_text)
             out.write(admitted.with_(meta={**admitted.meta, IMPORT_KEY: key, COPY_KEY: copy}).to_line() + "\n")
             added += 1
-            tools.update({call.name for call in tool_calls(admitted.messages)})
+            called = {call.name for call in tool_calls(admitted.messages)}
+            tools.update(called)
+            made_up.update(name for name in called if undeclared(name, admitted))
             wins += trajectory.success is True
             unlabelled += trajectory.success is None
     if not (added or already):  # refused: the run folder a failed import made goes with it
@@ -274,7 +279,7 @@ def _import(target: Run, path: Path, fmt: str, items: Iterator[Item], labels: La
                         unlabelled=len(unknown_before - replaced) + unlabelled)
     return ImportResult(target.id, added, len(skipped), wins / labelled if labelled else None, unlabelled,
                         attached, len(replaced), labels.unused() if labels else [], skipped, already, total,
-                        len(never_ran), repeated, dict(sorted(tools.items())))
+                        len(never_ran), repeated, dict(sorted(tools.items())), undeclared=dict(sorted(made_up.items())))
 
 
 def _drop_lines(path: Path, lines: set[int], keep_last: int) -> None:

@@ -26,8 +26,9 @@ from brewkb.trajectories.formats import FORMATS
 @click.option("--skip-bad", is_flag=True, help="Skip records that cannot be converted (and count them).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print {run, imported, skipped, already, total, success_rate, unlabelled, labels_attached, "
-                   "relabelled, unmatched_labels, never_ran, repeated, tools, not_known}: tools maps each tool "
-                   "called to the conversations that called it.")
+                   "relabelled, unmatched_labels, never_ran, repeated, tools, not_known, undeclared}: tools maps "
+                   "each tool called to the conversations that called it, undeclared each tool called where its "
+                   "requests did not offer it.")
 def import_cmd(source: Path, fmt: str | None, run: str | None, split: str, tasks: Path | None, outcomes: Path | None,
                skip_bad: bool, as_json: bool) -> None:
     """Import trajectories from SOURCE into a run.
@@ -61,6 +62,13 @@ def import_cmd(source: Path, fmt: str | None, run: str | None, split: str, tasks
         note(f"warning: conversations call {plural(len(result.not_known), 'tool')} that tools.known in brewkb.toml "
              f"does not list: {shown}{more}. No concept or step is learned from those calls; add a tool to "
              "tools.known if your agent has it")
+    if result.undeclared:
+        shown = ", ".join(f"`{name}` (in {plural(n, 'conversation')})"
+                          for name, n in list(result.undeclared.items())[:10])
+        more = f" and {len(result.undeclared) - 10} more" if len(result.undeclared) > 10 else ""
+        note(f"warning: conversations call {plural(len(result.undeclared), 'tool')} that their requests did not "
+             f"offer the model: {shown}{more}. The model made those calls up, or someone wrote them into the log: "
+             "no concept or step is learned from them")
     if as_json:
         echo_json(result.to_json())
         return
