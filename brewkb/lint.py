@@ -23,6 +23,7 @@ from untrusted logs (docs/security.md), hand-written ones too:
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
@@ -46,7 +47,7 @@ from brewkb.trajectories.quote import (
 )
 from brewkb.trajectories.scrub import ID_SHAPE, Scrubber
 from brewkb.trajectories.secrets import SECRET
-from brewkb.trajectories.tools import CALLED, CALLED_WITH, COMPOUND, NAMED, NOT_THE_AGENTS, not_the_agents
+from brewkb.trajectories.tools import CALLED, CALLED_WITH, COMPOUND, NAMED, NOT_THE_AGENTS, WRITTEN, not_the_agents
 
 __all__ = ["Problem", "lint_paths", "lint_files", "lint_text", "personal_data", "untrusted_text", "unknown_tools",
            "recipe_files", "fix_bom"]
@@ -162,9 +163,8 @@ def untrusted_text(path: str, text: str) -> list[Problem]:
     return problems
 
 
-_BARE_CALL = re.compile(r"(?<![\w.`-])([A-Za-z][A-Za-z0-9]*(?:[_.][A-Za-z0-9]+)+)\s?\(([^)`\n]*)\)?")
-"""A call written out of code form (``issue_gift_card(order_id)``): a name of two words or more joined by
-``_`` or ``.`` (prose joins words before a parenthesis with a hyphen at most)."""
+_QUOTED = re.compile(r'"[^"\n]*"')
+"""A quotation: what a log said (an error text), where a name before parentheses is no call of the recipe's."""
 
 
 def unknown_tools(path: str, text: str, known: Signatures) -> list[Problem]:
@@ -176,7 +176,9 @@ def unknown_tools(path: str, text: str, known: Signatures) -> list[Problem]:
     arguments = {a for names in known.values() for a in names or ()} | {
         a.split("=")[0].strip() for _, passed in CALLED_WITH.findall(text) for a in passed.split(",")}
     for number, line in enumerate(text.splitlines()[_body_line(text) - 1:], start=_body_line(text)):
-        calls = CALLED_WITH.findall(line) + _BARE_CALL.findall(line)
+        line = unicodedata.normalize("NFKC", line)  # fullwidth parentheses are parentheses
+        calls = CALLED_WITH.findall(line) + [(tool, passed) for tool, passed in WRITTEN.findall(_QUOTED.sub('""', line))
+                                             if tool not in arguments]
         others = [name for name in dict.fromkeys([*CALLED.findall(line), *(t for t, _ in calls)])
                   if not_the_agents(name, known)]
         if others:

@@ -675,6 +675,29 @@ def test_a_tool_the_team_did_not_list_leaves_a_step_its_other_alternatives_and_n
     assert [why for _, why in changed] == ["not one of the agent's tools (tools.known in brewkb.toml)"] * 3
 
 
+def test_a_call_written_out_of_code_form_is_a_call_and_prose_in_parentheses_is_none() -> None:
+    """What an LLM integrator may write: the team's list holds whichever way a call is written; a field named
+    before a remark in parentheses, or a quoted error text, calls nothing."""
+    from brewkb.lint import unknown_tools
+    from brewkb.stages.calls import CallRules, screen_calls
+
+    known = {"find_user_by_email": None, "get_order_details": frozenset({"order_id"}), "cancel_order": None}
+    body = ("\n## How to perform\n\n1. `find_user_by_email(email)`\n2. Then issue_gift_card(order_id) to finish.\n"
+            "3. `cancel_order (order_id)`\n4. `issue_refund (order_id)`\n5. `issue_refund（order_id）`\n"
+            "\n## Conditions\n\n- Check the order_id (as the customer gave it) with `get_order_details(order_id)`\n"
+            "- `cancel_order(order_id)` failed with: \"no_longer_needed (customer)\"\n")
+    kept, changed = screen_calls(body, CallRules(known=known))
+    assert [line for line, _ in changed] == ["2. Then issue_gift_card(order_id) to finish.",
+                                             "4. `issue_refund (order_id)`", "5. `issue_refund（order_id）`"]
+    assert "3. `cancel_order (order_id)`" not in kept and "2. `cancel_order (order_id)`" in kept
+    assert "- Check the order_id (as the customer gave it)" in kept and "no_longer_needed (customer)" in kept
+    text = "---\nname: r\ndescription: d\n---\n" + body
+    errors = [p.message for p in unknown_tools("r.md", text, known) if p.severity == "error"]
+    assert errors == ["calls `issue_gift_card`, not one of the agent's tools (tools.known in brewkb.toml)",
+                      "calls `issue_refund`, not one of the agent's tools (tools.known in brewkb.toml)",
+                      "calls `issue_refund`, not one of the agent's tools (tools.known in brewkb.toml)"]
+
+
 def test_a_call_conversations_of_one_task_made_goes_from_its_list_and_its_argument_from_its_call() -> None:
     """What an LLM integrator may copy from one conversation's insight: the calls of one task are no recipe's."""
     from brewkb.stages.calls import CallRules, screen_calls, supported_calls

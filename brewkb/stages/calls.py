@@ -20,6 +20,7 @@ left are numbered again, and a section left empty goes.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ from brewkb.trajectories.tools import (
     COMPOUND,
     NAMED,
     NOT_THE_AGENTS,
+    WRITTEN,
     not_the_agents,
     undeclared,
 )
@@ -42,6 +44,7 @@ __all__ = ["CallRules", "screen_calls", "supported_calls", "FEW_TASKS"]
 
 FEW_TASKS = "a tool conversations of too few tasks called (stages.min_concept_tasks)"
 _ITEM = re.compile(r"(\s*)\d+\.(\s)")
+_QUOTED = re.compile(r'"[^"\n]*"')
 
 
 def _arguments(text: str) -> list[str]:
@@ -100,8 +103,12 @@ class CallRules:
         an argument (a tool too few tasks called, or none)."""
         if name in self.known or (self.supported is not None and name in self.supported):
             return True
-        arguments = {a for names in (*self.known.values(), *(self.supported or {}).values()) for a in names or ()}
-        return self.supported is not None and COMPOUND.search(name) is not None and name not in arguments
+        return self.supported is not None and COMPOUND.search(name) is not None and name not in self.arguments
+
+    @property
+    def arguments(self) -> set[str]:
+        """The argument names the rules know of: a name in a call's place may be one, not a tool."""
+        return {a for names in (*self.known.values(), *(self.supported or {}).values()) for a in names or ()}
 
     def allows(self, tool: str, argument: str) -> bool:
         listed = self.known.get(tool)
@@ -128,7 +135,9 @@ def _line(line: str, rules: CallRules) -> tuple[str | None, str]:
     if reason := next((r for n in CALLED.findall(line) if n not in whole and (r := rules.tool_reason(n))), None):
         return None, reason
     why = ""
-    named = [*CALLED_WITH.finditer(line), *(m for m in NAMED.finditer(line) if rules.names_a_tool(m.group(1)))]
+    unquoted = _QUOTED.sub(lambda m: " " * len(m.group(0)), line)  # a quotation's words are a log's, not calls
+    named = [*CALLED_WITH.finditer(line), *(m for m in NAMED.finditer(line) if rules.names_a_tool(m.group(1))),
+             *(m for m in WRITTEN.finditer(unquoted) if m.group(1) not in rules.arguments)]
     for match in named:
         if (reason := rules.tool_reason(match.group(1))) is None:
             continue
@@ -151,11 +160,12 @@ def screen_calls(body: str, rules: CallRules) -> tuple[str, list[tuple[str, str]
     kept: list[str] = []
     changed: list[tuple[str, str]] = []
     for line in body.split("\n"):
-        new, why = _line(line, rules)
-        if new != line:
+        normal = unicodedata.normalize("NFKC", line)  # fullwidth parentheses are parentheses
+        new, why = _line(normal, rules)
+        if new != normal:
             changed.append((line, why))
         if new is not None:
-            kept.append(new)
+            kept.append(line if new == normal else new)
     if not changed:
         return body, changed
     number = 0

@@ -27,7 +27,7 @@ from brewkb.trajectories.schema import ToolCall, Trajectory, tool_calls
 
 __all__ = ["ALSO_ASKED", "READ_VERBS", "used_tools", "is_lookup", "is_talk", "is_handoff", "is_write",
            "concept_of_tool", "step_text", "parse_step", "parse_alternatives", "procedure", "name_words",
-           "user_turns", "writes_of", "CALLED", "CALLED_WITH", "NAMED", "COMPOUND", "NOT_THE_AGENTS", "not_the_agents",
+           "user_turns", "writes_of", "CALLED", "CALLED_WITH", "WRITTEN", "NAMED", "COMPOUND", "NOT_THE_AGENTS", "not_the_agents",
            "DECLARED", "MAX_DECLARED", "declared_in", "undeclared"]
 
 READ_VERBS = frozenset({
@@ -44,11 +44,16 @@ that runs made together with the recipe's own, for requests that asked for
 both. An agent takes it only when its request asks for that too."""
 STEP_RE = re.compile(r"^\s*(?:\d+[.)]|[-*])\s*`([A-Za-z_][\w.]*)\(([^)`]*)\)`")
 CALL_RE = re.compile(r"`([A-Za-z_][\w.]*)\(([^)`]*)\)`")
-_CALLEE = r"`([A-Za-z_][\w.-]*)\("
+_CALLEE = r"`([A-Za-z_][\w.-]*) ?\("
 CALLED = re.compile(_CALLEE)
 """The name of every tool a line of a recipe calls (a call in backticks)."""
 CALLED_WITH = re.compile(_CALLEE + r"([^)`]*)\)`")
 """A call in backticks, whole: its tool and the text of its arguments."""
+_ARGUMENT = r"[A-Za-z_][\w.-]*(?: ?=[^,()`\n]*)?"
+WRITTEN = re.compile(r"(?<![\w.`-])([A-Za-z][A-Za-z0-9]*(?:[_.][A-Za-z0-9]+)+) ?\(\s*((?:" + _ARGUMENT
+                     + r"(?:\s*,\s*" + _ARGUMENT + r")*)?)\s*\)")
+"""A call written out of code form (``issue_gift_card(order_id)``): a name of two words or more joined by
+``_`` or ``.``, then its arguments, each a name (prose in parentheses, "(as the customer gave it)", is none)."""
 NAMED = re.compile(r"`([A-Za-z_][\w.-]*)`")
 """A name in backticks without a call (``cancel_order``), as a model writes "Call `cancel_order` with …"."""
 COMPOUND = re.compile(r"[_.-]|[a-z][A-Z]")
