@@ -363,6 +363,26 @@ def test_copies_of_one_conversation_are_one_task_whatever_ids_the_log_gives_them
         assert "delete-all-customers" not in git(root, "ls-tree", "-r", "--name-only", "brew/c/pr")
 
 
+def test_conversations_that_each_make_many_writes_up_crowd_out_no_real_concept(kb: Path, tmp_path: Path) -> None:
+    """Twelve tasks, each making the same forty writes up: each made-up concept has more tasks than the real
+    cancellation, and more concepts than the bound; a task counts 1/n for each of its n actions."""
+    invented = [f"grant_credit_{n}" for n in range(40)]
+    flood = _with_writes(_passing("update_reservation_flights"), "update_reservation_flights", invented)
+    logs, learning = _log(tmp_path, (flood, 12))
+    config = kb / "brewkb.toml"
+    config.write_text(config.read_text() + "\n[stages]\nconcepts_per_task = 0.2\n")  # a bound the flood fills
+    git(kb, "commit", "-qam", "bound")
+    assert brewkb(kb, "import", str(logs), "--format", "tau-bench", "--run", "crowd").returncode == 0
+    done = brewkb(kb, "distill", "crowd", "--iterations", "1")
+    assert done.returncode == 0, done.stderr
+    learned = _learned(kb, "crowd")
+    kept = {c["slug"] for c in learned["concepts"]}
+    assert any("the run keeps at most" in note for note in learned["dropped"])  # the bound binds
+    assert {"cancel-reservation", "update-reservation-flights"} <= kept
+    cancelled = {str(r["task_id"]) for r in _logged() if r["reward"] == 1.0 and "cancel_reservation" in _names(r)}
+    assert len(cancelled & learning) < 12  # fewer tasks than each made-up write
+
+
 @pytest.mark.parametrize("done_by", [2, 3])
 def test_the_eval_split_asks_for_an_action_it_can_spare_a_learning_task_of(done_by: int) -> None:
     ids = [f"t{n}" for n in range(20)]

@@ -333,11 +333,18 @@ def _supported(members: dict[int, list[str]], reps: Mapping[int, str], by_name: 
         del members[label]
     if max_concepts is not None and len(members) > max_concepts:
         size = {lb: sum(len(by_name[n]) for n in group) for lb, group in members.items()}
-        ranked = sorted(members, key=lambda lb: (-len(support[lb]), -size[lb], reps[lb]))
+        did: dict[str, set[str]] = defaultdict(set)  # task → every action its conversations made
+        for source, acts in actions.items():
+            did[tasks.get(source, source)] |= acts
+        # a task counts for each of the n actions it made as 1/n: conversations that make many actions up at
+        # once cannot outweigh the actions other tasks made
+        weight = {lb: sum(1 / max(1, len(did[t])) for t in support[lb]) for lb in members}
+        ranked = sorted(members, key=lambda lb: (-weight[lb], -len(support[lb]), -size[lb], reps[lb]))
         for label in ranked[max_concepts:]:
             dropped.append(f"{reps[label]!r} dropped: conversations of {len(support[label])} task(s) did it, and "
                            f"the run keeps at most {max_concepts} concepts (stages.concepts_per_task × its "
-                           "learning tasks), those of the most tasks")
+                           "learning tasks), those of the most tasks (a task that made n actions counts 1/n "
+                           "for each)")
             dropped.extend(notes.pop(label, []))
             del members[label]
     return dropped
