@@ -383,7 +383,9 @@ def parse_config(text: str, source: str = CONFIG_FILE) -> Config:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{source}: not valid TOML ({exc}); fix the syntax") from None
+        again = " (set it where the file has it already: `brewkb init` writes every table)" if "twice" in str(exc) \
+            else ""
+        raise ConfigError(f"{source}: not valid TOML ({exc}){again}; fix the syntax") from None
     config = _build(Config, data, "")
     # anchors alone would never find a recipe that quotes no request
     if not any(v for k, v in dataclasses.asdict(config.retrieval.boosts).items() if k != "anchors"):

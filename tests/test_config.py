@@ -43,6 +43,7 @@ def test_values_are_read_into_nested_dataclasses() -> None:
         ("[kb]\nrecipe_dir = 'x'", "kb.recipe_dir: unknown key; known keys here: recipes_dir"),
         ('[llm]\napi_key = "sk-secret"', "llm.api_key: keys do not belong in brewkb.toml"),
         ("[search\n", "not valid TOML"),
+        ('[tools]\n[tools]\nknown = ["a"]', "twice (at line 2, column 7)) (set it where the file has it already"),
         ("search = 3", "search: expected a table, got 3"),
         ("[retrieval.boosts]\ntext = 0\nname = 0\naliases = 0", "retrieval.boosts: every boost is 0"),
         ("[retrieval.boosts]\ntext = inf", "retrieval.boosts.text: expected a finite number ≥ 0, got inf"),
