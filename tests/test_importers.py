@@ -181,7 +181,7 @@ def test_import_cli_json(make_repo: MakeRepo) -> None:
     assert json.loads(out.stdout) == {"run": "t2", "imported": 2, "skipped": 0, "already": 0, "total": 2,
                                       "success_rate": 0.5, "unlabelled": 0,
                                       "labels_attached": 0, "relabelled": 0, "unmatched_labels": 0, "never_ran": 0,
-                                      "repeated": 0, "tools": {"find_user_id_by_email": 1}, "not_known": []}
+                                      "repeated": 0, "tools": {"find_user_id_by_email": 1}, "not_known": [], "undeclared": {}}
     # a file that holds a conversation twice: kept once, and said
     lines = (FIXTURES / "openai.jsonl").read_text().splitlines()
     twice = root / "twice.jsonl"
