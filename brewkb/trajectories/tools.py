@@ -27,8 +27,8 @@ from brewkb.trajectories.schema import ToolCall, Trajectory, tool_calls
 
 __all__ = ["ALSO_ASKED", "READ_VERBS", "used_tools", "is_lookup", "is_talk", "is_handoff", "is_write",
            "concept_of_tool", "step_text", "parse_step", "parse_alternatives", "procedure", "name_words",
-           "user_turns", "writes_of", "CALLED", "CALLED_WITH", "WRITTEN", "NAMED", "COMPOUND", "NOT_THE_AGENTS", "not_the_agents",
-           "DECLARED", "MAX_DECLARED", "declared_in", "undeclared"]
+           "user_turns", "writes_of", "CALLED", "CALLED_WITH", "WRITTEN", "NAMED", "COMPOUND", "NOT_THE_AGENTS",
+           "not_the_agents", "DECLARED", "MAX_DECLARED", "declared_in", "undeclared"]
 
 READ_VERBS = frozenset({
     "get", "find", "list", "search", "lookup", "look", "read", "fetch", "check", "calculate", "compute",
