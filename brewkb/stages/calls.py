@@ -8,12 +8,13 @@ or as a host, when the tool is not one of the agent's tools a team listed
 (``tools.known``), or, for logs, when conversations of fewer than
 ``stages.min_concept_tasks`` distinct tasks called it (``supported_calls``):
 one conversation cannot put a tool in front of an agent, as it cannot make a
-concept. A tool named in backticks without a call ("Call `cancel_order`
-with …", as a model may write a step) is read as a call of it. Such a call
-goes from a list it is one of (alternatives joined by "or", an exemplar's
-calls after an arrow); a line that makes it otherwise goes. An argument whose name reads as instructions, one the team did not
-list for its tool, or, for logs, one that conversations of too few tasks
-passed, goes from its call. The current recipe's own calls stay. The steps
+concept. A call written out of code form (``issue_refund(order_id)``, not in
+a quotation) is a call, and so is a tool named in backticks without a call
+("Call `cancel_order` with …", as a model may write a step). Such a call goes
+from a list it is one of (alternatives joined by "or", an exemplar's calls
+after an arrow); a line that makes it otherwise goes. An argument whose name
+reads as instructions, one the team did not list for its tool, or, for logs,
+one that conversations of too few tasks passed, goes from its call. The current recipe's own calls stay. The steps
 left are numbered again, and a section left empty goes.
 """
 
