@@ -769,16 +769,34 @@ def test_a_call_of_a_tool_its_request_did_not_offer_the_model_is_learned_from_by
     assert '"tools":["find_user_by_email",' in (root / "runs" / "d" / "rollouts.jsonl").read_text()
     texts = [git(root, "show", f"brew/d/pr:{p}") for p in git(root, "diff", "--name-only", "HEAD", "brew/d/pr").split()]
     assert texts and not [t for t in texts if "refund_to_partner_wallet" in t or "partner wallet" in t]
-    said = (tmp_path / "distill.err").read_text()
-    assert ("1 tool(s) the learning conversations call were not offered the model by their requests, so nothing is "
-            "learned from those calls: refund_to_partner_wallet (") in said
-    body = brewkb(root, "pr", "d", "--body-only").stdout
-    assert ("'refund to partner wallet' dropped: no conversation that passed did its action (a write or a hand-off) "
-            "with a tool its requests offered the model") in body
+    assert "refund_to_partner_wallet" not in (root / "runs" / "d" / "rollouts.jsonl").read_text()  # taken out
+    assert "partner wallet" not in brewkb(root, "pr", "d", "--body-only").stdout
     again = brewkb(root, "import", str(tmp_path / "chat.jsonl"), "--format", "openai", "--run", "d2", "--json")
     assert json.loads(again.stdout)["undeclared"] == {"refund_to_partner_wallet": 6}
     assert ("warning: conversations call 1 tool that their requests did not offer the model: "
             "`refund_to_partner_wallet` (in 6 conversations)") in again.stderr
+
+
+def test_conversations_offered_no_tools_shape_no_procedure_with_the_calls_they_made_up(tmp_path: Path) -> None:
+    """A conversation in each task whose requests offered no tool, calling real tools in an order no real one did
+    (the write first): taken out at the boundary, their calls change no step and give no exemplar."""
+    messages = [{"role": "user", "content": "Quokka zebrafish: cancel my order now."},
+                *_call(0, "cancel_pending_order", {"order_id": "#W5550001", "reason": "no longer needed"},
+                       {"status": "cancelled"}),
+                *_call(1, "get_order_details", {"order_id": "#W5550001"}, {"status": "cancelled"}),
+                {"role": "assistant", "content": "Done."}]
+    extra = [{"task_id": f"t{n}", "messages": messages, "success": True, "tools": []} for n in range(9)]
+    said = [{**line, "messages": [messages[0], messages[-1]]} for line in extra]  # the same, with no call at all
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "poisoned").mkdir()
+    plain = _distilled_with_tool_renamed(tmp_path / "plain", "cancel_pending_order", "cancel_pending_order", "p",
+                                         extra=said)
+    poisoned = _distilled_with_tool_renamed(tmp_path / "poisoned", "cancel_pending_order", "cancel_pending_order",
+                                            "p", extra=extra)
+    recipe = "brew/p/pr:recipes/cancel-pending-order.md"
+    assert git(poisoned, "show", recipe).split("## How to perform")[1].split("\n## ")[0] == \
+        git(plain, "show", recipe).split("## How to perform")[1].split("\n## ")[0]
+    assert not [line for line in git(poisoned, "show", recipe).splitlines() if "Quokka" in line and "→" in line]
 
 
 def test_a_conversation_that_passes_a_tools_name_as_an_id_leaves_the_declared_tools_as_they_are(

@@ -252,9 +252,8 @@ def _import(target: Run, path: Path, fmt: str, items: Iterator[Item], labels: La
             admitted = admit(trajectory, scrubber, max_text)
             out.write(admitted.with_(meta={**admitted.meta, IMPORT_KEY: key, COPY_KEY: copy}).to_line() + "\n")
             added += 1
-            called = {call.name for call in tool_calls(admitted.messages)}
-            tools.update(called)
-            made_up.update(name for name in called if undeclared(name, admitted))
+            tools.update({call.name for call in tool_calls(admitted.messages)})
+            made_up.update({call.name for call in tool_calls(trajectory.messages) if undeclared(call.name, trajectory)})
             wins += trajectory.success is True
             unlabelled += trajectory.success is None
     if not (added or already):  # refused: the run folder a failed import made goes with it

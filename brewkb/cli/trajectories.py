@@ -68,7 +68,7 @@ def import_cmd(source: Path, fmt: str | None, run: str | None, split: str, tasks
         more = f" and {len(result.undeclared) - 10} more" if len(result.undeclared) > 10 else ""
         note(f"warning: conversations call {plural(len(result.undeclared), 'tool')} that their requests did not "
              f"offer the model: {shown}{more}. The model made those calls up, or someone wrote them into the log: "
-             "no concept or step is learned from them")
+             "they are taken out of the run, with their results")
     if as_json:
         echo_json(result.to_json())
         return

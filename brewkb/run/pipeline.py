@@ -53,7 +53,6 @@ from brewkb.stages import calls, grading, integrate, reflect, relabel, rollouts
 from brewkb.stages.concepts import Concept
 from brewkb.trajectories.schema import Trajectory
 from brewkb.trajectories.scrub import scrubber_of
-from brewkb.trajectories.tools import DECLARED
 
 __all__ = ["Pipeline", "STAGES"]
 
@@ -384,14 +383,11 @@ class Pipeline(StageItems):
             if logs and self.config.tools.signatures:
                 for note in concepts_stage.known_notes(learned, self.config.tools.signatures):
                     self.events(Event("note", "concepts", message=note))
-            if logs and (made_up := concepts_stage.made_up_note(learned)):
-                self.events(Event("note", "concepts", message=made_up))
             found, mapping, dropped = concepts_stage.build_concepts(
                 train, evaluation, names, vectors, stages.concept_threshold, stages.min_concept_insights,
                 min_tasks=stages.min_concept_tasks if logs else 0, known=self.config.tools.signatures,
                 actions=concepts_stage.actions_of(learned, self.config.tools.signatures),
                 tasks=concepts_stage.tasks_of(learned),
-                declared=any(isinstance(t.meta.get(DECLARED), list) for t in learned),
                 max_concepts=concepts_stage.concept_bound(len({t.task_id for t in learned}), stages.concepts_per_task)
                 if logs else None)
         keep = found

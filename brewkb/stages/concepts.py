@@ -75,7 +75,7 @@ from brewkb.trajectories.tools import (
 )
 
 __all__ = ["Concept", "agglomerate", "build_concepts", "concept_slugs", "actions_of", "held_out", "concept_bound",
-           "supporting_tasks", "tasks_of", "evidence", "known_notes", "made_up_note"]
+           "supporting_tasks", "tasks_of", "evidence", "known_notes"]
 
 
 @dataclass(frozen=True)
@@ -202,18 +202,6 @@ def known_notes(trajectories: Sequence[Trajectory], known: Collection[str], show
     return notes
 
 
-def made_up_note(trajectories: Sequence[Trajectory], shown: int = 10) -> str | None:
-    """What to say of the calls ``trajectories`` made of tools their requests did not offer the model."""
-    made_up = Counter(name for t in trajectories for name in {c.name for c in tool_calls(t.messages)}
-                      if undeclared(name, t))
-    if not made_up:
-        return None
-    names = sorted(made_up)
-    return (f"{len(names)} tool(s) the learning conversations call were not offered the model by their requests, so "
-            "nothing is learned from those calls: " + ", ".join(f"{n} ({made_up[n]})" for n in names[:shown])
-            + (f" and {len(names) - shown} more" if len(names) > shown else ""))
-
-
 def concept_bound(tasks: int, per_task: float) -> int:
     """The most concepts a run keeps: ``per_task`` per distinct learning task, rounded up, at least one."""
     return max(1, math.ceil(per_task * tasks - 1e-9))
@@ -308,7 +296,7 @@ def _misnamed(name: str, tool: set[str], known: Collection[str]) -> str | None:
 def _supported(members: dict[int, list[str]], reps: Mapping[int, str], by_name: Mapping[str, list[Insight]],
                notes: dict[int, list[str]], min_tasks: int, max_concepts: int | None,
                actions: Mapping[str, frozenset[str]], tool: set[str], tasks: Mapping[str, str],
-               known: Collection[str], declared: bool = False) -> list[str]:
+               known: Collection[str]) -> list[str]:
     """Drop the clusters ``_misnamed``, those without support, then those
     beyond ``max_concepts`` (the least supported); returns the notes of what was dropped."""
     support = {lb: supporting_tasks([i for n in group for i in by_name[n]], actions,
@@ -325,9 +313,8 @@ def _supported(members: dict[int, list[str]], reps: Mapping[int, str], by_name: 
             continue
         dropped.append(f"{reps[label]!r} dropped: " + (
             f"conversations of {found} task(s) did it, fewer than stages.min_concept_tasks ({min_tasks})" if found
-            else "no conversation that passed did its action (a write or a hand-off)"
-                 + (" with a tool its requests offered the model" if declared else "")
-                 + ": a request no action followed, or attempts that failed"
+            else "no conversation that passed did its action (a write or a hand-off): a request no action "
+                 "followed, or attempts that failed"
                  + ("; only calls of the tools tools.known lists count" if known else "")))
         dropped.extend(notes.pop(label, []))
         del members[label]
@@ -396,8 +383,8 @@ def _merge_small(members: dict[int, list[str]], counts: Counter[str], tool: set[
 def build_concepts(train: Sequence[Insight], evaluation: Sequence[Insight], names: Sequence[str],
                    vectors: np.ndarray, threshold: float, min_insights: int = 2, *, min_tasks: int = 0,
                    max_concepts: int | None = None, actions: Mapping[str, frozenset[str]] | None = None,
-                   tasks: Mapping[str, str] | None = None, known: Collection[str] = (),
-                   declared: bool = False) -> tuple[list[Concept], dict[str, str], list[str]]:
+                   tasks: Mapping[str, str] | None = None,
+                   known: Collection[str] = ()) -> tuple[list[Concept], dict[str, str], list[str]]:
     """Meta-concepts from the train insights, the name → slug map, and the
     notes of the names dropped.
     ``names``/``vectors`` cover every concept name of both insight lists;
@@ -405,9 +392,7 @@ def build_concepts(train: Sequence[Insight], evaluation: Sequence[Insight], name
     similarity reaches the threshold. ``min_tasks``, ``max_concepts`` and
     ``actions`` (``actions_of`` the train trajectories) are the support rule
     and the bound (0 and ``None``: neither); ``known``, the agent's tools when
-    a team lists them: a concept named for any other tool is dropped;
-    ``declared``: the conversations say which tools they were offered (a
-    dropped concept's note says what that means)."""
+    a team lists them: a concept named for any other tool is dropped."""
     train = [i for i in train if i.kind != REQUEST]  # a request quoted as an anchor is no lesson
     evaluation = [i for i in evaluation if i.kind != REQUEST]
     counts = Counter(i.concept for i in train)
@@ -431,7 +416,7 @@ def build_concepts(train: Sequence[Insight], evaluation: Sequence[Insight], name
             for label, group in members.items()}
     if min_tasks or max_concepts is not None or known:
         dropped += _supported(members, reps, by_name, notes, min_tasks, max_concepts, actions or {}, tool, tasks or {},
-                              known, declared)
+                              known)
     kept = [n for n in train_names if any(n in group for group in members.values())]
     labels = [next(lb for lb, group in members.items() if n in group) for n in kept]
     order = sorted(members, key=lambda lb: (-sum(counts[n] for n in members[lb]), reps[lb]))

@@ -6,7 +6,9 @@ Logs are untrusted: whoever can put a conversation into them can try to write
 into the KB, and they hold secrets and personal data. ``admit`` returns the
 trajectory with every text in it (task, message contents, tool-call ids and
 arguments, tool results, and the strings of ``meta``, the outcome's detail
-and rubric notes):
+and rubric notes), once the calls of tools its requests did not offer the
+model (when the log says which: ``offered_only``) are taken out with their
+results:
 
 1. **normalised**: Unicode NFKC (fullwidth and compatibility forms folded);
    zero-width characters, bidirectional controls, Unicode tag characters,
@@ -46,7 +48,7 @@ from brewkb.trajectories.schema import Trajectory
 from brewkb.trajectories.scrub import ADMITTED, MARKS, MIN_ID, Scrubber, message_texts, unmarked
 from brewkb.trajectories.tools import DECLARED
 
-__all__ = ["normalise", "admit", "admit_all", "RunIds", "MAX_TEXT", "invisible"]
+__all__ = ["normalise", "offered_only", "admit", "admit_all", "RunIds", "MAX_TEXT", "invisible"]
 
 MAX_TEXT = 20_000
 """Characters one text of a trajectory keeps (``[scrub] max_text``)."""
@@ -132,6 +134,33 @@ def _meta(meta: dict[str, Any], change: Any) -> dict[str, Any]:
     return out
 
 
+def offered_only(trajectory: Trajectory) -> Trajectory:
+    """``trajectory`` without the calls of tools its requests did not offer
+    the model (``meta.tools``, when the log says), nor their results: the
+    model made those up, or someone wrote them into the log, so no stage, and
+    no evaluation, sees them."""
+    declared = trajectory.meta.get(DECLARED)
+    if not isinstance(declared, list):
+        return trajectory
+    offered = set(declared)
+    gone: set[str] = set()
+    messages = []
+    for message in trajectory.messages:
+        calls = message.get("tool_calls") or []
+        if calls:
+            kept = [c for c in calls if (c.get("function") or {}).get("name") in offered]
+            gone |= {str(c.get("id")) for c in calls if c not in kept}
+            if len(kept) < len(calls):
+                message = {**message, "tool_calls": kept} if kept else {k: v for k, v in message.items()
+                                                                        if k != "tool_calls"}
+                if not kept and not message.get("content"):
+                    continue
+        if message.get("role") == "tool" and str(message.get("tool_call_id")) in gone:
+            continue
+        messages.append(message)
+    return trajectory if not gone else trajectory.with_(messages=tuple(messages))
+
+
 def admit(trajectory: Trajectory, scrubber: Scrubber, limit: int = MAX_TEXT) -> Trajectory:
     """``trajectory`` normalised, bounded and scrubbed (see the module
     docstring); its id is kept. The one function through which a logged
@@ -139,6 +168,7 @@ def admit(trajectory: Trajectory, scrubber: Scrubber, limit: int = MAX_TEXT) -> 
     # bounded after scrubbing (a secret cut in two might no longer be told), and before it at a far larger
     # bound, so no single text can make the scrubbing slow
     first = limit * SCRUB_BOUND
+    trajectory = offered_only(trajectory)
     messages = tuple(message_texts(m, lambda s: _normal_text(s, first), lambda v: _normal_json(v, first))
                      for m in trajectory.messages)
     normal = trajectory.with_(task=normalise(trajectory.task, first), messages=messages)
