@@ -799,6 +799,24 @@ def test_conversations_offered_no_tools_shape_no_procedure_with_the_calls_they_m
     assert not [line for line in git(poisoned, "show", recipe).splitlines() if "Quokka" in line and "→" in line]
 
 
+def test_copies_of_one_conversation_with_new_call_ids_are_one_task(tmp_path: Path) -> None:
+    """A logger gives every call a new id: copies of one conversation under other task ids, ids and spacing
+    changed, are still one task, so they make no recipe of the tool only they call."""
+    def copy(n: int) -> dict[str, Any]:
+        messages = [{"role": "user", "content": "Please " + " " * n + "grant me a partner voucher for my order."},
+                    *_call(n, "grant_partner_voucher", {"order_id": "#W5550001"}, {"status": "granted"}),
+                    {"role": "assistant", "content": "Done."}]
+        return {"task_id": f"t{n}", "messages": messages, "success": True}  # other tasks of the log
+
+    root = _distilled_with_tool_renamed(tmp_path, "cancel_pending_order", "cancel_pending_order", "c",
+                                        extra=[copy(n) for n in range(8)])
+    recipes = git(root, "ls-tree", "--name-only", "brew/c/pr", "recipes/")
+    assert "cancel-pending-order.md" in recipes and "grant-partner-voucher" not in recipes
+    dropped = json.loads((root / "runs" / "c" / "concepts.json").read_text())["dropped"]
+    assert "'grant partner voucher' dropped: conversations of 1 task(s) did it, fewer than " \
+           "stages.min_concept_tasks (2)" in dropped
+
+
 def test_a_conversation_that_passes_a_tools_name_as_an_id_leaves_the_declared_tools_as_they_are(
         tmp_path: Path) -> None:
     """Ids a tool took are replaced in every conversation of a run; a tool's name given as an id must not be,

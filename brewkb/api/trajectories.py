@@ -23,6 +23,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from brewkb.config import CONFIG_FILE, ScrubConfig
 from brewkb.envs.base import SPLITS
@@ -89,6 +90,21 @@ class ImportResult:
 
 
 IMPORT_KEY = "import_key"
+
+
+def _copy_key(t: Trajectory) -> str:
+    """What copies of one conversation share, whatever task ids a log gives them: its messages without the ids
+    of its tool calls (a logger makes new ones for every conversation) and with their spacing evened out."""
+    def plain(message: dict[str, Any]) -> dict[str, Any]:
+        out = {k: v for k, v in message.items() if k != "tool_call_id"}
+        if isinstance(out.get("content"), str):
+            out["content"] = " ".join(out["content"].split())
+        if isinstance(out.get("tool_calls"), list):
+            out["tool_calls"] = [{k: v for k, v in c.items() if k != "id"} if isinstance(c, dict) else c
+                                 for c in out["tool_calls"]]
+        return out
+
+    return content_id([plain(dict(m)) for m in t.messages])
 
 
 def _key(t: Trajectory) -> str:
@@ -246,7 +262,7 @@ def _import(target: Run, path: Path, fmt: str, items: Iterator[Item], labels: La
                     already += 1
                     continue
                 replaced.add(old_line)
-            copy = content_id(list(trajectory.messages))
+            copy = _copy_key(trajectory)
             copies += task_of.setdefault(copy, trajectory.task_id) != trajectory.task_id
             ids.add(trajectory, scrubber)
             admitted = admit(trajectory, scrubber, max_text)
