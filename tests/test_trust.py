@@ -799,6 +799,18 @@ def test_conversations_offered_no_tools_shape_no_procedure_with_the_calls_they_m
     assert not [line for line in git(poisoned, "show", recipe).splitlines() if "Quokka" in line and "→" in line]
 
 
+def test_a_conversation_that_passes_an_argument_name_as_an_id_leaves_other_calls_as_they_are(
+        tmp_path: Path) -> None:
+    """Ids a tool took are replaced in every conversation of a run; the names of the run's tools and arguments
+    are never ids, or one conversation could strip an argument from every call of a recipe."""
+    messages = [{"role": "user", "content": "Where is my order?"},
+                *_call(0, "get_order_details", {"order_id": "reason"}, {"order_id": "order_id"}),
+                {"role": "assistant", "content": "It is pending."}]
+    root = _distilled_with_tool_renamed(tmp_path, "cancel_pending_order", "cancel_pending_order", "a",
+                                        extra=[{"task_id": "t0", "messages": messages, "success": True}])
+    assert "`cancel_pending_order(order_id, reason)`" in git(root, "show", "brew/a/pr:recipes/cancel-pending-order.md")
+
+
 def test_copies_of_one_conversation_with_new_call_ids_are_one_task(tmp_path: Path) -> None:
     """A logger gives every call a new id: copies of one conversation under other task ids, ids and spacing
     changed, are still one task, so they make no recipe of the tool only they call."""

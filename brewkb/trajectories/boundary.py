@@ -44,7 +44,7 @@ from functools import cached_property
 from typing import Any
 
 from brewkb.config import TOOL_NAME
-from brewkb.trajectories.schema import Trajectory
+from brewkb.trajectories.schema import Trajectory, tool_calls
 from brewkb.trajectories.scrub import ADMITTED, MARKS, MIN_ID, Scrubber, message_texts, unmarked
 from brewkb.trajectories.tools import DECLARED
 
@@ -200,9 +200,15 @@ class RunIds:
     """One-word value (without its mark) → placeholder kind."""
     phrases: dict[str, str] = field(default_factory=dict)
     """Value of several words → placeholder kind."""
+    names: set[str] = field(default_factory=set)
+    """The names of the tools and arguments the run's calls used: never an id, whatever a call passed, so one
+    conversation cannot make another's argument names or calls disappear."""
 
     def add(self, trajectory: Trajectory, scrubber: Scrubber) -> None:
         """Gather the values ``trajectory`` (not yet scrubbed) names."""
+        for call in tool_calls(trajectory.messages):
+            self.names.add(call.name)
+            self.names.update(call.args() or {})
         for value, kind in scrubber.values_of(trajectory).items():
             if len(value) < MIN_ID:
                 continue
@@ -226,7 +232,7 @@ class RunIds:
         if not self.found or self.found.keys().isdisjoint(unmarked(w) for w in _WORDS.findall(text)):
             return text
         return _WORDS.sub(lambda m: f"<{self.found[k]}>" if (k := unmarked(m.group(0))) in self.found
-                          else m.group(0), text)
+                          and m.group(0) not in self.names else m.group(0), text)
 
     def trajectory(self, trajectory: Trajectory) -> Trajectory:
         """``trajectory`` with every gathered value replaced, wherever it stands."""
