@@ -398,6 +398,15 @@ def test_the_eval_split_asks_for_an_action_it_can_spare_a_learning_task_of(done_
         assert moved == evaluation | {learning[0]}
 
 
+def test_an_action_made_up_in_the_tasks_of_a_real_one_does_not_keep_it_from_being_measured() -> None:
+    ids = [f"t{n}" for n in range(20)]
+    evaluation, test = split_tasks(ids)
+    learning = [t for t in sorted(ids, key=lambda t: content_id(["held-out", t])) if t not in evaluation | test]
+    actions = {t: {"book_trip", f"made_up_{n}"} for n, t in enumerate(learning[:5])}  # one task each: no support
+    moved, _ = split_tasks(ids, actions, keep=2)
+    assert moved == evaluation | {learning[0]}
+
+
 def test_actions_made_up_by_the_dozen_move_no_more_tasks_to_eval_than_the_hash_held_out() -> None:
     ids = [f"t{n}" for n in range(40)]
     evaluation, test = split_tasks(ids)

@@ -7,8 +7,8 @@ evidence, which no stage of the run ever reads); the rest is learned from.
 The eval split then asks for every action the learning tasks can teach: an
 action (a write or a hand-off) that more than ``keep`` learning tasks
 performed, and no eval task, has one of those tasks moved to the eval split
-(the first in the order whose every action keeps ``keep`` learning tasks; the
-rarest actions first), as many tasks at most as the hash held out for eval,
+(the first in the order whose every action keeps ``keep`` learning tasks, or
+never had them; the rarest actions first), as many tasks at most as the hash held out for eval,
 so conversations that make actions up cannot empty the learning split.
 Without it a concept learned from several tasks would wait for want of a
 held-out request (a recipe is never scored on the requests it was learned
@@ -58,8 +58,10 @@ def _asked_for(order: Sequence[str], evaluation: set[str], test: set[str], actio
             break
         if action in asked or count[action] <= keep:
             continue
+        # a task whose other actions have support to lose (just ``keep`` tasks) stays; one that made an action too
+        # few tasks made (a made-up one, say) can still go
         task = next((t for t in learning if t not in moved and action in actions.get(t, ())
-                     and all(count[a] > keep for a in set(actions[t]))), None)
+                     and all(count[a] != keep for a in set(actions[t]))), None)
         if task is not None:
             moved.add(task)
             asked.update(actions[task])
