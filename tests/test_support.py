@@ -171,12 +171,14 @@ def test_poisoned_conversations_add_no_recipe_and_drop_no_check_without_support(
     body = brewkb(kb, "pr", "p", "--body-only").stdout
     if n < 3:  # an invented write is no recipe, and no other recipe names it: one task, or a concept that waits
         assert not any(INVENTED in text for text in recipes.values()), recipes
-    if n == 1:
+    if n == 1 and learning >= {str(r["task_id"]) for r in json.loads(logs.read_text()) if INVENTED in json.dumps(r)}:
         assert "'issue full refund at once' dropped: conversations of 1 task(s) did it, fewer than " \
                "stages.min_concept_tasks (2)" in learned["dropped"]
         assert "Waiting for evidence" not in body
         assert "## Not learned\n\n" in body and "- `'issue full refund at once' dropped: conversations of " \
             "1 task(s) did it" in body  # the reviewer sees what the logs did that became no recipe
+    elif n == 1:  # its task is the one the eval split took to measure the real change it made too
+        assert not [c for c in learned["concepts"] if c["slug"] == slug]
     elif n == 2:  # done by 2 tasks, both needed for support, so no held-out request asks for it: it waits
         [waiting] = [c for c in learned["concepts"] if c["slug"] == slug]
         assert len(waiting["q_train"]) == n and waiting["q_eval"] == []
@@ -365,10 +367,11 @@ def test_copies_of_one_conversation_are_one_task_whatever_ids_the_log_gives_them
 
 def test_conversations_that_each_make_many_writes_up_crowd_out_no_real_concept(kb: Path, tmp_path: Path) -> None:
     """Twelve tasks, each making the same forty writes up: each made-up concept has more tasks than the real
-    cancellation, and more concepts than the bound; a task counts 1/n for each of its n actions."""
+    cancellation, and more concepts than the bound; a conversation counts 1/n for each of its n actions."""
     invented = [f"grant_credit_{n}" for n in range(40)]
     flood = _with_writes(_passing("update_reservation_flights"), "update_reservation_flights", invented)
     logs, learning = _log(tmp_path, (flood, 12))
+    cancelled = {str(r["task_id"]) for r in _logged() if r["reward"] == 1.0 and "cancel_reservation" in _names(r)}
     config = kb / "brewkb.toml"
     config.write_text(config.read_text() + "\n[stages]\nconcepts_per_task = 0.2\n")  # a bound the flood fills
     git(kb, "commit", "-qam", "bound")
@@ -379,7 +382,6 @@ def test_conversations_that_each_make_many_writes_up_crowd_out_no_real_concept(k
     kept = {c["slug"] for c in learned["concepts"]}
     assert any("the run keeps at most" in note for note in learned["dropped"])  # the bound binds
     assert {"cancel-reservation", "update-reservation-flights"} <= kept
-    cancelled = {str(r["task_id"]) for r in _logged() if r["reward"] == 1.0 and "cancel_reservation" in _names(r)}
     assert len(cancelled & learning) < 12  # fewer tasks than each made-up write
 
 
@@ -414,3 +416,31 @@ def test_actions_made_up_by_the_dozen_move_no_more_tasks_to_eval_than_the_hash_h
     actions = {t: {f"made_up_{n // 2}"} for n, t in enumerate(learning)}  # each done by two tasks, none held out
     moved, _ = split_tasks(ids, actions, keep=1)
     assert len(learning) // 2 > len(evaluation) and len(moved) == 2 * len(evaluation)
+
+
+def test_made_up_writes_under_a_real_concepts_task_ids_do_not_lower_it_under_the_bound() -> None:
+    """Conversations that each make eight writes up, under the task ids of a real concept's three tasks, make
+    no concept (one task each) but would make those tasks count 1/9 each if shares were a task's: a
+    conversation counts for what it did itself."""
+    import numpy as np
+
+    from brewkb.llm.roles import PRESCRIPTIVE, Insight
+    from brewkb.stages.concepts import build_concepts
+
+    def did(concept: str, source: str, task: str, write: str) -> Insight:
+        return Insight(concept, "did it", PRESCRIPTIVE, source, task, steps=(f"{write}(order_id)",), kind="steps")
+
+    made_up = [f"made_up_{n}" for n in range(8)]
+    train = [did("cancel order", f"s{n}", f"r{n}", "cancel_order") for n in range(3)]
+    train += [did("gift wrap", f"g{n}", f"w{n}", "gift_wrap") for n in range(2)]
+    train += [did(name.replace("_", " "), f"a{n}", f"r{n}", name) for n in range(3) for name in made_up]
+    actions = {**{f"s{n}": frozenset({"cancel_order"}) for n in range(3)},
+               **{f"g{n}": frozenset({"gift_wrap"}) for n in range(2)},
+               **{f"a{n}": frozenset(made_up) for n in range(3)}}
+    names = sorted({i.concept for i in train})
+    concepts, _, dropped = build_concepts(train, [], names, np.eye(len(names), dtype=np.float32), 0.9, 1,
+                                          min_tasks=2, max_concepts=1, actions=actions,
+                                          tasks={i.source: i.task_id for i in train})
+    assert [c.slug for c in concepts] == ["cancel-order"]
+    assert any(note.startswith("'gift wrap' dropped: conversations of 2 task(s) did it, and the run keeps at most 1")
+               for note in dropped)

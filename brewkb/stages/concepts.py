@@ -320,21 +320,34 @@ def _supported(members: dict[int, list[str]], reps: Mapping[int, str], by_name: 
         del members[label]
     if max_concepts is not None and len(members) > max_concepts:
         size = {lb: sum(len(by_name[n]) for n in group) for lb, group in members.items()}
-        did: dict[str, set[str]] = defaultdict(set)  # task → every action its conversations made
-        for source, acts in actions.items():
-            did[tasks.get(source, source)] |= acts
-        # a task counts for each of the n actions it made as 1/n: conversations that make many actions up at
-        # once cannot outweigh the actions other tasks made
-        weight = {lb: sum(1 / max(1, len(did[t])) for t in support[lb]) for lb in members}
+        # a task counts for a concept as 1/n, n the actions of its conversation that did the concept's action
+        # (the fewest, when several did): conversations that make many actions up at once cannot outweigh the
+        # actions other conversations made, even under the same task ids
+        weight = {lb: sum(_shares([i for n in group for i in by_name[n]], actions, tasks).values())
+                  for lb, group in members.items()}
         ranked = sorted(members, key=lambda lb: (-weight[lb], -len(support[lb]), -size[lb], reps[lb]))
         for label in ranked[max_concepts:]:
             dropped.append(f"{reps[label]!r} dropped: conversations of {len(support[label])} task(s) did it, and "
                            f"the run keeps at most {max_concepts} concepts (stages.concepts_per_task × its "
-                           "learning tasks), those of the most tasks (a task that made n actions counts 1/n "
-                           "for each)")
+                           "learning tasks), those of the most tasks (a conversation that made n actions counts "
+                           "1/n for each)")
             dropped.extend(notes.pop(label, []))
             del members[label]
     return dropped
+
+
+def _shares(insights: Sequence[Insight], actions: Mapping[str, frozenset[str]],
+            tasks: Mapping[str, str]) -> dict[str, float]:
+    """Task → what it counts for a concept of ``insights``: 1/n, n the actions of the conversation of the task
+    that did something for it with the fewest actions (see ``supporting_tasks``)."""
+    out: dict[str, float] = {}
+    for i in insights:
+        done = actions.get(i.source, frozenset())
+        if i.kind == "steps" and i.polarity != DIAGNOSTIC and any(s.split("(", 1)[0].strip("` ") in done
+                                                                 for s in i.steps):
+            task = tasks.get(i.source, i.task_id)
+            out[task] = max(out.get(task, 0.0), 1 / len(done))
+    return out
 
 
 def _merge_small(members: dict[int, list[str]], counts: Counter[str], tool: set[str], vectors: np.ndarray,
