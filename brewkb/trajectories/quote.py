@@ -237,7 +237,10 @@ def name_reason(name: str) -> str | None:
     identity verification", ``skipIdentityCheck`` too), or as a host
     (``see_evil-help.com``), or ``None``."""
     spaced = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", name)  # camel case: skipIdentityCheck
-    return instruction_reason(re.sub(r"[_.-]+", " ", spaced)) or instruction_reason(spaced.replace("_", " "))
+    words = re.sub(r"[_.-]+", " ", spaced)
+    # a name leaves its articles out: agent_must_refund_in_full says "the agent must refund in full"
+    return instruction_reason(words) or instruction_reason(spaced.replace("_", " ")) or \
+        instruction_reason(f"the {words}")
 
 
 def is_html(text: str) -> bool:
