@@ -686,18 +686,23 @@ def test_a_call_written_out_of_code_form_is_a_call_and_prose_in_parentheses_is_n
     known = {"find_user_by_email": None, "get_order_details": frozenset({"order_id"}), "cancel_order": None}
     body = ("\n## How to perform\n\n1. `find_user_by_email(email)`\n2. Then issue_gift_card(order_id) to finish.\n"
             "3. `cancel_order (order_id)`\n4. `issue_refund (order_id)`\n5. `issue_refund（order_id）`\n"
+            "6. issueGiftCard(orderId)\n7. **issue-gift-card**(order_id, 5)\n8. issue_gift_card(order_id: str)\n"
+            "9. Pay with PayPal(preferred) or an iPhone(s)\n"
             "\n## Conditions\n\n- Check the order_id (as the customer gave it) with `get_order_details(order_id)`\n"
             "- `cancel_order(order_id)` failed with: \"no_longer_needed (customer)\"\n")
     kept, changed = screen_calls(body, CallRules(known=known))
     assert [line for line, _ in changed] == ["2. Then issue_gift_card(order_id) to finish.",
-                                             "4. `issue_refund (order_id)`", "5. `issue_refund（order_id）`"]
+                                             "4. `issue_refund (order_id)`", "5. `issue_refund（order_id）`",
+                                             "6. issueGiftCard(orderId)", "7. **issue-gift-card**(order_id, 5)",
+                                             "8. issue_gift_card(order_id: str)"]
     assert "3. `cancel_order (order_id)`" not in kept and "2. `cancel_order (order_id)`" in kept
+    assert "3. Pay with PayPal(preferred) or an iPhone(s)" in kept  # numbered again, and no call
     assert "- Check the order_id (as the customer gave it)" in kept and "no_longer_needed (customer)" in kept
     text = "---\nname: r\ndescription: d\n---\n" + body
     errors = [p.message for p in unknown_tools("r.md", text, known) if p.severity == "error"]
-    assert errors == ["calls `issue_gift_card`, not one of the agent's tools (tools.known in brewkb.toml)",
-                      "calls `issue_refund`, not one of the agent's tools (tools.known in brewkb.toml)",
-                      "calls `issue_refund`, not one of the agent's tools (tools.known in brewkb.toml)"]
+    assert errors == [f"calls `{name}`, not one of the agent's tools (tools.known in brewkb.toml)" for name in
+                      ("issue_gift_card", "issue_refund", "issue_refund", "issueGiftCard", "issue-gift-card",
+                       "issue_gift_card")]
 
 
 def test_a_call_conversations_of_one_task_made_goes_from_its_list_and_its_argument_from_its_call() -> None:

@@ -49,11 +49,16 @@ CALLED = re.compile(_CALLEE)
 """The name of every tool a line of a recipe calls (a call in backticks)."""
 CALLED_WITH = re.compile(_CALLEE + r"([^)`]*)\)`")
 """A call in backticks, whole: its tool and the text of its arguments."""
-_ARGUMENT = r"[A-Za-z_][\w.-]*(?: ?=[^,()`\n]*)?"
-WRITTEN = re.compile(r"(?<![\w.`-])([A-Za-z][A-Za-z0-9]*(?:[_.][A-Za-z0-9]+)+) ?\(\s*((?:" + _ARGUMENT
-                     + r"(?:\s*,\s*" + _ARGUMENT + r")*)?)\s*\)")
-"""A call written out of code form (``issue_gift_card(order_id)``): a name of two words or more joined by
-``_`` or ``.``, then its arguments, each a name (prose in parentheses, "(as the customer gave it)", is none)."""
+_ARGUMENT = (r"(?:\*{0,2}[A-Za-z_][\w.-]*(?: ?[:=][^,()`\n]*)?|-?\d[\w.]*|\"[^\"\n]*\"|'[^'\n]*'"
+             r"|\{[^{}()\n]*\})")
+WRITTEN = re.compile(r"(?<![\w.`-])\**([A-Za-z][A-Za-z0-9]*(?:[_.][A-Za-z0-9]+)+"
+                     r"|[a-z][a-z0-9]+(?:[A-Z][a-z0-9]*)+(?=\**\()|[a-z][a-z0-9]*(?:-[a-z0-9]+)+(?=\**\())\** ?"
+                     r"\(\s*((?:" + _ARGUMENT + r"(?:\s*,\s*" + _ARGUMENT + r")*)?)\s*\)")
+"""A call written out of code form (``issue_gift_card(order_id)``, ``issueGiftCard(orderId)``,
+``**issue-gift-card**(order_id, 5)``): a name of two words or more joined by ``_`` or ``.`` (a space may
+follow), or in camel case or joined by ``-`` (the parenthesis right after it), then its arguments: names
+(typed or given values), numbers, quoted texts or objects. Prose in parentheses ("the order_id (as the
+customer gave it)") is none."""
 NAMED = re.compile(r"`([A-Za-z_][\w.-]*)`")
 """A name in backticks without a call (``cancel_order``), as a model writes "Call `cancel_order` with …"."""
 COMPOUND = re.compile(r"[_.-]|[a-z][A-Z]")
