@@ -8,9 +8,9 @@ The eval split then asks for every action the learning tasks can teach: an
 action (a write or a hand-off) that more than ``keep`` learning tasks
 performed, and no eval task, has one of those tasks moved to the eval split
 (the first in the order whose every action keeps ``keep`` learning tasks, or
-never had them; the rarest actions first), as many tasks at most as the hash held out for eval,
-so conversations that make actions up cannot empty the learning split.
-Without it a concept learned from several tasks would wait for want of a
+never had them; the rarest actions first), as many tasks at most as the hash
+held out for eval, so conversations that make actions up cannot empty the
+learning split. Without it a concept learned from several tasks would wait for want of a
 held-out request (a recipe is never scored on the requests it was learned
 from). The test split is the hash's alone.
 
