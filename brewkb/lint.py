@@ -47,7 +47,16 @@ from brewkb.trajectories.quote import (
 )
 from brewkb.trajectories.scrub import ID_SHAPE, Scrubber
 from brewkb.trajectories.secrets import SECRET
-from brewkb.trajectories.tools import CALLED, CALLED_WITH, COMPOUND, NAMED, NOT_THE_AGENTS, WRITTEN, not_the_agents
+from brewkb.trajectories.tools import (
+    CALLED,
+    CALLED_WITH,
+    COMPOUND,
+    NAMED,
+    NOT_THE_AGENTS,
+    QUOTED,
+    WRITTEN,
+    not_the_agents,
+)
 
 __all__ = ["Problem", "lint_paths", "lint_files", "lint_text", "personal_data", "untrusted_text", "unknown_tools",
            "recipe_files", "fix_bom"]
@@ -163,10 +172,6 @@ def untrusted_text(path: str, text: str) -> list[Problem]:
     return problems
 
 
-_QUOTED = re.compile(r'"[^"\n]*"')
-"""A quotation: what a log said (an error text), where a name before parentheses is no call of the recipe's."""
-
-
 def unknown_tools(path: str, text: str, known: Signatures) -> list[Problem]:
     """An error per body line that calls a tool the agent's ``known`` tools do not hold (none when empty),
     in code form or written out (``issue_gift_card(order_id)``), or passes an argument not listed for it;
@@ -177,7 +182,7 @@ def unknown_tools(path: str, text: str, known: Signatures) -> list[Problem]:
         a.split("=")[0].strip() for _, passed in CALLED_WITH.findall(text) for a in passed.split(",")}
     for number, line in enumerate(text.splitlines()[_body_line(text) - 1:], start=_body_line(text)):
         line = unicodedata.normalize("NFKC", line)  # fullwidth parentheses are parentheses
-        calls = CALLED_WITH.findall(line) + [(tool, passed) for tool, passed in WRITTEN.findall(_QUOTED.sub('""', line))
+        calls = CALLED_WITH.findall(line) + [(tool, passed) for tool, passed in WRITTEN.findall(QUOTED.sub('""', line))
                                              if tool not in arguments]
         others = [name for name in dict.fromkeys([*CALLED.findall(line), *(t for t, _ in calls)])
                   if not_the_agents(name, known)]

@@ -36,6 +36,7 @@ from brewkb.trajectories.tools import (
     COMPOUND,
     NAMED,
     NOT_THE_AGENTS,
+    QUOTED,
     WRITTEN,
     not_the_agents,
     undeclared,
@@ -45,7 +46,6 @@ __all__ = ["CallRules", "screen_calls", "supported_calls", "FEW_TASKS"]
 
 FEW_TASKS = "a tool conversations of too few tasks called (stages.min_concept_tasks)"
 _ITEM = re.compile(r"(\s*)\d+\.(\s)")
-_QUOTED = re.compile(r'"[^"\n]*"')
 
 
 def _arguments(text: str) -> list[str]:
@@ -136,7 +136,7 @@ def _line(line: str, rules: CallRules) -> tuple[str | None, str]:
     if reason := next((r for n in CALLED.findall(line) if n not in whole and (r := rules.tool_reason(n))), None):
         return None, reason
     why = ""
-    unquoted = _QUOTED.sub(lambda m: " " * len(m.group(0)), line)  # a quotation's words are a log's, not calls
+    unquoted = QUOTED.sub(lambda m: " " * len(m.group(0)), line)  # a quotation's words are a log's, not calls
     named = [*CALLED_WITH.finditer(line), *(m for m in NAMED.finditer(line) if rules.names_a_tool(m.group(1))),
              *(m for m in WRITTEN.finditer(unquoted) if m.group(1) not in rules.arguments)]
     for match in named:

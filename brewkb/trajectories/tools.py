@@ -27,7 +27,7 @@ from brewkb.trajectories.schema import ToolCall, Trajectory, tool_calls
 
 __all__ = ["ALSO_ASKED", "READ_VERBS", "used_tools", "is_lookup", "is_talk", "is_handoff", "is_write",
            "concept_of_tool", "step_text", "parse_step", "parse_alternatives", "procedure", "name_words",
-           "user_turns", "writes_of", "CALLED", "CALLED_WITH", "WRITTEN", "NAMED", "COMPOUND", "NOT_THE_AGENTS",
+           "user_turns", "writes_of", "CALLED", "CALLED_WITH", "WRITTEN", "QUOTED", "NAMED", "COMPOUND", "NOT_THE_AGENTS",
            "not_the_agents", "DECLARED", "MAX_DECLARED", "declared_in", "undeclared"]
 
 READ_VERBS = frozenset({
@@ -59,6 +59,8 @@ WRITTEN = re.compile(r"(?<![\w.`-])\**([A-Za-z][A-Za-z0-9]*(?:[_.][A-Za-z0-9]+)+
 follow), or in camel case or joined by ``-`` (the parenthesis right after it), then its arguments: names
 (typed or given values), numbers, quoted texts or objects. Prose in parentheses ("the order_id (as the
 customer gave it)") is none."""
+QUOTED = re.compile(r'"[^"\n]*"')
+"""A quotation in a recipe line: what a log said (an error text), where a name before parentheses calls nothing."""
 NAMED = re.compile(r"`([A-Za-z_][\w.-]*)`")
 """A name in backticks without a call (``cancel_order``), as a model writes "Call `cancel_order` with …"."""
 COMPOUND = re.compile(r"[_.-]|[a-z][A-Z]")
