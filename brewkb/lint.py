@@ -53,9 +53,8 @@ from brewkb.trajectories.tools import (
     COMPOUND,
     NAMED,
     NOT_THE_AGENTS,
-    QUOTED,
-    WRITTEN,
     not_the_agents,
+    written_calls,
 )
 
 __all__ = ["Problem", "lint_paths", "lint_files", "lint_text", "personal_data", "untrusted_text", "unknown_tools",
@@ -182,8 +181,7 @@ def unknown_tools(path: str, text: str, known: Signatures) -> list[Problem]:
         a.split("=")[0].strip() for _, passed in CALLED_WITH.findall(text) for a in passed.split(",")}
     for number, line in enumerate(text.splitlines()[_body_line(text) - 1:], start=_body_line(text)):
         line = unicodedata.normalize("NFKC", line)  # fullwidth parentheses are parentheses
-        calls = CALLED_WITH.findall(line) + [(tool, passed) for tool, passed in WRITTEN.findall(QUOTED.sub('""', line))
-                                             if tool not in arguments]
+        calls = CALLED_WITH.findall(line) + [(m.group(1), m.group(2)) for m in written_calls(line, arguments)]
         others = [name for name in dict.fromkeys([*CALLED.findall(line), *(t for t, _ in calls)])
                   if not_the_agents(name, known)]
         if others:

@@ -47,8 +47,8 @@ from brewkb.recipes import Recipe, split_sections
 from brewkb.retrieval.index import Hit, Searchable, analyze
 from brewkb.retrieval.memory import MEMORIES, memory_documents
 from brewkb.retrieval.ranking import HOW, Retriever, shown_body
-from brewkb.trajectories.schema import Trajectory, tool_calls
-from brewkb.trajectories.tools import not_the_agents, procedure, undeclared, used_tools, user_turns, writes_of
+from brewkb.trajectories.schema import Trajectory
+from brewkb.trajectories.tools import agent_calls, procedure, used_tools, user_turns, writes_of
 
 __all__ = ["QUERIES", "DEPTH", "MEASURES", "PARTS", "RECURS_SIMILARITY", "Case", "Scores", "Procedure",
            "procedure_of", "shown_procedure", "cases_of", "score", "case_scores", "Arm", "compare_arms", "BASELINES",
@@ -171,7 +171,7 @@ def cases_of(trajectories: Sequence[Trajectory], scrub: Callable[[Trajectory], T
     for t in trajectories:
         if t.success is not True:
             continue
-        calls = [c for c in tool_calls(t.messages) if not undeclared(c.name, t) and not not_the_agents(c.name, known)]
+        calls = agent_calls(t, known)
         writes = writes_of(calls)
         if not writes:
             continue

@@ -29,17 +29,16 @@ from dataclasses import dataclass, field
 from brewkb.config import Signatures
 from brewkb.recipes import build_body, split_sections
 from brewkb.trajectories.quote import name_reason
-from brewkb.trajectories.schema import Trajectory, tool_calls
+from brewkb.trajectories.schema import Trajectory
 from brewkb.trajectories.tools import (
     CALLED,
     CALLED_WITH,
     COMPOUND,
     NAMED,
     NOT_THE_AGENTS,
-    QUOTED,
-    WRITTEN,
+    agent_calls,
     not_the_agents,
-    undeclared,
+    written_calls,
 )
 
 __all__ = ["CallRules", "screen_calls", "supported_calls", "FEW_TASKS"]
@@ -62,9 +61,7 @@ def supported_calls(trajectories: Sequence[Trajectory], tasks: Mapping[str, str]
     passed: dict[tuple[str, str], set[str]] = defaultdict(set)
     for trajectory in trajectories:
         task = tasks.get(trajectory.id, trajectory.task_id)
-        for call in tool_calls(trajectory.messages):
-            if undeclared(call.name, trajectory):  # a call the model made up
-                continue
+        for call in agent_calls(trajectory):
             called[call.name].add(task)
             for argument in call.args() or {}:
                 passed[call.name, argument].add(task)
@@ -136,9 +133,8 @@ def _line(line: str, rules: CallRules) -> tuple[str | None, str]:
     if reason := next((r for n in CALLED.findall(line) if n not in whole and (r := rules.tool_reason(n))), None):
         return None, reason
     why = ""
-    unquoted = QUOTED.sub(lambda m: " " * len(m.group(0)), line)  # a quotation's words are a log's, not calls
     named = [*CALLED_WITH.finditer(line), *(m for m in NAMED.finditer(line) if rules.names_a_tool(m.group(1))),
-             *(m for m in WRITTEN.finditer(unquoted) if m.group(1) not in rules.arguments)]
+             *written_calls(line, rules.arguments)]
     for match in named:
         if (reason := rules.tool_reason(match.group(1))) is None:
             continue

@@ -70,8 +70,8 @@ from brewkb.trajectories.tools import (
     concept_of_tool,
     is_handoff,
     is_write,
+    agent_calls,
     not_the_agents,
-    undeclared,
 )
 
 __all__ = ["Concept", "agglomerate", "build_concepts", "concept_slugs", "actions_of", "held_out", "concept_bound",
@@ -163,9 +163,8 @@ def concept_slugs(titles: Sequence[str]) -> list[str]:
 def actions_of(trajectories: Sequence[Trajectory], known: Collection[str] = ()) -> dict[str, frozenset[str]]:
     """Trajectory id → the tools it called without an error that act: writes and hand-offs (of the
     agent's tools, when ``known`` lists them, and of those its requests declared, when it says)."""
-    return {t.id: frozenset(c.name for c in tool_calls(t.messages) if not c.error and not not_the_agents(c.name, known)
-                            and not undeclared(c.name, t) and (is_write(c.name) or is_handoff(c.name)))
-            for t in trajectories}
+    return {t.id: frozenset(c.name for c in agent_calls(t, known)
+                            if not c.error and (is_write(c.name) or is_handoff(c.name))) for t in trajectories}
 
 
 def held_out(trajectories: Sequence[Trajectory], min_tasks: int,

@@ -27,8 +27,9 @@ from brewkb.trajectories.schema import ToolCall, Trajectory, tool_calls
 
 __all__ = ["ALSO_ASKED", "READ_VERBS", "used_tools", "is_lookup", "is_talk", "is_handoff", "is_write",
            "concept_of_tool", "step_text", "parse_step", "parse_alternatives", "procedure", "name_words",
-           "user_turns", "writes_of", "CALLED", "CALLED_WITH", "WRITTEN", "QUOTED", "NAMED", "COMPOUND", "NOT_THE_AGENTS",
-           "not_the_agents", "DECLARED", "MAX_DECLARED", "declared_in", "undeclared"]
+           "user_turns", "writes_of", "CALLED", "CALLED_WITH", "written_calls", "NAMED", "COMPOUND", "NOT_THE_AGENTS",
+           "not_the_agents", "DECLARED", "MAX_DECLARED", "declared_in", "undeclared",
+           "agent_calls"]
 
 READ_VERBS = frozenset({
     "get", "find", "list", "search", "lookup", "look", "read", "fetch", "check", "calculate", "compute",
@@ -51,7 +52,7 @@ CALLED_WITH = re.compile(_CALLEE + r"([^)`]*)\)`")
 """A call in backticks, whole: its tool and the text of its arguments."""
 _ARGUMENT = (r"(?:\*{0,2}[A-Za-z_][\w.-]*(?: ?[:=][^,()`\n]*)?|-?\d[\w.]*|\"[^\"\n]*\"|'[^'\n]*'"
              r"|\{[^{}()\n]*\})")
-WRITTEN = re.compile(r"(?<![\w.`-])\**([A-Za-z][A-Za-z0-9]*(?:[_.][A-Za-z0-9]+)+"
+_WRITTEN = re.compile(r"(?<![\w.`-])\**([A-Za-z][A-Za-z0-9]*(?:[_.][A-Za-z0-9]+)+"
                      r"|[a-z][a-z0-9]+(?:[A-Z][a-z0-9]*)+(?=\**\()|[a-z][a-z0-9]*(?:-[a-z0-9]+)+(?=\**\())\** ?"
                      r"\(\s*((?:" + _ARGUMENT + r"(?:\s*,\s*" + _ARGUMENT + r")*)?)\s*\)")
 """A call written out of code form (``issue_gift_card(order_id)``, ``issueGiftCard(orderId)``,
@@ -59,12 +60,19 @@ WRITTEN = re.compile(r"(?<![\w.`-])\**([A-Za-z][A-Za-z0-9]*(?:[_.][A-Za-z0-9]+)+
 follow), or in camel case or joined by ``-`` (the parenthesis right after it), then its arguments: names
 (typed or given values), numbers, quoted texts or objects. Prose in parentheses ("the order_id (as the
 customer gave it)") is none."""
-QUOTED = re.compile(r'"[^"\n]*"')
+_QUOTED = re.compile(r'"[^"\n]*"')
 """A quotation in a recipe line: what a log said (an error text), where a name before parentheses calls nothing."""
 NAMED = re.compile(r"`([A-Za-z_][\w.-]*)`")
 """A name in backticks without a call (``cancel_order``), as a model writes "Call `cancel_order` with …"."""
 COMPOUND = re.compile(r"[_.-]|[a-z][A-Z]")
 """A name of two words or more (``cancel_order``, ``orders.cancel``, ``cancelOrder``): a tool's, not a word of prose."""
+
+
+def written_calls(line: str, arguments: Collection[str] = ()) -> list[re.Match[str]]:
+    """The calls ``line`` writes out of code form (``_WRITTEN``), outside its quotations, of names that are no
+    ``arguments`` (a field named before a remark in parentheses)."""
+    unquoted = _QUOTED.sub(lambda m: " " * len(m.group(0)), line)
+    return [m for m in _WRITTEN.finditer(unquoted) if m.group(1) not in arguments]
 
 
 NOT_THE_AGENTS = "not one of the agent's tools (tools.known in brewkb.toml)"
@@ -114,6 +122,14 @@ def undeclared(name: str, trajectory: Trajectory) -> bool:
     learns from."""
     declared = trajectory.meta.get(DECLARED)
     return isinstance(declared, list) and name not in declared
+
+
+def agent_calls(trajectory: Trajectory, known: Collection[str] = ()) -> list[ToolCall]:
+    """The calls of ``trajectory`` that an agent could make: of the tools its
+    requests declared (when it says), and of the agent's ``known`` tools (when a
+    team lists them). Any other call is none of its actions."""
+    return [c for c in tool_calls(trajectory.messages) if not undeclared(c.name, trajectory)
+            and not not_the_agents(c.name, known)]
 
 
 def name_words(name: str) -> list[str]:
