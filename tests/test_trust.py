@@ -539,7 +539,8 @@ def test_an_argument_one_task_passed_is_not_shown_in_a_step(tmp_path: Path) -> N
 
 def test_an_llm_integrator_names_no_tool_the_team_did_not_list_in_code_form_or_bare(tmp_path: Path) -> None:
     """The LLM path, through the real `openai` SDK against a fake endpoint whose integrator writes each step as
-    "Call `tool` with …" (a name in backticks, no parentheses): the team's list holds there too."""
+    "Call `tool` with …" (a name in backticks, no parentheses) and its example with the calls written out of code
+    form (`tool(order_id)`): the team's list holds there too."""
     lines = []
     for task in range(9):
         for trial in range(2):

@@ -96,7 +96,8 @@ def _recipe(body: Body) -> dict[str, Any]:
             "when_to_use": f"When the user asks to {concept}.",
             "how_to_perform": how,
             "pitfalls": "\n".join(f"- {p}" for p in pitfalls[:3]) or "- Do not act before the facts are checked.",
-            "example": f"A user asks to {concept}; follow the steps in order."}
+            "example": f"A user asks to {concept}; follow the steps in order"
+                       + (": " + ", then ".join(f"{s}(order_id)" for s in steps) if steps else "") + "."}
 
 
 def _relabel(body: Body) -> dict[str, Any]:
