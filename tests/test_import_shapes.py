@@ -170,6 +170,28 @@ def test_outcomes_attach_labels_and_relabel_without_duplicates(kb: Path, tmp_pat
     assert said.splitlines()[-1] == "Labels from one.csv: attached to 1 conversation (1 already in the run relabelled)."
 
 
+def test_chat_lines_that_name_no_task_are_tasks_of_their_own_across_files(kb: Path, tmp_path: Path) -> None:
+    _, chat = write_logs(tmp_path)
+    rows = [json.loads(line) for line in chat.read_text().splitlines()]
+    days = [tmp_path / "monday.jsonl", tmp_path / "tuesday.jsonl"]
+    for day, part in zip(days, (rows[0::2], rows[1::2]), strict=True):  # one trial of each task a day
+        day.write_text("".join(json.dumps({"messages": r["messages"], "success": r["success"]}) + "\n" for r in part))
+    for day in days:
+        assert brewkb(kb, "import", str(day), "--format", "openai", "--run", "logs").returncode == 0
+    logged = imported(kb, "logs")
+    distinct = {json.dumps(t.messages, sort_keys=True) for t in logged}
+    assert len(logged) == 18 and len({t.task_id for t in logged}) == len(distinct) > 9  # line 1 of each day is not one task
+    again = json.loads(brewkb(kb, "import", str(days[0]), "--format", "openai", "--run", "logs", "--json").stdout)
+    assert (again["imported"], again["already"]) == (0, 9)
+    rollouts = kb / "runs" / "logs" / "rollouts.jsonl"  # as an import before task ids held a digest wrote it
+    rollouts.write_text("".join(json.dumps({**t.to_json(), "task_id": f"line-{t.meta['line']}",
+                                            "meta": {k: v for k, v in t.meta.items() if k != "unnamed_task"}}) + "\n"
+                                for t in logged))
+    for day in days:
+        done = json.loads(brewkb(kb, "import", str(day), "--format", "openai", "--run", "logs", "--json").stdout)
+        assert (done["imported"], done["already"]) == (0, 9)
+
+
 def test_a_bad_outcomes_file_changes_nothing(kb: Path, tmp_path: Path) -> None:
     log = unlabelled_chat(tmp_path)
     bad = tmp_path / "bad.csv"

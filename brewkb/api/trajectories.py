@@ -38,7 +38,7 @@ from brewkb.trajectories.boundary import RunIds, admit
 from brewkb.trajectories.formats import Item, Skipped, import_file
 from brewkb.trajectories.formats.serve import OUTCOMES_SUFFIX
 from brewkb.trajectories.outcomes import Labels, read_outcomes
-from brewkb.trajectories.schema import COPY_KEY, Outcome, Trajectory, content_id, read_jsonl, tool_calls
+from brewkb.trajectories.schema import COPY_KEY, UNNAMED_TASK, Outcome, Trajectory, content_id, read_jsonl, tool_calls
 from brewkb.trajectories.scrub import Scrubber, scrubber_of
 from brewkb.trajectories.tools import not_the_agents, undeclared
 
@@ -116,7 +116,9 @@ def _key(t: Trajectory) -> str:
         return kept
     if t.meta.get("source") == "serve" and isinstance(t.meta.get("conversation_id"), str):
         return content_id({"serve": t.meta["conversation_id"]})
-    return content_id({"task_id": t.task_id, "task": t.task, "messages": list(t.messages),
+    # a line that named no task was keyed by its number alone before its task id held a digest too
+    task_id = f"line-{t.meta.get('line')}" if t.meta.get(UNNAMED_TASK) is True else t.task_id
+    return content_id({"task_id": task_id, "task": t.task, "messages": list(t.messages),
                        "relabelled_from": t.relabelled_from, "kb": t.kb.recipes})
 
 

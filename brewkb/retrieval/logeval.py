@@ -47,7 +47,7 @@ from brewkb.recipes import Recipe, split_sections
 from brewkb.retrieval.index import Hit, Searchable, analyze
 from brewkb.retrieval.memory import MEMORIES, memory_documents
 from brewkb.retrieval.ranking import HOW, Retriever, shown_body
-from brewkb.trajectories.schema import Trajectory
+from brewkb.trajectories.schema import UNNAMED_TASK, Trajectory
 from brewkb.trajectories.tools import agent_calls, procedure, used_tools, user_turns, writes_of
 
 __all__ = ["QUERIES", "DEPTH", "MEASURES", "PARTS", "RECURS_SIMILARITY", "Case", "Scores", "Procedure",
@@ -111,7 +111,8 @@ def _names_task(t: Trajectory) -> bool:
     """Whether the log gave the conversation a task id, rather than an id of
     its own (a chat line's number, a trace's conversation id)."""
     meta = t.meta or {}
-    return t.task_id not in {str(meta.get("conversation_id")), f"line-{meta.get('line')}"}
+    return meta.get(UNNAMED_TASK) is not True and t.task_id not in {str(meta.get("conversation_id")),
+                                                                     f"line-{meta.get('line')}"}
 
 
 def same_task(a: Trajectory, b: Trajectory) -> bool | None:

@@ -23,6 +23,7 @@ from brewkb.fsutil import append_line, write_atomic
 
 __all__ = [
     "COPY_KEY",
+    "UNNAMED_TASK",
     "Outcome",
     "UNKNOWN",
     "KBUse",
@@ -45,6 +46,10 @@ COPY_KEY = "copy_key"
 scrubbing, which makes distinct conversations alike), written at import.
 Support for a recipe counts conversations with the same one as one task,
 whatever task ids their log gives them (``brewkb.stages.concepts.tasks_of``)."""
+
+UNNAMED_TASK = "unnamed_task"
+"""``meta`` key: true when the log named no task, so the task id is the importer's
+(an ``openai`` line's number and a digest of its messages)."""
 
 
 def content_id(value: Any, length: int = 16) -> str:

@@ -1,7 +1,9 @@
 """``openai``: JSONL, one conversation per line:
 ``{messages, success | reward?, task?, task_id?, id | conversation_id?, tools?}``.
 A line with neither ``success`` nor ``reward`` is an unlabelled conversation;
-``tools``, as a chat request gives them, are the tools offered to the model."""
+``tools``, as a chat request gives them, are the tools offered to the model.
+A line without ``task_id`` is a task of its own, ``line-N-<digest of its messages>``:
+lines of two files imported into one run are two tasks, copies of a line one."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from brewkb.trajectories.formats.base import (
     outcome_json,
     outcome_of,
 )
+from brewkb.trajectories.schema import UNNAMED_TASK, content_id
 from brewkb.trajectories.tools import DECLARED, declared_in
 
 __all__ = ["read", "looks_like"]
@@ -49,7 +52,11 @@ def _convert(where: str, number: int, record: Any, split: str) -> Item:
         meta["conversation_id"] = str(conversation)
     if record.get("tools") is not None:  # a request-shaped record: the tools it offered the model
         meta[DECLARED] = declared_in(record["tools"])
-    return build(where, task_id=str(record.get("task_id") or f"line-{number}"), task=task, split=split,
+    task_id = record.get("task_id")
+    if not task_id:
+        meta[UNNAMED_TASK] = True
+        task_id = f"line-{number}-{content_id(messages, 8)}"
+    return build(where, task_id=str(task_id), task=task, split=split,
                  messages=messages, outcome=outcome_json(outcome), meta=meta)
 
 
