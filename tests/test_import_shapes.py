@@ -255,6 +255,23 @@ def test_a_record_nested_ten_thousand_deep_is_a_numbered_error(kb: Path, tmp_pat
     assert (json.loads(skipped.stdout)["imported"], json.loads(skipped.stdout)["skipped"]) == (3, 2)
 
 
+def test_tool_call_arguments_nested_deep_inside_their_string_are_a_numbered_error(kb: Path, tmp_path: Path) -> None:
+    call = {"id": "c1", "type": "function", "function": {"name": "cancel_order",
+                                                         "arguments": '{"a": ' + "[" * 3_000 + "]" * 3_000 + "}"}}
+    bad = {"task_id": "t2", "success": True, "messages": [{"role": "user", "content": "Cancel order 2."},
+                                                          {"role": "assistant", "content": None, "tool_calls": [call]}]}
+    path = tmp_path / "deep-arguments.jsonl"
+    path.write_text(json.dumps(GOOD) + "\n" + json.dumps(bad) + "\n")
+    failed = brewkb(kb, "import", str(path), "--format", "openai", "--run", "deep")
+    assert failed.returncode == 1 and not (kb / "runs" / "deep").exists()
+    assert failed.stderr.strip() == (f"brewkb: error: {path}:2: messages[1].tool_calls[0].function.arguments: nested "
+                                     "more than 200 levels deep (nothing was imported; use --skip-bad to skip bad "
+                                     "records)")
+    skipped = json.loads(brewkb(kb, "import", str(path), "--format", "openai", "--run", "deep", "--json",
+                                "--skip-bad").stdout)
+    assert (skipped["imported"], skipped["skipped"]) == (1, 1)
+
+
 @pytest.mark.parametrize("fmt", ["tau-bench", "tau2", "otel", "openinference"])
 def test_deep_records_in_json_documents_are_numbered_errors(kb: Path, tmp_path: Path, fmt: str) -> None:
     nested = deep(10_000)

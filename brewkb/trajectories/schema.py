@@ -100,7 +100,7 @@ class ToolCall:
         """The arguments as a dict, or ``None`` when they are not a JSON object."""
         try:
             value = json.loads(self.arguments or "{}")
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             return None
         return value if isinstance(value, dict) else None
 

@@ -285,6 +285,21 @@ def bad_name(messages: Sequence[Any]) -> str | None:
     return None
 
 
+def _deep_arguments(messages: Sequence[Any]) -> str | None:
+    """Where the first tool call of ``messages`` whose arguments nest more than
+    ``MAX_DEPTH`` levels deep is; ``None`` when none does."""
+    for i, message in enumerate(messages):
+        for j, call in enumerate(message.get("tool_calls") or () if isinstance(message, dict) else ()):
+            function = call.get("function") if isinstance(call, dict) else None
+            arguments = function.get("arguments") if isinstance(function, dict) else None
+            try:
+                parse_json(arguments) if isinstance(arguments, str) else None
+            except TrajectoryError as exc:
+                if str(exc).startswith("nested"):
+                    return f"messages[{i}].tool_calls[{j}].function.arguments: {exc}"
+    return None
+
+
 def _identifier(name: Any) -> bool:
     return isinstance(name, str) and TOOL_NAME.fullmatch(name) is not None
 
@@ -293,6 +308,8 @@ def build(where: str, **fields: Any) -> Item:
     """A ``Trajectory`` from its JSON fields, or ``Skipped`` naming what is
     wrong (a tool or argument name that is not an identifier included)."""
     messages = fields.get("messages")
+    if isinstance(messages, list) and (deep := _deep_arguments(messages)) is not None:
+        return Skipped(where, deep)
     if isinstance(messages, list) and (why := bad_name(messages)) is not None:
         return Skipped(where, f"{why}: tool and argument names must be identifiers (a letter or _, then letters, "
                               "digits, _ . -; at most 64 characters; no run of four digits); the record is refused, the name is not kept")
