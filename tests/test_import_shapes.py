@@ -204,6 +204,19 @@ def test_a_bad_outcomes_file_changes_nothing(kb: Path, tmp_path: Path) -> None:
     nameless.write_text("who,success\nconv-0,true\n")
     failed = brewkb(kb, "import", str(log), "--format", "openai", "--outcomes", str(nameless))
     assert failed.returncode == 1 and "no id column; name one conversation_id, id, trace_id, task_id" in failed.stderr
+    huge = tmp_path / "huge.jsonl"
+    huge.write_text('{"conversation_id": "conv-0", "score": 1' + "0" * 400 + "}\n")
+    failed = brewkb(kb, "import", str(log), "--format", "openai", "--run", "logs", "--outcomes", str(huge))
+    assert failed.returncode == 1 and failed.stderr.startswith(f"brewkb: error: {huge}:1: `score` must be a number")
+
+
+@pytest.mark.parametrize("reward", ["1e999", "-1e999", "1" + "0" * 400])
+def test_a_reward_that_is_no_finite_number_refuses_its_record(kb: Path, tmp_path: Path, reward: str) -> None:
+    path = tmp_path / "rewards.jsonl"
+    path.write_text(json.dumps({**GOOD, "success": None}).replace('"success": null', f'"reward": {reward}') + "\n")
+    failed = brewkb(kb, "import", str(path), "--format", "openai", "--run", "logs")
+    assert failed.returncode == 1 and "`reward` must be a finite number" in failed.stderr, failed.stderr
+    assert not (kb / "runs" / "logs").exists()
 
 
 def test_a_large_import_reports_progress(kb: Path, tmp_path: Path) -> None:

@@ -79,7 +79,7 @@ def _score(value: Any, where: str) -> float | None:
         return None
     try:
         score = float(value) if not isinstance(value, bool) else float("nan")
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # overflow: an integer too large for a float
         score = float("nan")
     if score != score or score in (float("inf"), float("-inf")):
         raise TrajectoryError(f"{where}: `score` must be a number, got {value!r}")

@@ -20,6 +20,7 @@ shown only as a short escaped repr.
 from __future__ import annotations
 
 import json
+import math
 import re
 import unicodedata
 from collections.abc import Callable, Iterator, Sequence
@@ -230,12 +231,18 @@ def outcome_of(reward: Any, success: Any = None) -> Outcome:
     if reward is None:
         return UNKNOWN
     if not _number(reward):
-        raise TrajectoryError(f"`reward` must be a number, got {reward!r}")
+        raise TrajectoryError(f"`reward` must be a finite number, got {reward!r}")
     return Outcome(reward >= 1.0, float(reward))
 
 
 def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and value == value
+    """A finite number (JSON's ``1e999`` reads as infinity, and NaN is no reward)."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer too large for a float
+        return False
 
 
 UNKNOWN_JSON: dict[str, Any] = {"success": None, "score": None}
