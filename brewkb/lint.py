@@ -92,7 +92,7 @@ def recipe_files(paths: Iterable[Path]) -> list[Path]:
 def _key_lines(text: str) -> dict[str, int]:
     """1-based line of each top-level front matter key."""
     lines: dict[str, int] = {}
-    for number, line in enumerate(text.splitlines()[1:], start=2):
+    for number, line in enumerate(_lines(text)[1:], start=2):
         if re.match(r"^-{3,}\s*$", line):
             break
         match = re.match(r"^([^\s#:][^:]*?)\s*:", line)
@@ -101,8 +101,14 @@ def _key_lines(text: str) -> dict[str, int]:
     return lines
 
 
+def _lines(text: str) -> list[str]:
+    """The lines of ``text`` as git and editors number them: split at line feeds only, so a Unicode
+    line or paragraph separator stays in its line, where the invisible-character check sees it."""
+    return [line.removesuffix("\r") for line in text.split("\n")]
+
+
 def _body_line(text: str) -> int:
-    lines = text.splitlines()
+    lines = _lines(text)
     for number, line in enumerate(lines[1:], start=2):
         if re.match(r"^-{3,}\s*$", line):
             return number + 1
@@ -133,7 +139,7 @@ _FRONT_KEYS_READ = ("description",)
 def untrusted_text(path: str, text: str) -> list[Problem]:
     """Invisible characters, ids, links, HTML and instruction-like text, one problem per line and kind."""
     problems = []
-    lines = text.splitlines()
+    lines = _lines(text)
     body_from = _body_line(text)
     for number, line in enumerate(lines, start=1):
         hidden = invisible(line[1:] if number == 1 and line.startswith("\ufeff") else line)  # a BOM: its own check
@@ -179,7 +185,7 @@ def unknown_tools(path: str, text: str, known: Signatures) -> list[Problem]:
     problems = []
     arguments = {a for names in known.values() for a in names or ()} | {
         a.split("=")[0].strip() for _, passed in CALLED_WITH.findall(text) for a in passed.split(",")}
-    for number, line in enumerate(text.splitlines()[_body_line(text) - 1:], start=_body_line(text)):
+    for number, line in enumerate(_lines(text)[_body_line(text) - 1:], start=_body_line(text)):
         line = unicodedata.normalize("NFKC", line)  # fullwidth parentheses are parentheses
         calls = CALLED_WITH.findall(line) + [(m.group(1), m.group(2)) for m in written_calls(line, arguments)]
         others = [name for name in dict.fromkeys([*CALLED.findall(line), *(t for t, _ in calls)])

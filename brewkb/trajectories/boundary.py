@@ -80,9 +80,10 @@ def normalise(text: str, limit: int = MAX_TEXT) -> str:
 
 
 def invisible(text: str) -> list[str]:
-    """The characters of ``text`` that ``normalise`` removes (as ``U+XXXX``, once each, in order)."""
-    found = [c for c in text if _REMOVED.match(c) or (c not in "\n\t" and unicodedata.category(c) in ("Cc", "Cf",
-                                                                                                   "Cs", "Co"))]
+    """The characters of ``text`` that ``normalise`` removes or makes line feeds (as ``U+XXXX``, once each, in
+    order)."""
+    found = [c for c in text if _REMOVED.match(c) or (c not in "\n\t" and unicodedata.category(c) in (
+        "Cc", "Cf", "Cs", "Co", "Zl", "Zp"))]  # Zl, Zp: the line and paragraph separators, line breaks to some readers
     return list(dict.fromkeys(f"U+{ord(c):04X}" for c in found))
 
 
