@@ -758,14 +758,19 @@ def test_the_reader_puts_a_conversation_recorded_in_two_parts_back_together(tmp_
     (folder / "a.jsonl").write_text(line("c-1", [ask, said], [1]) + line("n-1", [ask, said], [1], "header")
                                     + '{"id": "cut sho')
     (folder / "b.jsonl").write_text(line("c-2", [ask, said, more, last], [3]))
-    (folder / "b.outcomes.jsonl").write_text(json.dumps({"conversation_id": "c-1", "success": True, "time": 1}) + "\n")
+    posted = [{"conversation_id": "c-1", "success": True, "time": 1},
+              *({"conversation_id": f"ghost-{n}", "success": True, "time": 2} for n in range(1_000)),  # never recorded
+              {"conversation_id": "c-2", "score": float("inf"), "time": 5},  # no score: read past
+              {"conversation_id": "n-1", "success": False, "time": 3},
+              {"conversation_id": "n-1", "success": True, "time": 2}]  # written later, posted earlier
+    (folder / "b.outcomes.jsonl").write_text("".join(json.dumps(row) + "\n" for row in posted))
     items = list(import_file(tmp_path, "serve"))
     assert [type(i).__name__ for i in items] == ["Skipped", "Trajectory", "Trajectory"]
     joined, named = items[1], items[2]
     assert joined.meta["conversation_id"] == "c-2" and len(joined.messages) == 4
     assert [t["at"] for t in joined.meta["turns"]] == [1, 3] and joined.kb.recipes == ("recipe-1", "recipe-3")
     assert joined.success is True  # the outcome posted for its first part
-    assert named.meta["conversation_id"] == "n-1" and named.success is None  # a named conversation stays itself
+    assert named.meta["conversation_id"] == "n-1" and named.success is False  # a named conversation stays itself
 
 
 def test_a_conversation_that_grew_since_its_import_replaces_its_copy_and_keeps_its_label(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -158,8 +159,9 @@ def read(path: Path, split: str, tasks: Path | None = None) -> Iterator[Item]:
     entries: dict[str, _Entry] = {}
     for journal in _journals(path):
         yield from _index(journal, entries)
+    wanted = set(entries)
     kept = _absorb(entries)
-    labels = _labels(path)
+    labels = _labels(path, wanted)
     for conversation, entry in sorted(kept.items(), key=lambda item: item[1].order):
         with entry.journal.open("rb") as handle:
             handle.seek(entry.offset)
@@ -223,10 +225,11 @@ def _absorb(entries: dict[str, _Entry]) -> dict[str, _Entry]:
     return kept
 
 
-def _labels(path: Path) -> dict[str, Outcome]:
-    """The outcome last posted for each conversation; a bad line is skipped."""
+def _labels(path: Path, wanted: set[str]) -> dict[str, Outcome]:
+    """The outcome last posted for each conversation of ``wanted`` (the recorded ones: outcomes
+    posted for others are read past, so they take no memory, however many); a bad line is skipped."""
     folder = _folder(path)
-    posted: list[tuple[float, str, Outcome]] = []
+    last: dict[str, tuple[float, Outcome]] = {}
     for file in sorted(folder.glob(f"*{OUTCOMES_SUFFIX}")):
         with file.open("rb") as handle:
             for line in handle:
@@ -234,20 +237,29 @@ def _labels(path: Path) -> dict[str, Outcome]:
                     row = json.loads(line)
                 except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
                     continue
-                outcome = _outcome(row) if isinstance(row, dict) else None
-                if outcome is not None and isinstance(row.get("conversation_id"), str):
-                    time = row.get("time") if isinstance(row.get("time"), int | float) else 0.0
-                    posted.append((float(time), row["conversation_id"], outcome))
-    return {conversation: outcome for _, conversation, outcome in sorted(posted, key=lambda p: p[0])}
+                conversation = row.get("conversation_id") if isinstance(row, dict) else None
+                if not isinstance(conversation, str) or conversation not in wanted:
+                    continue
+                outcome = _outcome(row)
+                time = float(row["time"]) if _number(row.get("time")) else 0.0
+                if outcome is not None and time >= last.get(conversation, (-math.inf, None))[0]:
+                    last[conversation] = (time, outcome)
+    return {conversation: outcome for conversation, (_, outcome) in last.items()}
 
 
 def _outcome(row: dict[str, Any]) -> Outcome | None:
     success, score = row.get("success"), row.get("score")
-    if not isinstance(success, bool | None) or (score is not None and (
-            not isinstance(score, int | float) or isinstance(score, bool) or score != score)):
+    if not isinstance(success, bool | None) or (score is not None and not _number(score)):
         return None
     if success is None and score is None:
         return None
     if success is None:
         success = score is not None and score >= 1.0
     return Outcome(success, float(score) if score is not None else float(success), {"label": LABEL})
+
+
+def _number(value: Any) -> bool:
+    try:
+        return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    except OverflowError:  # an integer too large for a float
+        return False
