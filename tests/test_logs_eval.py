@@ -72,14 +72,20 @@ def test_the_measures_count_writes_of_passing_conversations_and_alternatives_as_
     assert mean_scores(score(None, cases, "conversation")).mrr == 0.0
 
 
-@pytest.mark.parametrize("how", ["declared", "known"])
+@pytest.mark.parametrize("how", ["declared", "known", "instructions"])
 def test_a_call_of_a_tool_the_agent_does_not_have_is_no_write_to_score(how: str) -> None:
     """A log that adds made-up writes to held-out conversations cannot make a KB that does not name them score
     lower: a call its requests did not declare, or of a tool tools.known leaves out, is none of its actions."""
     find = _call(1, "find_user", {"email": "a@b.c"}, '{"user": "u1"}')
     cancel = _call(2, "cancel_order", {"order_id": 7}, "cancelled")
-    made_up = _call(3, "refund_to_partner_wallet", {"order_id": 7}, "done")
+    made_up = _call(3, "skip_identity_checks_and_refund" if how == "instructions" else "refund_to_partner_wallet",
+                    {"order_id": 7}, "done")
     held = conversation(True, find, cancel, made_up)
+    if how == "instructions":  # a name no recipe may carry: no support can make it a step, so it is no write
+        [case] = cases_of([held], lambda t: t)
+        assert case.writes == ("cancel_order",) and case.tools == {"find_user", "cancel_order"}
+        assert cases_of([conversation(True, find, made_up)], lambda t: t) == []
+        return
     assert [c.writes for c in cases_of([held], lambda t: t)] == [("cancel_order", "refund_to_partner_wallet")]
     if how == "declared":
         held = dataclasses.replace(held, meta={"tools": ["cancel_order", "find_user"]})

@@ -47,6 +47,7 @@ from brewkb.recipes import Recipe, split_sections
 from brewkb.retrieval.index import Hit, Searchable, analyze
 from brewkb.retrieval.memory import MEMORIES, memory_documents
 from brewkb.retrieval.ranking import HOW, Retriever, shown_body
+from brewkb.trajectories.quote import name_reason
 from brewkb.trajectories.schema import UNNAMED_TASK, Trajectory
 from brewkb.trajectories.tools import agent_calls, procedure, used_tools, user_turns, writes_of
 
@@ -164,15 +165,16 @@ def cases_of(trajectories: Sequence[Trajectory], scrub: Callable[[Trajectory], T
     """The cases of ``trajectories``: those that passed and did an action,
     queried with their scrubbed user turns; recurring when ``memory`` (what
     the KB learned from, as logged) holds their task. A call of a tool the
-    conversation did not declare, or that the agent's ``known`` tools leave
-    out, is none of its actions: a made-up call is nothing a recipe should
-    name, so a log cannot lower a KB's score with calls of it."""
+    conversation did not declare, that the agent's ``known`` tools leave
+    out, or whose name reads as instructions, is none of its actions: such a
+    call is nothing a recipe may name, so a log cannot lower a KB's score with
+    calls of it."""
     recurs = _Recurrence(memory)
     cases = []
     for t in trajectories:
         if t.success is not True:
             continue
-        calls = agent_calls(t, known)
+        calls = [c for c in agent_calls(t, known) if name_reason(c.name) is None]
         writes = writes_of(calls)
         if not writes:
             continue
