@@ -40,6 +40,14 @@ from tests.test_lint import run_cli
     ('curl -H "Authorization: Bearer 9f8e7d6c5b4a39281706f5e4d3c2b1a0" https://api', "secret"),
     ("use token: tok_live_abcdefghij123 here", "secret"),
     ("set api_key=plainlongsecretvalue123456 and go", "secret"),
+    ("use the key sk-live-brewair-refund-override-key now", "secret"),  # a key's shape, low entropy or not
+    ("the token ghp_aaaaaaaaaaaaaaaaaaaaaaaa leaked", "secret"),
+    ("I was born on the 3rd of March 1980.", "birth_date"),
+    ("My number is 06 12 34 56 78 in Paris.", "phone"),
+    ("my phone is four one five, five five five, zero one three two thanks", "spelled_number"),
+    ("My social is 078 05 1120.", "ssn"),
+    ("Je m'appelle Amélie Dubois et je veux annuler.", "name"),
+    ("Hola, me llamo Lucía Fernández y quiero cancelar.", "name"),
 ])
 def test_each_default_pattern_becomes_its_placeholder(text: str, kind: str) -> None:
     scrubbed = Scrubber.build().text(text)
@@ -56,6 +64,8 @@ def test_a_name_with_letters_beyond_ascii_is_replaced_whole() -> None:
     ("write to zebediah dot quill at example dot org", "write to <email>"),
     ("I live at 742 Evergreen Terrace, Springfield, IL 62704 since May", "I live at <address> since May"),
     ("send it to 12 Baker Street, London NW1 6XE today", "send it to <address> today"),
+    ("I live at Flat 4, 17 Rosewood Mews, Leeds LS1 4AP.", "I live at Flat 4, <address>."),
+    ("Send it to Calle Mayor 12, 28013 Madrid please.", "Send it to <address> Madrid please."),
 ])
 def test_an_address_and_an_obfuscated_email_are_replaced_whole(text: str, scrubbed: str) -> None:
     assert Scrubber.build().text(text) == scrubbed
@@ -70,8 +80,15 @@ def test_a_value_a_pattern_knew_by_its_mark_or_its_words_is_replaced_where_it_st
     assert out.messages[1]["content"] == "<name>, order <order_id> and <booking_code> are found."
 
 
+def test_an_address_written_with_an_ideographic_full_stop_is_an_address() -> None:
+    from brewkb.trajectories.boundary import normalise
+    assert Scrubber.build().text(normalise("mail refunds@brewair。com today")) == "mail <email> today"
+
+
 def test_ordinary_numbers_and_codes_are_left_alone() -> None:
     text = ("Flight HAT136 on 2024-05-20 costs 250 dollars for 3 bags; item 1008292230. I'm happy, This Is fine. "
+            "One or two, three four five: six of one. Calle Mayor is closed. I booked 2 seats on 05 12 flights. "
+            "I am socially 100 percent sure. "
             "My reservation is NOT changed; the booking CANCELLED. The token is expired, the bearer of the card "
             "asks for a PIN code reset for 3 cards.")
     assert Scrubber.build().text(text) == text

@@ -69,10 +69,11 @@ _ASCII_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f]")
 
 def normalise(text: str, limit: int = MAX_TEXT) -> str:
     """``text`` in NFKC, without invisible, bidi, tag or control characters
-    (newline and tab kept), cut to ``limit`` characters."""
+    (newline and tab kept), its ideographic full stops dots, cut to ``limit`` characters."""
     if text.isascii() and not _ASCII_CONTROL.search(text):  # most text: nothing to do but the bound
         return text if len(text) <= limit else text[: limit - len(CUT)] + CUT
-    text = _NEWLINES.sub("\n", unicodedata.normalize("NFKC", text))
+    # the ideographic full stop reads as a dot in a link or an address (brewair。com), which NFKC leaves as it is
+    text = _NEWLINES.sub("\n", unicodedata.normalize("NFKC", text)).replace("\u3002", ".")
     text = _REMOVED.sub("", text)
     if not text.isprintable():  # what is left: other control and format characters
         text = "".join(c for c in text if c in "\n\t" or unicodedata.category(c) not in ("Cc", "Cf", "Cs", "Co"))

@@ -8,9 +8,10 @@ __all__ = ["DEFAULT_PATTERNS", "VALIDATORS"]
 _AT = r"(?:\s*[(\[{<]\s*(?i:at)\s*[)\]}>]\s*)"
 _DOT = r"(?:\s*[(\[{<]\s*(?i:dot)\s*[)\]}>]\s*|\s+(?i:dot)\s+)"
 _LOCAL = r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]{1,64}"
+_DIGIT_WORD = r"(?:zero|oh|one|two|three|four|five|six|seven|eight|nine)"
 """An e-mail's local part (at most 64 characters), begun where a word begins."""
 _STREET = (r"Street|St|Avenue|Ave|Road|Rd|Boulevard|Blvd|Lane|Ln|Drive|Dr|Court|Ct|Place|Pl|Way|Terrace|Parkway"
-           r"|Pkwy|Highway|Hwy|Square|Sq|Circle|Cir|Trail|Close|Crescent|Row|Alley")
+           r"|Pkwy|Highway|Hwy|Square|Sq|Circle|Cir|Trail|Close|Crescent|Row|Alley|Mews|Gardens|Grove|Walk|Rise")
 DEFAULT_PATTERNS: dict[str, str] = {
     "passphrase": r"(?i:\b(?:passphrase|pass phrase|secret word|memorable word|security answer|answer to (?:my|the) "
                   r"security question|mother's maiden name|maiden name)\b)(?:\s+(?:is|was))?\s*[:=]?\s+"
@@ -23,7 +24,7 @@ DEFAULT_PATTERNS: dict[str, str] = {
     "security_code": r"(?i:\b(?:cvv2?|cvc2?|csc|(?:card )?security code|pin(?: code| number)?)\b)"
                      r"(?:\s+(?:is|was))?\s*[:=#]?\s*(\d{3,8})(?![\w-])",
     "birth_date": r"(?i:\b(?:dob|d\.o\.b\.?|date of birth|birth ?date|birthday|born(?: on)?)\b)(?:\s+(?:is|was))?"
-                  r"\s*[:=]?\s*(\d{4}[-/.]\d{1,2}[-/.]\d{1,2}|\d{1,2}[-/.]\d{1,2}[-/.]\d{2,4}"
+                  r"\s*[:=]?\s*(?:the\s+)?(\d{4}[-/.]\d{1,2}[-/.]\d{1,2}|\d{1,2}[-/.]\d{1,2}[-/.]\d{2,4}"
                   r"|(?:\d{1,2}(?:st|nd|rd|th)?\s+(?:of\s+)?)?(?i:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*"
                   r"\.?(?:\s+\d{1,2}(?:st|nd|rd|th)?)?,?\s+\d{4})\b",
     # each part bounded and begun where a word begins: a 200 KB word costs a pass, not its square
@@ -36,14 +37,16 @@ DEFAULT_PATTERNS: dict[str, str] = {
              r"|(?<![\w.%+-])[A-Za-z0-9_%+-]{1,64}(?:\s*\.\s*[A-Za-z0-9_%+-]{1,64}){0,4}\s*@\s*[A-Za-z0-9-]{1,63}"
              r"(?:\s*\.\s*[A-Za-z0-9-]{1,63}){0,8}\s*\.\s*[A-Za-z]{2,24}\b",
     "ssn": r"(?<![\w-])\d{3}-\d{2}-\d{4}(?![\w-])"
-           r"|(?i:\b(?:ssn|social security(?: number)?)\b)\D{0,20}?(\d{3}[ .-]?\d{2}[ .-]?\d{4})(?!\d)",
+           r"|(?i:\b(?:ssn|social security(?: number)?|social)\b)\D{0,20}?(\d{3}[ .-]?\d{2}[ .-]?\d{4})(?!\d)",
     "iban": r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?\b",
     "card_number": r"(?<![\w-])(?:\d{4}[ .-]){3}\d{1,7}(?![\w-])|(?<![\w-])\d{4}[ .-]\d{6}[ .-]\d{5}(?![\w-])"
                    r"|(?<![\w-])\d{15,16}(?![\w-])",
     "phone": r"(?<![\w-])(?:\+\d{1,3}[ .-]?)?(?:\(\d{3}\)[ .-]?|\d{3}[ .-])(?:\d{3}[ .-]\d{4}|\d{7})(?![\w-])"
              r"|(?<![\w-])\(?0\d{1,4}\)?[ .-]\d{3,4}[ .-]?\d{3,4}(?![\w-])"
              r"|(?i:\b(?:phone|call|cell|mobile|tel|telephone|text|reach|number)\b)\D{0,20}?(?<![\w-])(\d{10,11})(?![\w-])"
-             r"|(?<![\w+])(?:\+|00)\d{1,3}(?:[ .-]?\(?\d{1,5}\)?){1,6}(?![\w-])",
+             r"|(?<![\w+])(?:\+|00)\d{1,3}(?:[ .-]?\(?\d{1,5}\)?){1,6}(?![\w-])"
+             r"|(?<![\w-])\(?0\d{1,4}\)?(?:[ .-]\d{2,4}){3,5}(?![\w-])",  # in pairs: 06 12 34 56 78
+    "spelled_number": rf"(?i:\b{_DIGIT_WORD}(?:[\s,.-]+(?:{_DIGIT_WORD}|double|triple)){{6,}}\b)",
     "passport": r"(?i:\bpassport(?:\s+(?:number|no\.?|num|#))?(?:\s+is)?)\s*[:#]?\s*"
                 r"((?=[A-Za-z]*\d)[A-Za-z0-9]{6,9})\b",
     "address": rf"\b\d{{1,6}}[A-Za-z]?,?\s+(?:[A-Z][\w'.-]*\s+){{1,4}}(?:{_STREET})\b\.?"
@@ -52,13 +55,16 @@ DEFAULT_PATTERNS: dict[str, str] = {
                r"(?:,?\s+(?:\d{5}(?:-\d{4})?|[A-Z]{1,2}\d[A-Z\d]?\s*\d[A-Z]{2})\b)?"
                r"|\b\d{1,5},?\s+(?:rue|avenue|boulevard|chemin|allée|impasse|calle|avenida|via|viale|piazza|rua)"
                r"\s+(?:[\w'-]+\s*){1,4}"
-               r"|(?<![\w-])[A-ZÄÖÜ][\wäöüß-]{0,40}(?:straße|strasse|weg|gasse|platz|allee)\s+\d{1,5}[a-z]?\b",
+               r"|(?<![\w-])[A-ZÄÖÜ][\wäöüß-]{0,40}(?:straße|strasse|weg|gasse|platz|allee)\s+\d{1,5}[a-z]?\b"
+               r"|\b(?i:rue|calle|avenida|viale|piazza|rua|chemin|impasse)\s+(?:[\w'-]+\s+){1,4}?\d{1,5}[a-z]?\b"
+               r"(?:,\s*\d{4,5}\b)?",  # the number after the street's name: Calle Mayor 12, 28013
     "payment_id": r"\b(?:credit_card|debit_card|gift_card|certificate|paypal|bank_account|card)_\d{4,}\b",
     "user_id": r"\b[a-z]+_[a-z]+_\d{3,}\b",
     "order_id": r"#[A-Z]?\d{5,}\b",
     "booking_code": r"\b(?:[Rr]eservation|[Bb]ooking|[Cc]onfirmation|[Tt]icket)(?:\s+(?:ID|id|number|code|no\.?))?"
                     r"(?:\s+is)?[\s:#]+((?=[A-Z0-9]*\d)(?=[A-Z0-9]*[A-Z])[A-Z0-9]{5,10}|[A-Z]{6})\b",
-    "name": r"\b(?:[Ii]'m|I am|[Mm]y name is|[Tt]his is|[Yy]ou are)\s+([A-Z][^\W\d_]+(?:\s+[A-Z][^\W\d_]+)+)"
+    "name": r"\b(?:[Ii]'m|I am|[Mm]y name is|[Tt]his is|[Yy]ou are|(?i:je m'appelle|je suis|me llamo|mi nombre es"
+            r"|mi chiamo|ich heiße|ich heisse|mein name ist|meu nome é|eu sou))\s+([A-Z][^\W\d_]+(?:\s+[A-Z][^\W\d_]+)+)"
             r"|(?:^|(?<=[.!?,;:]\s))([A-Z][^\W\d_]+\s+[A-Z][^\W\d_]+)\s+here\b"
             r"|\b(?:Dr|Mr|Mrs|Ms|Mx|Miss|Prof)\.?\s+([A-Z][^\W\d_]+(?:\s+[A-Z][^\W\d_]+){0,2})",
     "zip": r"\b(?:zip|postal)(?:\s+code)?(?:\s+is)?[:\s]+(\d{5})\b",

@@ -53,7 +53,13 @@ _NAMED = re.compile(
     r"|(?:auth|access|refresh|session|id|api)?[_ -]?token|credentials?)\b[\"']?\s*(?:is|was|[:=]|=>)\s*[\"']?)"
     r"((?=[^\s\"',;<>]*\d)[^\s\"',;<>]{6,})")
 """A credential's value after its auth scheme or its name (it has a digit: "the token is expired" has none)."""
+_PREFIXED = re.compile(
+    r"(?<![\w-])(?:(?:sk|rk|pk)[-_](?:live|test|proj|ant|svcacct|admin)[-_]|sk-|gh[pousr]_|github_pat_|glpat-"
+    r"|xox[abprs]-|hf_|AKIA|ASIA|AIza|SG\.)[A-Za-z0-9_.=-]{12,}")
+"""A token that begins as a provider's keys begin (``sk-live-``, ``ghp_``, ``AKIA`` …), whatever its entropy: a
+key of a made-up or an expired service is still shaped as one, and a key's shape is enough to keep it out."""
 _QUICK = re.compile(r"(?i)pass|pwd|secret|token|key|auth|bearer|cred|private|-----|://|[A-Za-z0-9+/=_\-]{20}"
+                    r"|\b(?:[srp]k[-_]|gh[pousr]_|github_pat_|hf_|glpat-|xox[abprs]-|AKIA|ASIA|AIza|SG\.)"
                     r"|\b(?:\d{1,3}\.){3}\d{1,3}\b")
 """Text with none of these cannot hold a finding of any plugin: most texts are skipped at once."""
 
@@ -93,6 +99,7 @@ def secret_spans(text: str) -> list[tuple[int, int]]:
     plain, entropy, keywords, words = _plugins()
     spans = [m.span() for m in _PRIVATE_KEY.finditer(text)]
     spans += [m.span(1) for m in _NAMED.finditer(text)]
+    spans += [m.span() for m in _PREFIXED.finditer(text)]
     values: set[str] = set()
     for plugin in [*plain, *([keywords] if words.search(text) else [])]:
         values.update(v for v in plugin.analyze_string(text) if v and not _PLACEHOLDER.fullmatch(v))
