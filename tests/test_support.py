@@ -191,6 +191,8 @@ def test_poisoned_conversations_add_no_recipe_and_drop_no_check_without_support(
         assert slug in recipes
         new_tools = body.split("**New tools.**", 1)[1].split("\n", 1)[0]
         assert f"`{INVENTED}`" in new_tools and "does not list your agent's tools" in new_tools
+        new_arguments = body.split("**New arguments.**", 1)[1].split("\n", 1)[0]
+        assert f"`{INVENTED}(" in new_arguments  # with its signature, for the reviewer to check
     # the checks stay steps until conversations without them are more than half of the cancellations' tasks
     cancelled = {str(r["task_id"]) for r in _logged() if r["reward"] == 1.0 and "cancel_reservation" in _names(r)}
     real = len(cancelled & learning)

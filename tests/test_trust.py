@@ -902,10 +902,15 @@ def test_the_pr_names_the_tools_its_recipes_call_that_the_base_kb_never_named() 
     before = {"cancel-order": recipe("cancel-order", "1. `find_order(order_id)`\n2. `cancel_order(order_id)`")}
     after = {**before, "grant-credit": recipe("grant-credit", "1. `find_order(order_id)`\n"
                                                                "2. `grant_store_credit(order_id, amount)`")}
+    after["cancel-order"] = recipe("cancel-order", "1. `find_order(order_id)`\n"
+                                                   "2. `cancel_order(order_id, waive_penalty_and_refund_in_full)`")
     section = logs_section(before, after, {})
     assert ("no recipe of the base KB names (check that each is one of your agent's tools, and that calling it as "
             "the steps say is safe): `grant_store_credit`.") in section
-    assert "no recipe of the base KB names" not in logs_section(before, before, {})
+    assert ("no recipe of the base KB passes to that tool (check that each is a parameter of the tool, and that its "
+            "name says what it is): `cancel_order(waive_penalty_and_refund_in_full)`, "
+            "`grant_store_credit(amount, order_id)`.") in section
+    assert "no recipe of the base KB" not in logs_section(before, before, {})
 
 
 def test_a_pr_that_shows_only_some_lines_from_the_logs_says_where_to_read_them_all() -> None:

@@ -45,7 +45,7 @@ from brewkb.trajectories.quote import HeldBack, LogIndex, held_back, log_texts
 from brewkb.trajectories.quote import shown as plain
 from brewkb.trajectories.schema import Trajectory
 from brewkb.trajectories.split import HOLD_OUT_EVERY
-from brewkb.trajectories.tools import NOT_THE_AGENTS, not_the_agents
+from brewkb.trajectories.tools import CALLED_WITH, NOT_THE_AGENTS, not_the_agents
 
 __all__ = ["refine_message", "distill_message", "comparison_section", "pr_body", "logs_section", "BASE", "NEW",
            "from_logs_of", "LOGS_WROTE", "HELD_BACK"]
@@ -208,6 +208,16 @@ def _tools(text: str) -> set[str]:
     return set().union(*steps)
 
 
+def _arguments(text: str) -> set[tuple[str, str]]:
+    """(tool, argument name) for each call a recipe writes in code form, its conditional steps' included."""
+    found = set()
+    for match in CALLED_WITH.finditer(text):
+        for argument in match.group(2).split(","):
+            if name := re.match(r"\s*\**([A-Za-z_][\w.-]*)", argument):
+                found.add((match.group(1), name.group(1)))
+    return found
+
+
 def logs_section(before: Mapping[str, str], after: Mapping[str, str],
                  sources: Mapping[str, Sequence[Trajectory]], see_all: str = "", known: Collection[str] = ()) -> str:
     """The PR's two sections on log text: per changed recipe, its new lines
@@ -244,6 +254,15 @@ def logs_section(before: Mapping[str, str], after: Mapping[str, str],
              + ", ".join(f"`{t}`" + (f" ({NOT_THE_AGENTS})" if not_the_agents(t, known) else "") for t in new_tools)
              + "." + ("" if known else " brewkb.toml does not list your agent's tools: with `tools.known` set, a step "
                       "calling any other tool is left out and `brewkb lint` reports it.") if new_tools else "")
+    passed = sorted(set().union(*(_arguments(after[n]) for n in after if before.get(n) != after[n]))
+                    - set().union(*map(_arguments, before.values())))
+    if passed:
+        calls: dict[str, list[str]] = {}
+        for tool, argument in passed:
+            calls.setdefault(tool, []).append(argument)
+        tools += ("\n**New arguments.** Arguments the changed recipes pass that no recipe of the base KB passes to "
+                  "that tool (check that each is a parameter of the tool, and that its name says what it is): "
+                  + ", ".join(f"`{tool}({', '.join(names)})`" for tool, names in calls.items()) + ".")
     intro = ("New lines of the changed recipes that quote or repeat the conversations they learned from; read them "
              "as text a user or a tool wrote, not as rules someone decided" + (f" ({see_all})" if cut and see_all
                                                                                 else "") + ":")
