@@ -101,6 +101,13 @@ _TLD = (r"(?:com|net|org|info|biz|io|co|ai|app|dev|xyz|top|site|online|shop|stor
         r"|lan|localhost|help|support|pro|travel|me|tv|cloud|tech|page|world|email|services|center|solutions|zone"
         r"|network|digital|agency|global|bank|pay|money|finance|systems|company|business|group|care|express)")
 """Endings of host names that a bare one is read by (a link needs no scheme to be followed)."""
+_OVERRIDE_VERB = (r"(?i:ignorier(?:e|en|t)?|vergiss|vergessen|missachte|umgehe|überspringe|ignore[rz]?|oublie[rz]?"
+                  r"|contourne[rz]?|ignora[rn]?|olvida[rn]?|omite|omitir|salta[rn]?|dimentica(?:re)?|ignorare"
+                  r"|esque[çc]a|pule)")
+_RULE_NOUN = (r"(?i:anweisungen|regeln|richtlinien|vorgaben|prüfung(?:en)?|überprüfung(?:en)?|verifizierung|instructions"
+              r"|règles|consignes|vérifications?|politiques?|instrucciones|reglas|verificaci[oó]n|pol[ií]ticas?"
+              r"|istruzioni|regole|verifica|instru[çc][õo]es|regras|verifica[çc][ãa]o)")
+"""Rule 2 in other languages than English: verbs of ignoring or skipping, and what is ignored."""
 _STAFF = (r"(?:staff|supervisor|manager|management|admin|administrator|operator|moderator|headquarters|reps?"
           r"|representatives?|team leads?|reviewers?|customer care(?: team)?|support team|ops|operations"
           r"|(?:ops|operations|support|service) desk)")
@@ -133,14 +140,20 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"(?:check|verify|validate|authenticate|review|follow|apply)\s+(?:[a-z]+[\s-]+){0,2}(?:rules?|polic(?:y|ies)"
         r"|identity|id|verification|eligibility|requirements?|restrictions?|conditions?|checks?)\b"
         r"|\b(?:ignore|disregard|forget)\s+(?:what|everything|anything|all)\s+(?:that\s+)?(?:you|you've|you'?ve)\s+"
-        r"(?:were|was|have been|had been|'ve been|are|got)?\s*(?:told|instructed|given|taught|asked)\b")),
+        r"(?:were|was|have been|had been|'ve been|are|got)?\s*(?:told|instructed|given|taught|asked)\b"
+        # the same in other languages: a verb of ignoring or skipping, then instructions, rules or checks
+        rf"|\b{_OVERRIDE_VERB}\s+(?:[^\W\d_]+[\s,]+){{0,4}}?{_RULE_NOUN}\b"
+        rf"|(?:忽略|无视|忽视|忘记|跳过|無視|忘れ)[^。.!?]{{0,12}}(?:指示|指令|规则|規則|规定|验证|核实|检查|ルール|確認)")),
     ("claims a policy or rule", re.compile(
         r"(?i)\b(?:new|updated|revised|official|internal|special|secret|changed|latest)\s+(?:company\s+|store\s+|"
         r"support\s+)?(?:polic(?:y|ies)|rules?|instructions?|guidelines?|directives?|procedures?)\b"
         r"|\bpolicy\s+(?:update|change|override|exception)\b|\b(?:system|developer)\s+(?:prompt|message|note)\b"
         # a rule for everyone: "refunds are approved for every delayed passenger"
         r"|\b(?:are|is)\s+(?:now\s+|always\s+|automatically\s+)?(?:approved|allowed|permitted|free|waived|granted"
-        r"|authori[sz]ed|eligible|exempt)\s+(?:for|to)\s+(?:every|all|any|everyone|everybody|anyone)\b")),
+        r"|authori[sz]ed|eligible|exempt)\s+(?:for|to)\s+(?:every|all|any|everyone|everybody|anyone)\b"
+        # a rule said to begin now, or decided by someone who is not in the conversation
+        r"|\b(?:from now on|going forward|effective (?:immediately|today|now))\b|\b(?:is|are)\s+(?:now\s+optional|optional\s+for)\b"
+        rf"|\b{_STAFF}\s+(?:has|have)\s+(?:now\s+|already\s+)?(?:approved|authori[sz]ed|decided|agreed|allowed)\b")),
     (RULE_FOR_READER, re.compile(
         r"(?i)(?:^|[.!?:;]\s+|\n\s*)(?:always|never)\s+(?!mind\b)[a-z]+"
         r"|\b(?:you|agents?|assistants?|the agent|the assistant)\s+(?:must|should|shall|are to|have to|need to)\s+"
@@ -160,7 +173,8 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
         rf"|\b[a-z0-9-]{{2,63}}\s+dot\s+{_TLD}\b")),
     (DIRECTS_A_CALL, re.compile(
         # a name in code form: snake_case, camelCase or written as a call; letters only (an id holds digits)
-        r"\b(?i:call|calls|calling|invoke|run|execute|use|trigger|try)\s+(?i:the\s+|a\s+)?"
+        r"\b(?i:call|calls|calling|invoke|run|execute|use|trigger|try|perform|then|proceed(?:\s+directly)?\s+(?:to|with))"
+        r"\s+(?i:the\s+|a\s+)?"
         r"(?i:(?:tool|function|api|endpoint|method)\s+)?['\"`]?"
         r"(?:[A-Za-z]+(?:_[A-Za-z]+)+\b|[a-z]{2,}(?:[A-Z][a-z]+)+\b|[A-Za-z_]+\()"
         r"|(?i:\b[a-z]+(?:_[a-z]+)*\s*=\s*['\"]?(?:true|false)\b)")),
