@@ -48,6 +48,9 @@ from tests.test_lint import run_cli
     ("My social is 078 05 1120.", "ssn"),
     ("Je m'appelle Amélie Dubois et je veux annuler.", "name"),
     ("Hola, me llamo Lucía Fernández y quiero cancelar.", "name"),
+    ("Error: refund held; the duty manager Marcus Webb must approve", "name"),
+    ("Booking is under Kwame Mensah-Boateng, thanks.", "name"),
+    ("reservation locked by admin Lucía Fernández Ortega today", "name"),
 ])
 def test_each_default_pattern_becomes_its_placeholder(text: str, kind: str) -> None:
     scrubbed = Scrubber.build().text(text)
@@ -88,7 +91,7 @@ def test_an_address_written_with_an_ideographic_full_stop_is_an_address() -> Non
 def test_ordinary_numbers_and_codes_are_left_alone() -> None:
     text = ("Flight HAT136 on 2024-05-20 costs 250 dollars for 3 bags; item 1008292230. I'm happy, This Is fine. "
             "One or two, three four five: six of one. Calle Mayor is closed. I booked 2 seats on 05 12 flights. "
-            "I am socially 100 percent sure. "
+            "I am socially 100 percent sure. The booking is under ID SI and the agent Then left. "
             "My reservation is NOT changed; the booking CANCELLED. The token is expired, the bearer of the card "
             "asks for a PIN code reset for 3 cards.")
     assert Scrubber.build().text(text) == text

@@ -8,6 +8,8 @@ __all__ = ["DEFAULT_PATTERNS", "VALIDATORS"]
 _AT = r"(?:\s*[(\[{<]\s*(?i:at)\s*[)\]}>]\s*)"
 _DOT = r"(?:\s*[(\[{<]\s*(?i:dot)\s*[)\]}>]\s*|\s+(?i:dot)\s+)"
 _LOCAL = r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]{1,64}"
+_NAME_WORD = r"[A-Z][a-zß-öø-ÿ'’]+(?:-[A-Z]?[a-zß-öø-ÿ'’]+)*"
+"""A word of a name as people write it: a capital, then lower-case letters (a hyphen may join two)."""
 _DIGIT_WORD = r"(?:zero|oh|one|two|three|four|five|six|seven|eight|nine)"
 """An e-mail's local part (at most 64 characters), begun where a word begins."""
 _STREET = (r"Street|St|Avenue|Ave|Road|Rd|Boulevard|Blvd|Lane|Ln|Drive|Dr|Court|Ct|Place|Pl|Way|Terrace|Parkway"
@@ -66,7 +68,13 @@ DEFAULT_PATTERNS: dict[str, str] = {
     "name": r"\b(?:[Ii]'m|I am|[Mm]y name is|[Tt]his is|[Yy]ou are|(?i:je m'appelle|je suis|me llamo|mi nombre es"
             r"|mi chiamo|ich heiße|ich heisse|mein name ist|meu nome é|eu sou))\s+([A-Z][^\W\d_]+(?:\s+[A-Z][^\W\d_]+)+)"
             r"|(?:^|(?<=[.!?,;:]\s))([A-Z][^\W\d_]+\s+[A-Z][^\W\d_]+)\s+here\b"
-            r"|\b(?:Dr|Mr|Mrs|Ms|Mx|Miss|Prof)\.?\s+([A-Z][^\W\d_]+(?:\s+[A-Z][^\W\d_]+){0,2})",
+            r"|\b(?:Dr|Mr|Mrs|Ms|Mx|Miss|Prof)\.?\s+([A-Z][^\W\d_]+(?:\s+[A-Z][^\W\d_]+){0,2})"
+            # a person named after who they are to the conversation: "the duty manager Marcus Webb", "booked under
+            # Chen Lee", "travelling with Aiyana Running-Water"
+            rf"|\b(?:named|called|under(?: the name(?: of)?)?|customer|passenger|travell?er|manager|agent|supervisor"
+            rf"|admin|administrator|representative|officer|clerk|employee"
+            rf"|colleague|husband|wife|partner|son|daughter|mother|father|brother|sister|friend|travell?ing with"
+            rf"|flying with)\s+({_NAME_WORD}(?:\s+{_NAME_WORD}){{1,2}})\b",
     "zip": r"\b(?:zip|postal)(?:\s+code)?(?:\s+is)?[:\s]+(\d{5})\b",
     "account_number": r"(?i:\b(?:customer|account|member(?:ship)?|loyalty|client|frequent flyer)\s+(?:number|no\.?|num|#|id)"
                       r"(?:\s+is)?)\s*[:#]?\s*((?=[A-Za-z-]*\d)[A-Za-z0-9-]{4,20})\b",
