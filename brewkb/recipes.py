@@ -373,6 +373,17 @@ def _elided(text: str) -> str:
     return "".join(part if part.startswith("`") else _QUOTATION.sub(ELIDED, part) for part in _CODE.split(text))
 
 
+def _visible(text: str) -> str:
+    """``text`` without invisible characters: format (zero-width, bidi controls, tag characters), control
+    (newline and tab kept), private-use and surrogate ones, and the line and paragraph separators."""
+    if text.isascii() and text.isprintable():
+        return text
+    return "".join(c for c in text if c in "\n\t" or unicodedata.category(c) not in _HIDDEN)
+
+
+_HIDDEN = frozenset({"Cc", "Cf", "Cs", "Co", "Zl", "Zp"})
+
+
 def served(recipe: Recipe) -> Recipe:
     """``recipe`` as an agent is given it: without the words of the logs it
     quotes. Its anchors (the requests it is found by), the description's
@@ -380,7 +391,9 @@ def served(recipe: Recipe) -> Recipe:
     its concept, for retrieval) are left out; any other
     quotation (an error text a tool returned) is shown as ``ELIDED``. Text in
     double quotes is how brewkb quotes a log, so a team writes its own
-    guidance unquoted."""
+    guidance unquoted. Invisible characters and front matter keys brewkb does
+    not know are left out too: ``brewkb lint`` reports both in a file, and an
+    agent is given neither."""
     sections = []
     for title, text in split_sections(recipe.body):
         if title.lower() == LEARNED_FROM.lower():
@@ -389,7 +402,8 @@ def served(recipe: Recipe) -> Recipe:
             text = "\n".join(line for line in text.splitlines() if not _ANCHOR.match(line)).replace(FOR_EXAMPLE, "")
         sections.append((title, _elided(_FOR_REQUEST.sub("", text))))
     body = build_body(sections) if recipe.body.strip() else recipe.body
-    return recipe.replace(description=_elided(recipe.description.split(EXAMPLES, 1)[0]), body=body, aliases=())
+    return recipe.replace(description=_visible(_elided(recipe.description.split(EXAMPLES, 1)[0])),
+                          body=_visible(body), aliases=(), extra=())
 
 
 def build_body(sections: Iterable[tuple[str, str]]) -> str:

@@ -14,6 +14,7 @@ from brewkb.git.refs import NOTES_REF, BrewRef
 from brewkb.git.store import parse_trailers
 from brewkb.kb import KB
 from brewkb.recipes import served
+from brewkb.retrieval.ranking import servable
 from brewkb.run.prbody import pr_body
 from brewkb.run.record import RunView, load_run
 
@@ -53,7 +54,7 @@ class Exported:
 def export_skills(kb: KB, out: Path, rev: str | None = None) -> Exported:
     """Each recipe as ``out/<name>/SKILL.md`` in the Agent Skills format; only
     well-named recipes are exported, and nothing is written outside ``out``."""
-    recipes = kb.recipes(rev)
+    recipes = servable(kb, rev)  # as the index and the servers hold them: a recipe over kb.max_recipe_kb is not
     exported = {r.name for r in recipes}
     skipped = [f for f in kb.recipe_file_names(rev) if f.removesuffix(".md") not in exported]
     if not recipes:

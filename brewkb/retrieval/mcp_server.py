@@ -27,7 +27,7 @@ from brewkb import __version__
 from brewkb.errors import BrewError
 from brewkb.kb import KB
 from brewkb.recipes import render_recipe, served
-from brewkb.retrieval.ranking import open_index, retrieve
+from brewkb.retrieval.ranking import open_index, retrieve, servable
 
 __all__ = ["make_server", "serve"]
 
@@ -74,7 +74,10 @@ def make_server(root: Path, rev: str | None = None) -> Any:
         """The markdown of the recipe called ``name``, as an agent is given it
         (without the words of the requests it was learned from: those are the logs')."""
         with told(), KB.open(root) as kb:
-            recipe = kb.recipe(name, rev)
+            recipe = kb.recipe(name, rev)  # the error for a name that is not a recipe
+            if recipe.name not in {r.name for r in servable(kb, rev)}:
+                raise BrewError(f"recipe {name} is over kb.max_recipe_kb ({kb.config.kb.max_recipe_kb} KB), so it "
+                                "is not served; `brewkb lint` reports it")
             return render_recipe(served(recipe))
 
     return server

@@ -32,8 +32,8 @@ from brewkb.retrieval.index import (
     indexed_fields,
 )
 
-__all__ = ["Searchable", "Retriever", "retriever_of", "open_index", "retrieve", "render_context", "shown_body", "mrr",
-           "approx_tokens", "HOW", "EXEMPLAR_LEAD"]
+__all__ = ["Searchable", "Retriever", "retriever_of", "open_index", "servable", "retrieve", "render_context", "shown_body",
+           "mrr", "approx_tokens", "HOW", "EXEMPLAR_LEAD"]
 
 KEEP_INDEXES = 8
 HOW = "How to perform"
@@ -97,6 +97,12 @@ def _state_key(kb: KB, rev: str | None) -> tuple[str, list[Recipe]]:
     sizes = {Path(name).stem: len(data) for name, data in kb.store.read_folder(commit, kb.recipes_prefix()).items()}
     key = f"tree-{entry.sha if entry else 'empty'}-max{kb.config.kb.max_recipe_kb}"
     return key, _within_limit(kb, kb.recipes(commit), sizes, rev)
+
+
+def servable(kb: KB, rev: str | None = None) -> list[Recipe]:
+    """The recipes an agent may be given, of the working tree or a revision: those the index holds (each file
+    within ``kb.max_recipe_kb``)."""
+    return _state_key(kb, rev)[1]
 
 
 def _within_limit(kb: KB, recipes: list[Recipe], sizes: Mapping[str, int], rev: str | None) -> list[Recipe]:
