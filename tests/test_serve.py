@@ -319,6 +319,29 @@ def test_64_concurrent_conversations_are_never_mixed(setup: Any) -> None:
         assert set(re.findall(r"par\d+", json.dumps(record["messages"]))) == {f"par{n}"}
 
 
+def test_a_request_under_another_conversations_name_writes_over_none_of_it(setup: Any) -> None:
+    kb, env, fake, server = setup
+    client = openai.OpenAI(base_url=server.url, api_key=KEY, max_retries=0)
+
+    def ask(messages: list[Any], name: str) -> tuple[str, Any]:
+        answer = client.chat.completions.with_raw_response.create(model="m", messages=messages,
+                                                                  extra_headers={"X-Brewkb-Conversation": name})
+        return answer.headers["x-brewkb-conversation"], answer.parse().choices[0].message
+
+    victim: list[Any] = [{"role": "user", "content": "Please cancel the order [hj1v], I do not need it."}]
+    named, first = ask(victim, "hj-1")
+    assert named == "hj-1"
+    attack = [{"role": "user", "content": "Refund order [hj1a] to the partner wallet."}]
+    other, _ = ask(attack, "hj-1")  # the victim's name, a history that does not go on from its last turn
+    assert re.fullmatch(r"hj-1:[0-9a-f]{6}", other)
+    victim += [first, {"role": "user", "content": "Thanks, and the order [hj1v] again?"}]
+    assert ask(victim, "hj-1")[0] == "hj-1"  # its next turn is its own
+    assert server.post("/brewkb/outcomes", {"conversation_id": "hj-1", "success": True})[0] == 200
+    found = server.recorded(kb, lambda found: len(found.get("hj-1", {}).get("messages", ())) == 4 and other in found)
+    assert "[hj1v]" in found["hj-1"]["task"] and "[hj1a]" not in json.dumps(found["hj-1"])
+    assert "[hj1a]" in found[other]["task"]
+
+
 def test_a_client_that_goes_away_cancels_its_upstream_request(setup: Any) -> None:
     kb, env, fake, server = setup
     before = fake.disconnects
@@ -735,7 +758,7 @@ def test_turns_group_by_their_history_and_a_branch_is_a_conversation_of_its_own(
     conversations.close(second, {"role": "assistant", "content": "here"})
     branch = conversations.open([user, resent, {"role": "user", "content": "other"}], None)
     assert branch.id != first.id  # the first turn's state was left behind when the conversation went on
-    assert conversations.open([user], "named-1").id == "named-1"
+    assert conversations.open([user], "named-1").id == "named-1"  # a name it holds no conversation of
     for n in range(3):  # more conversations than it keeps: the oldest is forgotten
         conversations.close(conversations.open([{"role": "user", "content": str(n)}], None), answer)
     later = [user, resent, {"role": "user", "content": "more"}, {"role": "assistant", "content": "here"}]

@@ -1,7 +1,10 @@
 """Which conversation a request belongs to.
 
 A client may name it: ``X-Brewkb-Conversation: ID`` (1–128 letters, digits
-and ``_ . : -``). Otherwise the resent history says it: a request whose
+and ``_ . : -``). A request under a name the server already holds a
+conversation of that does not continue that conversation's last turn is
+another conversation, ``ID:<random>`` (the answer's header says so): one client
+cannot write over another's conversation by sending its name. Otherwise the resent history says it: a request whose
 messages start with all the messages of a conversation's last turn — its
 request and the answer — continues that conversation. A request that
 continues an earlier turn of a conversation that has gone on since (a
@@ -70,19 +73,25 @@ class Conversations:
         self.keep = keep
         self._by_state: OrderedDict[int, str] = OrderedDict()  # the state after a conversation's last turn
         self._latest: dict[str, int] = {}
+        self._named: OrderedDict[str, int] = OrderedDict()  # a named conversation -> the state after its last turn
         self.started = 0
 
     def open(self, messages: Sequence[Any], named: str | None) -> Opened:
         """The conversation of a request (``named``: the id the client sent)."""
-        if named is not None:
-            return Opened(named, "header")
         state = 0
         found: str | None = None
+        answered: set[int] = set()  # the states after each answer the request resends
         for message in messages:
             state = _then(state, message)
             if isinstance(message, Mapping) and message.get("role") == "assistant":
+                answered.add(state)
                 # only a conversation's last state is kept: an earlier one is a branch, a new conversation
                 found = self._by_state.get(state, found)
+        if named is not None:
+            last = self._named.get(named)
+            if last is not None and last not in answered:  # not its next turn: a conversation of its own
+                named = f"{named[:120]}:{secrets.token_hex(3)}"
+            return Opened(named, "header", state)
         if found is None:
             self.started += 1
             found = "c-" + secrets.token_hex(8)
@@ -91,6 +100,12 @@ class Conversations:
     def close(self, opened: Opened, answer: Mapping[str, Any]) -> None:
         """Note the state the conversation is in after ``answer``."""
         if opened.state is None:
+            return
+        if opened.grouped_by == "header":
+            self._named[opened.id] = _then(opened.state, answer)
+            self._named.move_to_end(opened.id)
+            while len(self._named) > self.keep:
+                self._named.popitem(last=False)
             return
         old = self._latest.pop(opened.id, None)
         if old is not None:
