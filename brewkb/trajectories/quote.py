@@ -64,6 +64,7 @@ in a row, or a link) is dropped.
 
 from __future__ import annotations
 
+import json
 import re
 import unicodedata
 from collections.abc import Iterable, Sequence
@@ -328,12 +329,38 @@ def log_texts(trajectory: Trajectory) -> list[str]:
     return texts
 
 
+def _result_texts(result: str) -> list[str]:
+    """A tool's result as the rules read it for the PR: each string of a JSON result, else each line."""
+    try:
+        value = json.loads(result)
+    except (ValueError, RecursionError):
+        value = None
+    if not isinstance(value, dict | list):
+        return [line for line in result.splitlines() if line.strip()]
+    texts, stack = [], [value]
+    while stack:  # without recursion: a result's depth is bounded at import, and never trusted
+        item = stack.pop()
+        if isinstance(item, str):
+            texts.append(item)
+        elif isinstance(item, dict):
+            stack.extend(reversed([*item.keys(), *item.values()]))
+        elif isinstance(item, list):
+            stack.extend(reversed(item))
+    return texts
+
+
 def held_back(trajectories: Iterable[Trajectory]) -> list[HeldBack]:
     """Every text of ``trajectories`` that ``quote`` holds back, once, with
-    the ids of the trajectories it came from, in order of first seen."""
+    the ids of the trajectories it came from, in order of first seen: of
+    what rules quote (``log_texts``) and of every tool result, which an LLM
+    role reads though no rule quotes a result that did not fail. The agent's
+    own turns are not read: no rule quotes them, and a model's markdown and
+    talk of policy would fill the list."""
     found: dict[str, HeldBack] = {}
     for trajectory in trajectories:
-        for text in log_texts(trajectory):
+        results = [text for call in tool_calls(trajectory.messages) if call.result
+                   for text in _result_texts(call.result)]
+        for text in dict.fromkeys([*log_texts(trajectory), *results]):
             reason = instruction_reason(text)
             if reason is None:
                 continue
