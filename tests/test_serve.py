@@ -534,6 +534,16 @@ def test_hostile_requests_are_answered_and_leave_no_traceback(setup: Any) -> Non
     log = server.log.read_text()
     assert "Traceback" not in log and re.search(r"brewkb: WARNING: Error handling request from \S+: \S", log)
     assert "not recorded" not in log
+    # a role that is no text: forwarded, and the recorder leaves the message out instead of failing
+    code, _ = server.post("/chat/completions", {"model": "m", "messages": [
+        {"role": "user", "content": "cancel order [list role]"}, {"role": ["user"], "content": "x"}]})
+    assert code == 200
+    server.recorded(kb, lambda found: any("[list role]" in r["task"] for r in found.values()))
+    assert "unhashable" not in server.log.read_text() and server.get("/brewkb/status")["recorder"]["failed"] == 0
+    # a path that climbs out of the upstream's base path is not forwarded
+    asked = len(fake.requests)
+    climbed = _raw(server, b"GET /v1/../../admin HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert climbed.startswith(b"HTTP/1.1 400") and b"segments" in climbed and len(fake.requests) == asked
     # the server's own paths never reach the upstream
     asked = len(fake.requests)
     for method, path, expected in (("PUT", "/brewkb/status", 405), ("GET", "/brewkb/outcomes", 405),

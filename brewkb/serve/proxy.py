@@ -239,6 +239,9 @@ class Proxy:
                         chat: _Chat | None, via: dict[str, str]) -> web.StreamResponse:
         assert self.session is not None
         path = request.rel_url.path
+        if {".", ".."} & set(path.split("/")):  # the upstream would read them as a way out of its base path
+            return error(400, f"{path} has . or .. segments; brewkb serve forwards only paths below the upstream's",
+                         "invalid_request_error")
         tail = path[3:] if path == "/v1" or path.startswith("/v1/") else path
         url = self.base + tail + (f"?{request.rel_url.raw_query_string}" if request.rel_url.raw_query_string else "")
         headers = {**{k: v for k, v in request.headers.items() if k.lower() not in NOT_FORWARDED}, **via}

@@ -61,7 +61,7 @@ def recorded_message(message: Any) -> dict[str, Any] | None:
     """The message as a trajectory keeps it (role, text content, tool calls,
     ``tool_call_id``, a tool result's ``name``), or ``None`` when it is not a
     chat message."""
-    if not isinstance(message, Mapping) or message.get("role") not in ROLES:
+    if not isinstance(message, Mapping) or not isinstance(message.get("role"), str) or message["role"] not in ROLES:
         return None
     out: dict[str, Any] = {"role": message["role"], "content": text_of_content(message.get("content"))}
     calls = message.get("tool_calls")
