@@ -41,14 +41,14 @@ from collections import OrderedDict, deque
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from brewkb.config import Config, ScrubConfig
 from brewkb.fsutil import append_line
 from brewkb.run.folder import Run
-from brewkb.trajectories.boundary import admit
+from brewkb.trajectories.boundary import SCRUB_BOUND, admit
 from brewkb.trajectories.formats.base import bad_name
 from brewkb.trajectories.formats.serve import OUTCOMES_SUFFIX, recorded_message, text_of_content
 from brewkb.trajectories.schema import UNKNOWN, KBUse, Trajectory
@@ -128,6 +128,26 @@ def _admitted(conversations: Sequence[tuple[Turn, dict[int, dict[str, Any]]]]) -
         except Exception as exc:  # one odd conversation never stops the recording of the others
             lines.append(exc)
     return lines
+
+
+def _cut(message: Any, longest: int) -> Any:
+    """``message`` with its text content, the texts of its content parts and its calls' arguments cut to
+    ``longest`` characters (as ``admit`` cuts them before scrubbing; a cut call's arguments are no JSON)."""
+    if not isinstance(message, Mapping):
+        return message
+    out = dict(message)
+    content = out.get("content")
+    if isinstance(content, str) and len(content) > longest:
+        out["content"] = content[:longest]
+    elif isinstance(content, list):
+        out["content"] = [{**p, "text": p["text"][:longest]} if isinstance(p, Mapping) and isinstance(p.get("text"), str)
+                          else p for p in content]
+    calls = out.get("tool_calls")
+    if isinstance(calls, list):
+        out["tool_calls"] = [{**c, "function": {**c["function"], "arguments": c["function"]["arguments"][:longest]}}
+                             if isinstance(c, Mapping) and isinstance(c.get("function"), Mapping)
+                             and isinstance(c["function"].get("arguments"), str) else c for c in calls]
+    return out
 
 
 class Recorder:
@@ -228,8 +248,11 @@ class Recorder:
                 return
 
     def _take(self, turn: Turn) -> list[_Held]:
-        """Hold ``turn``; returns the conversations that must be written to make room."""
+        """Hold ``turn``, its texts cut to the longest the trust boundary reads (a client's megabytes are not held
+        for the minutes a conversation may last); returns the conversations that must be written to make room."""
         self.counts["turns"] += 1
+        longest = self.config.scrub.max_text * SCRUB_BOUND
+        turn = replace(turn, messages=[_cut(m, longest) for m in turn.messages], response=_cut(turn.response, longest))
         held = self._held.pop(turn.conversation, None)
         at = len(turn.messages)
         info = {"at": at, "revision": turn.revision, "recipes": list(turn.recipes), "model": turn.model,

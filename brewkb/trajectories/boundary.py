@@ -48,7 +48,7 @@ from brewkb.trajectories.schema import Trajectory, tool_calls
 from brewkb.trajectories.scrub import ADMITTED, MARKS, MIN_ID, Scrubber, message_texts, unmarked
 from brewkb.trajectories.tools import DECLARED
 
-__all__ = ["normalise", "offered_only", "admit", "admit_all", "RunIds", "MAX_TEXT", "invisible"]
+__all__ = ["normalise", "offered_only", "admit", "admit_all", "RunIds", "MAX_TEXT", "SCRUB_BOUND", "invisible"]
 
 MAX_TEXT = 20_000
 """Characters one text of a trajectory keeps (``[scrub] max_text``)."""

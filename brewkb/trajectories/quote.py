@@ -337,7 +337,8 @@ def _result_texts(result: str) -> list[str]:
         value = None
     if not isinstance(value, dict | list):
         return [line for line in result.splitlines() if line.strip()]
-    texts, stack = [], [value]
+    texts: list[str] = []
+    stack: list[object] = [value]
     while stack:  # without recursion: a result's depth is bounded at import, and never trusted
         item = stack.pop()
         if isinstance(item, str):
