@@ -144,6 +144,7 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"(?:were|was|have been|had been|'ve been|are|got)?\s*(?:told|instructed|given|taught|asked)\b"
         # the same in other languages: a verb of ignoring or skipping, then instructions, rules or checks
         rf"|\b{_OVERRIDE_VERB}\s+(?:[^\W\d_]+[\s,]+){{0,4}}?{_RULE_NOUN}\b"
+        rf"|\b{_RULE_NOUN}\s+(?:[^\W\d_]+\s+){{0,2}}?(?i:ignorieren|vergessen|überspringen|umgehen|missachten)\b"
         rf"|(?:忽略|无视|忽视|忘记|跳过|無視|忘れ)[^。.!?]{{0,12}}(?:指示|指令|规则|規則|规定|验证|核实|检查|ルール|確認)")),
     ("claims a policy or rule", re.compile(
         r"(?i)\b(?:new|updated|revised|official|internal|special|secret|changed|latest)\s+(?:company\s+|store\s+|"
