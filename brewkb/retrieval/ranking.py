@@ -32,8 +32,8 @@ from brewkb.retrieval.index import (
     indexed_fields,
 )
 
-__all__ = ["Searchable", "Retriever", "retriever_of", "open_index", "servable", "retrieve", "render_context", "shown_body",
-           "mrr", "approx_tokens", "HOW", "EXEMPLAR_LEAD"]
+__all__ = ["Searchable", "Retriever", "retriever_of", "open_index", "servable", "retrieve", "render_context",
+           "shown_body", "mrr", "approx_tokens", "HOW", "EXEMPLAR_LEAD"]
 
 KEEP_INDEXES = 8
 HOW = "How to perform"

@@ -140,14 +140,20 @@ def _cut(message: Any, longest: int) -> Any:
     if isinstance(content, str) and len(content) > longest:
         out["content"] = content[:longest]
     elif isinstance(content, list):
-        out["content"] = [{**p, "text": p["text"][:longest]} if isinstance(p, Mapping) and isinstance(p.get("text"), str)
-                          else p for p in content]
+        out["content"] = [{**part, "text": part["text"][:longest]}
+                          if isinstance(part, Mapping) and isinstance(part.get("text"), str) else part
+                          for part in content]
     calls = out.get("tool_calls")
     if isinstance(calls, list):
-        out["tool_calls"] = [{**c, "function": {**c["function"], "arguments": c["function"]["arguments"][:longest]}}
-                             if isinstance(c, Mapping) and isinstance(c.get("function"), Mapping)
-                             and isinstance(c["function"].get("arguments"), str) else c for c in calls]
+        out["tool_calls"] = [_cut_arguments(call, longest) for call in calls]
     return out
+
+
+def _cut_arguments(call: Any, longest: int) -> Any:
+    function = call.get("function") if isinstance(call, Mapping) else None
+    if not isinstance(function, Mapping) or not isinstance(function.get("arguments"), str):
+        return call
+    return {**call, "function": {**function, "arguments": function["arguments"][:longest]}}
 
 
 class Recorder:

@@ -4,7 +4,8 @@ A client may name it: ``X-Brewkb-Conversation: ID`` (1–128 letters, digits
 and ``_ . : -``). A request under a name the server already holds a
 conversation of that does not continue that conversation's last turn is
 another conversation, ``ID:<random>`` (the answer's header says so): one client
-cannot write over another's conversation by sending its name. Otherwise the resent history says it: a request whose
+cannot write over another's conversation by sending its name. Otherwise the
+resent history says it: a request whose
 messages start with all the messages of a conversation's last turn — its
 request and the answer — continues that conversation. A request that
 continues an earlier turn of a conversation that has gone on since (a

@@ -66,7 +66,8 @@ DEFAULT_PATTERNS: dict[str, str] = {
     "booking_code": r"\b(?:[Rr]eservation|[Bb]ooking|[Cc]onfirmation|[Tt]icket)(?:\s+(?:ID|id|number|code|no\.?))?"
                     r"(?:\s+is)?[\s:#]+((?=[A-Z0-9]*\d)(?=[A-Z0-9]*[A-Z])[A-Z0-9]{5,10}|[A-Z]{6})\b",
     "name": r"\b(?:[Ii]'m|I am|[Mm]y name is|[Tt]his is|[Yy]ou are|(?i:je m'appelle|je suis|me llamo|mi nombre es"
-            r"|mi chiamo|ich heiße|ich heisse|mein name ist|meu nome é|eu sou))\s+([A-Z][^\W\d_]+(?:\s+[A-Z][^\W\d_]+)+)"
+            r"|mi chiamo|ich heiße|ich heisse|mein name ist|meu nome é|eu sou))"
+            r"\s+([A-Z][^\W\d_]+(?:\s+[A-Z][^\W\d_]+)+)"
             r"|(?:^|(?<=[.!?,;:]\s))([A-Z][^\W\d_]+\s+[A-Z][^\W\d_]+)\s+here\b"
             r"|\b(?:Dr|Mr|Mrs|Ms|Mx|Miss|Prof)\.?\s+([A-Z][^\W\d_]+(?:\s+[A-Z][^\W\d_]+){0,2})"
             # a person named after who they are to the conversation: "the duty manager Marcus Webb", "booked under

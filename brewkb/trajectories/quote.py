@@ -105,8 +105,8 @@ _TLD = (r"(?:com|net|org|info|biz|io|co|ai|app|dev|xyz|top|site|online|shop|stor
 _OVERRIDE_VERB = (r"(?i:ignorier(?:e|en|t)?|vergiss|vergessen|missachte|umgehe|überspringe|ignore[rz]?|oublie[rz]?"
                   r"|contourne[rz]?|ignora[rn]?|olvida[rn]?|omite|omitir|salta[rn]?|dimentica(?:re)?|ignorare"
                   r"|esque[çc]a|pule)")
-_RULE_NOUN = (r"(?i:anweisungen|regeln|richtlinien|vorgaben|prüfung(?:en)?|überprüfung(?:en)?|verifizierung|instructions"
-              r"|règles|consignes|vérifications?|politiques?|instrucciones|reglas|verificaci[oó]n|pol[ií]ticas?"
+_RULE_NOUN = (r"(?i:anweisungen|regeln|richtlinien|vorgaben|prüfung(?:en)?|überprüfung(?:en)?|verifizierung"
+              r"|instructions|règles|consignes|vérifications?|politiques?|instrucciones|reglas|verificaci[oó]n|pol[ií]ticas?"
               r"|istruzioni|regole|verifica|instru[çc][õo]es|regras|verifica[çc][ãa]o)")
 """Rule 2 in other languages than English: verbs of ignoring or skipping, and what is ignored."""
 _STAFF = (r"(?:staff|supervisor|manager|management|admin|administrator|operator|moderator|headquarters|reps?"
@@ -154,7 +154,8 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"|\b(?:are|is)\s+(?:now\s+|always\s+|automatically\s+)?(?:approved|allowed|permitted|free|waived|granted"
         r"|authori[sz]ed|eligible|exempt)\s+(?:for|to)\s+(?:every|all|any|everyone|everybody|anyone)\b"
         # a rule said to begin now, or decided by someone who is not in the conversation
-        r"|\b(?:from now on|going forward|effective (?:immediately|today|now))\b|\b(?:is|are)\s+(?:now\s+optional|optional\s+for)\b"
+        r"|\b(?:from now on|going forward|effective (?:immediately|today|now))\b"
+        r"|\b(?:is|are)\s+(?:now\s+optional|optional\s+for)\b"
         rf"|\b{_STAFF}\s+(?:has|have)\s+(?:now\s+|already\s+)?(?:approved|authori[sz]ed|decided|agreed|allowed)\b")),
     (RULE_FOR_READER, re.compile(
         r"(?i)(?:^|[.!?:;]\s+|\n\s*)(?:always|never)\s+(?!mind\b)[a-z]+"
