@@ -18,6 +18,8 @@ adds what it does not cover for text that is not source code:
   before the signature); the whole token around a finding is replaced;
 - **private key blocks**: the plugin finds the ``BEGIN … PRIVATE KEY`` line;
   the whole block, to its ``END`` line, is replaced;
+- **keys by their prefix**: a token that begins as a provider's keys begin
+  (``sk-``, ``sk_live_``, ``ghp_``, ``xoxb-``, ``AKIA`` …), whatever its entropy;
 - **credentials named as such in prose**: the value after an HTTP auth scheme
   (``Authorization: Bearer 9f8e…``) or after a credential's name and ``is``,
   ``:`` or ``=`` (``api_key=…``, ``token: …``, ``client secret is …``), when it
