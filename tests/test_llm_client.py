@@ -290,6 +290,23 @@ def test_only_good_replies_are_cached(fake: FakeOpenAI, tmp_path: Path) -> None:
     assert client.cache is not None and client.cache.stats().entries == 1
 
 
+def test_a_reply_nested_deeper_than_any_schema_is_invalid_not_a_crash(fake: FakeOpenAI, tmp_path: Path) -> None:
+    deep = '{"answer": ' + "[" * 200_000 + "]" * 200_000 + "}"  # past the interpreter's recursion limit
+    fake.reply({"content": deep}, {"content": '{"answer": ' + "[" * 40 + "]" * 40 + "}"})
+    client = client_for(fake, tmp_path)
+
+    async def go() -> Any:
+        try:
+            return await client.complete_json(client.request("reflector", USER, schema=SCHEMA))
+        finally:
+            await client.aclose()
+
+    reply = run(go())
+    assert not reply.ok and "returned an invalid reply, also after one repair" in reply.error
+    errors = [e.error for e in read_ledger(tmp_path / "ledger.jsonl")]
+    assert errors == ["invalid reply: it nests more than 32 levels deep"] * 2
+
+
 def test_the_cache_key_includes_the_endpoint(tmp_path: Path) -> None:
     with FakeOpenAI(default={"content": "from a"}) as a, FakeOpenAI(default={"content": "from b"}) as b:
         first = run(_chat(client_for(a, tmp_path)))

@@ -14,8 +14,12 @@ from brewkb.llm.schema import validate
 from brewkb.llm.structured import extract_json
 from brewkb.llm.textcalls import FROM_TEXT, read_calls
 from brewkb.llm.types import ChatRequest, ChatResult
+from brewkb.trajectories.formats.base import depth_ok
 
 __all__ = ["parse_completion", "mode_of", "fault", "json_of", "short", "settle", "Check", "shown"]
+
+MAX_REPLY_DEPTH = 32
+"""Levels a structured reply may nest (every schema a role asks for nests a few): a deeper one is invalid."""
 
 Check = Callable[[Any], "str | None"]
 """A content check of a structured reply's value: what is wrong with it, or ``None``."""
@@ -86,6 +90,8 @@ def fault(result: ChatResult, request: ChatRequest) -> str | None:
             arguments = json.loads(call["function"]["arguments"] or "{}")
         except json.JSONDecodeError as exc:
             return f"the arguments of {call['function']['name']} are not JSON ({exc.msg})"
+        except RecursionError:
+            return f"the arguments of {call['function']['name']} nest too deep"
         if not isinstance(arguments, dict):
             return f"the arguments of {call['function']['name']} are not a JSON object"
     return None
@@ -102,6 +108,10 @@ def _check(content: str, schema: Mapping[str, Any]) -> str | None:
         value = json.loads(content)
     except json.JSONDecodeError as exc:
         return f"it is not JSON ({exc.msg} at character {exc.pos})"
+    except RecursionError:
+        return f"it nests more than {MAX_REPLY_DEPTH} levels deep"
+    if not depth_ok(value, MAX_REPLY_DEPTH):
+        return f"it nests more than {MAX_REPLY_DEPTH} levels deep"
     errors = validate(value, schema)
     return "; ".join(errors[:5]) if errors else None
 

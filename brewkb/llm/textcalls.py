@@ -85,6 +85,8 @@ def read_calls(content: str, offered: Sequence[str]) -> TextCalls:
     for snippet, rest, tagged in _candidates(content):
         try:
             value = json.loads(snippet)
+        except RecursionError:
+            return TextCalls(problem="a tool call written as text nests too deep")
         except json.JSONDecodeError as exc:
             if tagged or _looks_like_call(snippet):
                 return TextCalls(problem=f"a tool call written as text is not valid JSON ({exc.msg})")
@@ -100,6 +102,8 @@ def read_calls(content: str, offered: Sequence[str]) -> TextCalls:
             if isinstance(arguments, str):
                 try:
                     arguments = json.loads(arguments or "{}")
+                except RecursionError:
+                    return TextCalls(problem=f"the arguments of {name} written as text nest too deep")
                 except json.JSONDecodeError as exc:
                     return TextCalls(problem=f"the arguments of {name} written as text are not JSON ({exc.msg})")
             if not isinstance(name, str) or name not in offered:
