@@ -191,7 +191,7 @@ async def _distill(kb: KB, folder: Run, strategy: str | None, iterations: int | 
         expander = LogExpander(backend=pipeline.backend, insights=insights,
                                titles={c.slug: (c.title, c.aliases) for c in concepts},
                                retries=kb.config.stages.integrate_retries, known=kb.config.tools.signatures,
-                               supported=pipeline.supported_calls)
+                               supported=pipeline.supported_calls, logs=pipeline.log_texts)
         scrub = scrubber_of(kb.config.scrub)
         retriever = retriever_of(kb, pipeline.client)
         cases: dict[str, list[Case]] = defaultdict(list)

@@ -51,6 +51,7 @@ from brewkb.run.items import RETRY, StageItems
 from brewkb.stages import concepts as concepts_stage
 from brewkb.stages import calls, grading, integrate, reflect, relabel, rollouts
 from brewkb.stages.concepts import Concept
+from brewkb.trajectories.quote import read_texts
 from brewkb.trajectories.schema import Trajectory
 from brewkb.trajectories.scrub import scrubber_of
 
@@ -225,6 +226,12 @@ class Pipeline(StageItems):
             return None
         learned = self.learned()
         return calls.supported_calls(learned, concepts_stage.tasks_of(learned), self.config.stages.min_concept_tasks)
+
+    @functools.cached_property
+    def log_texts(self) -> dict[str, list[str]]:
+        """What others wrote in each learning conversation (``quote.read_texts``), by trajectory id: the
+        integration screen drops a written line that reads as instructions and repeats any of it."""
+        return {t.id: read_texts(t) for t in self.learned()}
 
     def _learnable(self, trajectories: list[Trajectory]) -> list[Trajectory]:
         """``trajectories`` without the run's test tasks (logs held out for a
@@ -421,7 +428,8 @@ class Pipeline(StageItems):
             problems: list[str] = []
             made = await integrate.integrate(self.backend, slug, c.title, c.aliases, mine, current.get(slug),
                                              samples, self.config.stages.integrate_retries, errors=problems,
-                                             known=self.config.tools.signatures, supported=supported)
+                                             known=self.config.tools.signatures, supported=supported,
+                                             logs=self.log_texts)
             if not made:
                 raise LLMError(f"no valid recipe for {slug} after {len(problems)} attempts; the last: "
                                f"{problems[-1] if problems else 'none'}")

@@ -51,9 +51,10 @@ __all__ = ["LogExpander", "RetrievalEvaluator"]
 class LogExpander:
     def __init__(self, *, backend: Backend, insights: Mapping[str, Sequence[Insight]],
                  titles: Mapping[str, tuple[str, tuple[str, ...]]], retries: int, known: Signatures | None = None,
-                 supported: Mapping[str, frozenset[str]] | None = None) -> None:
+                 supported: Mapping[str, frozenset[str]] | None = None,
+                 logs: Mapping[str, Sequence[str]] | None = None) -> None:
         self.backend, self.insights, self.titles, self.retries = backend, insights, titles, retries
-        self.known, self.supported = known, supported
+        self.known, self.supported, self.logs = known, supported, logs
 
     async def expand(self, requests: Mapping[str, ExpandRequest],
                      current: Mapping[str, Recipe]) -> dict[str, dict[int, Recipe]]:
@@ -65,7 +66,7 @@ class LogExpander:
             for sample in samples:
                 for recipe in await integrate(self.backend, concept, title, aliases, self.insights.get(concept, ()),
                                               doc, 1, self.retries, sample, known=self.known,
-                                              supported=self.supported):
+                                              supported=self.supported, logs=self.logs):
                     made[sample] = recipe
             out[concept] = made
         return out

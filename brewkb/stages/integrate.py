@@ -3,7 +3,8 @@ samples. A sample that does not parse or lint is rejected and asked for again.
 
 Whatever wrote a sample (an LLM, or the offline rules), its lines that read
 as instructions to an agent and repeat text of the logs it learned from (the
-insights' requests and texts) are dropped before the sample is kept
+insights' requests and texts, and what their conversations' users and tools
+said) are dropped before the sample is kept
 (``brewkb.trajectories.quote.screen``): log text reaches a recipe only the
 way ``quote`` lets it, and the pull request lists what was held back. The
 calls its lines make are screened too (``calls``): a tool or an argument
@@ -28,10 +29,14 @@ log = logging.getLogger(__name__)
 RETRY_STRIDE = 1000  # a retried sample uses another sample index, so another cache entry and seed
 
 
-def _screened(recipe: Recipe, insights: Sequence[Insight], rules: CallRules) -> Recipe:
-    """``recipe`` without its lines that read as instructions and repeat the
-    insights' log text, and with its calls as ``rules`` let them be."""
-    texts = LogIndex(text for i in insights for text in (i.task, i.insight) if text)
+def _screened(recipe: Recipe, insights: Sequence[Insight], rules: CallRules,
+              logs: Mapping[str, Sequence[str]]) -> Recipe:
+    """``recipe`` without its lines that read as instructions and repeat log
+    text — the insights' own, and what the conversations they came from
+    (``logs``: trajectory id → ``quote.read_texts``) said, which the model
+    that reflected on them read — and with its calls as ``rules`` let them be."""
+    texts = LogIndex([*(text for i in insights for text in (i.task, i.insight) if text),
+                      *(text for source in dict.fromkeys(i.source for i in insights) for text in logs.get(source, ()))])
     body, named = screen_calls(recipe.body, rules)
     body, dropped = screen(body, texts)
     dropped = named + dropped
@@ -45,11 +50,13 @@ async def integrate(backend: Backend, slug: str, title: str, aliases: Sequence[s
                     current: Recipe | None, samples: int = 1, retries: int = 2,
                     first_sample: int = 0, errors: list[str] | None = None,
                     known: Signatures | None = None,
-                    supported: Mapping[str, frozenset[str]] | None = None) -> list[Recipe]:
+                    supported: Mapping[str, frozenset[str]] | None = None,
+                    logs: Mapping[str, Sequence[str]] | None = None) -> list[Recipe]:
     """Up to ``samples`` valid recipes named ``slug``; a sample that fails
     ``retries`` + 1 times is dropped (and logged). Why each attempt failed is
     appended to ``errors``. ``known``: the agent's tools (``tools.known``);
-    ``supported``: the calls a line may make (``calls.supported_calls``; ``None``: any)."""
+    ``supported``: the calls a line may make (``calls.supported_calls``; ``None``: any);
+    ``logs``: the texts of the conversations the insights came from, by trajectory id, for the screen."""
     rules = CallRules.of(current.body if current else "", known or {}, supported)
     errors = errors if errors is not None else []
     found = []
@@ -57,7 +64,7 @@ async def integrate(backend: Backend, slug: str, title: str, aliases: Sequence[s
         for attempt in range(retries + 1):
             try:
                 recipe = await backend.integrate(title, aliases, insights, current, sample + attempt * RETRY_STRIDE)
-                recipe = parse_recipe(render_recipe(_screened(recipe.replace(name=slug), insights, rules)))
+                recipe = parse_recipe(render_recipe(_screened(recipe.replace(name=slug), insights, rules, logs or {})))
             except (LLMError, RecipeError) as exc:
                 log.info("integrate %s sample %d attempt %d: %s", slug, sample, attempt, exc)
                 errors.append(str(exc))

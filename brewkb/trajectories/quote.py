@@ -75,8 +75,8 @@ from brewkb.trajectories.boundary import normalise
 from brewkb.trajectories.schema import Trajectory, tool_calls
 from brewkb.trajectories.scrub import ID_SHAPE
 
-__all__ = ["Quote", "HeldBack", "quote", "instruction_reason", "name_reason", "held_back", "log_texts", "screen",
-           "MAX_QUOTE", "LogIndex", "shown", "is_html", "RULE_FOR_READER", "TO_THE_AGENT", "DIRECTS_A_CALL", "LINK",
+__all__ = ["Quote", "HeldBack", "quote", "instruction_reason", "name_reason", "held_back", "log_texts", "read_texts",
+           "screen", "MAX_QUOTE", "LogIndex", "shown", "is_html", "RULE_FOR_READER", "TO_THE_AGENT", "DIRECTS_A_CALL", "LINK",
            "MARKUP", "ASKS_FOR_A_SECRET", "HIDES_ITS_WORDS",
            "REASONS"]
 
@@ -352,18 +352,23 @@ def _result_texts(result: str) -> list[str]:
     return texts
 
 
+def read_texts(trajectory: Trajectory) -> list[str]:
+    """The texts of a trajectory that others wrote, once each: what rules quote
+    (``log_texts``) and every string of every tool result, which an LLM role
+    reads though no rule quotes a result that did not fail. The agent's own
+    turns are not among them: no rule quotes them, and a model's markdown and
+    talk of policy would read as instructions."""
+    results = [text for call in tool_calls(trajectory.messages) if call.result for text in _result_texts(call.result)]
+    return list(dict.fromkeys([*log_texts(trajectory), *results]))
+
+
 def held_back(trajectories: Iterable[Trajectory]) -> list[HeldBack]:
-    """Every text of ``trajectories`` that ``quote`` holds back, once, with
-    the ids of the trajectories it came from, in order of first seen: of
-    what rules quote (``log_texts``) and of every tool result, which an LLM
-    role reads though no rule quotes a result that did not fail. The agent's
-    own turns are not read: no rule quotes them, and a model's markdown and
-    talk of policy would fill the list."""
+    """Every text of ``trajectories`` (``read_texts``) that ``quote`` holds
+    back, once, with the ids of the trajectories it came from, in order of
+    first seen."""
     found: dict[str, HeldBack] = {}
     for trajectory in trajectories:
-        results = [text for call in tool_calls(trajectory.messages) if call.result
-                   for text in _result_texts(call.result)]
-        for text in dict.fromkeys([*log_texts(trajectory), *results]):
+        for text in read_texts(trajectory):
             reason = instruction_reason(text)
             if reason is None:
                 continue
