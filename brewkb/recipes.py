@@ -393,7 +393,8 @@ def served(recipe: Recipe) -> Recipe:
     double quotes is how brewkb quotes a log, so a team writes its own
     guidance unquoted. Invisible characters and front matter keys brewkb does
     not know are left out too: ``brewkb lint`` reports both in a file, and an
-    agent is given neither."""
+    agent is given neither. The description is one line, so it cannot open a
+    heading or a recipe of its own in the block an agent is given."""
     sections = []
     for title, text in split_sections(recipe.body):
         if title.lower() == LEARNED_FROM.lower():
@@ -402,8 +403,8 @@ def served(recipe: Recipe) -> Recipe:
             text = "\n".join(line for line in text.splitlines() if not _ANCHOR.match(line)).replace(FOR_EXAMPLE, "")
         sections.append((title, _elided(_FOR_REQUEST.sub("", text))))
     body = build_body(sections) if recipe.body.strip() else recipe.body
-    return recipe.replace(description=_visible(_elided(recipe.description.split(EXAMPLES, 1)[0])),
-                          body=_visible(body), aliases=(), extra=())
+    description = " ".join(_elided(recipe.description.split(EXAMPLES, 1)[0]).split())  # one line: no heading of its own
+    return recipe.replace(description=_visible(description), body=_visible(body), aliases=(), extra=())
 
 
 def build_body(sections: Iterable[tuple[str, str]]) -> str:
