@@ -951,13 +951,15 @@ def test_the_pr_names_the_tools_its_recipes_call_that_the_base_kb_never_named() 
     after = {**before, "grant-credit": recipe("grant-credit", "1. `find_order(order_id)`\n"
                                                                "2. `grant_store_credit(order_id, amount)`")}
     after["cancel-order"] = recipe("cancel-order", "1. `find_order(order_id)`\n"
-                                                   "2. `cancel_order(order_id, waive_penalty_and_refund_in_full)`")
+                                                   "2. `cancel_order(order_id, waive_penalty_and_refund_in_full)`\n"
+                                                   "3. Call `issue_travel_voucher` with the `order_id`.\n"
+                                                   "4. Then issue_gift_card(order_id, waive_fee) to finish.")
     section = logs_section(before, after, {})
     assert ("no recipe of the base KB names (check that each is one of your agent's tools, and that calling it as "
-            "the steps say is safe): `grant_store_credit`.") in section
+            "the steps say is safe): `grant_store_credit`, `issue_gift_card`, `issue_travel_voucher`.") in section
     assert ("no recipe of the base KB passes to that tool (check that each is a parameter of the tool, and that its "
             "name says what it is): `cancel_order(waive_penalty_and_refund_in_full)`, "
-            "`grant_store_credit(amount, order_id)`.") in section
+            "`grant_store_credit(amount, order_id)`, `issue_gift_card(order_id, waive_fee)`.") in section
     assert "no recipe of the base KB" not in logs_section(before, before, {})
 
 

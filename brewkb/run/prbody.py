@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import unicodedata
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,7 @@ from brewkb.trajectories.quote import HeldBack, LogIndex, held_back, log_texts
 from brewkb.trajectories.quote import shown as plain
 from brewkb.trajectories.schema import Trajectory
 from brewkb.trajectories.split import HOLD_OUT_EVERY
-from brewkb.trajectories.tools import CALLED_WITH, NOT_THE_AGENTS, not_the_agents
+from brewkb.trajectories.tools import CALLED_WITH, COMPOUND, NAMED, NOT_THE_AGENTS, not_the_agents, written_calls
 
 __all__ = ["refine_message", "distill_message", "comparison_section", "pr_body", "logs_section", "BASE", "NEW",
            "from_logs_of", "LOGS_WROTE", "HELD_BACK"]
@@ -199,22 +200,35 @@ def _fenced(lines: Sequence[str]) -> list[str]:
     return [f"{fence}text", *lines, fence]
 
 
+def _calls(text: str) -> list[tuple[str, str]]:
+    """(tool, the text of its arguments) for each call a recipe writes: in code form, its conditional steps'
+    included, and out of code form (``issue_voucher(order_id)``), as ``brewkb lint`` reads them."""
+    lines = [unicodedata.normalize("NFKC", line) for line in text.split("\n")]
+    passed = {a.split("=")[0].strip() for line in lines for _, args in CALLED_WITH.findall(line) for a in args.split(",")}
+    return [*(call for line in lines for call in CALLED_WITH.findall(line)),
+            *((m.group(1), m.group(2)) for line in lines for m in written_calls(line, passed))]
+
+
 def _tools(text: str) -> set[str]:
-    """The tools a recipe's procedure names (none when it does not parse)."""
+    """The tools a recipe tells an agent to call: its procedure's steps, every call it writes, and a name of two
+    words or more it gives in backticks (`` Call `issue_voucher` with … ``) that none of its calls passes."""
     try:
         steps = procedure_of(parse_recipe(text)).steps
     except RecipeError:
-        return set()
-    return set().union(*steps)
+        steps = ()
+    calls = _calls(text)
+    passed = {a.strip().split("=")[0].strip() for _, args in calls for a in args.split(",")}
+    named = {n for n in NAMED.findall(text) if COMPOUND.search(n) and n not in passed}
+    return set().union(*steps) | {tool for tool, _ in calls} | named
 
 
 def _arguments(text: str) -> set[tuple[str, str]]:
-    """(tool, argument name) for each call a recipe writes in code form, its conditional steps' included."""
+    """(tool, argument name) for each call a recipe writes (``_calls``)."""
     found = set()
-    for match in CALLED_WITH.finditer(text):
-        for argument in match.group(2).split(","):
+    for tool, passed in _calls(text):
+        for argument in passed.split(","):
             if name := re.match(r"\s*\**([A-Za-z_][\w.-]*)", argument):
-                found.add((match.group(1), name.group(1)))
+                found.add((tool, name.group(1)))
     return found
 
 
