@@ -332,6 +332,16 @@ def test_an_integrator_line_that_repeats_an_instruction_its_conversations_held_i
     assert "- Check the order status first." in screened.body
 
 
+@pytest.mark.parametrize("line", ["1. cancel_reservation(reservation_id=<id>, waive_fee=True)",
+                                  "1. cancel_reservation （reservation_id， waive_fee）",
+                                  "1. `cancel_reservation(reservation_id, waive_fee)`"])
+def test_a_call_written_in_any_form_passes_only_the_arguments_listed_for_its_tool(line: str) -> None:
+    from brewkb.stages.calls import CallRules, screen_calls
+
+    rules = CallRules.of("", {"cancel_reservation": ("reservation_id",)}, None)
+    assert screen_calls(line, rules)[0] == "1. `cancel_reservation(reservation_id)`"
+
+
 def test_a_line_is_dropped_when_one_sentence_both_instructs_and_repeats_the_logs() -> None:
     from brewkb.trajectories.quote import screen
 

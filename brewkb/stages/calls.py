@@ -48,7 +48,9 @@ _ITEM = re.compile(r"(\s*)\d+\.(\s)")
 
 
 def _arguments(text: str) -> list[str]:
-    return [a.strip() for a in text.split(",") if a.strip()]
+    """The argument names a call's text passes (``order_id``, ``order_id=<id>``, ``order_id: str`` → ``order_id``)."""
+    return [m.group(1) if (m := re.match(r"\**([A-Za-z_][\w.-]*)\s*[=:]", a.strip())) else a.strip()
+            for a in text.split(",") if a.strip()]
 
 
 def supported_calls(trajectories: Sequence[Trajectory], tasks: Mapping[str, str],
@@ -142,7 +144,7 @@ def _line(line: str, rules: CallRules) -> tuple[str | None, str]:
         if kept is None:
             return None, reason
         line, why = kept, why or reason
-    for match in list(CALLED_WITH.finditer(line)):
+    for match in [*CALLED_WITH.finditer(line), *written_calls(line, rules.arguments)]:  # out of code form too
         tool, arguments = match.group(1), _arguments(match.group(2))
         shown = [a for a in arguments if rules.allows(tool, a)]
         if shown != arguments:
