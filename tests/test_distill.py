@@ -85,6 +85,16 @@ def kb(tmp_path: Path) -> Path:
     return root
 
 
+def test_a_pr_of_logs_imported_in_two_formats_names_both_and_no_model_scored_it(kb: Path, tmp_path: Path) -> None:
+    tau, chat = write_logs(tmp_path)
+    for path, fmt in ((tau, "tau-bench"), (chat, "openai")):
+        assert brewkb(kb, "import", str(path), "--format", fmt, "--run", "both").returncode == 0
+    assert brewkb(kb, "distill", "both", "--iterations", "1").returncode == 0
+    body = git(kb, "log", "-1", "--format=%B", "brew/both/pr")
+    assert "trajectories imported from openai, tau-bench logs" in body
+    assert "Offline backend" not in body and "no language model judges these figures" in body
+
+
 @pytest.mark.parametrize("fmt", ["tau-bench", "openai"])
 def test_distill_imported_logs_ends_with_a_clean_pr(kb: Path, tmp_path: Path, fmt: str) -> None:
     tau, chat = write_logs(tmp_path)

@@ -149,7 +149,9 @@ async def _distill(kb: KB, folder: Run, strategy: str | None, iterations: int | 
     if not logged:
         raise RunError(f"run {run} has no trajectories; bring logs in with "
                        f"`brewkb import FILE --format F --run {run}` first")
-    source = folder.imported_from() or "recorded"
+    # the formats its conversations came in (a run may take files of several); the last import's, for older ones
+    source = ", ".join(sorted({str(t.meta["source"]) for t in logged if t.meta.get("source")})) or \
+        folder.imported_from() or "recorded"
     recorded = folder.manifest().get("search_spec")
     if recorded is not None and recorded.get("kind") != "distill":
         raise RunError(f"run {run} is a refine run: its search re-ran tasks in the environment and its PR is "

@@ -211,8 +211,8 @@ def logs_table(evaluation: Mapping[str, Any]) -> list[str]:
             f"write): {parts.get('recurring', 0)} recurring (the task is in what the KB learned from), "
             f"{parts.get('new', 0)} new. MRR, top-1 and top-3 coverage: the first result whose steps name each write "
             "the conversation made; step F1: every step the first result tells the agent to take (steps taken only "
-            "when asked included) against the distinct tools the conversation called. Offline backend: rules, not a "
-            "language model (see docs/distill.md)."]
+            "when asked included) against the distinct tools the conversation called. Scored by retrieval: no "
+            "language model judges these figures (see docs/distill.md)."]
     if evaluation.get("verdict"):
         rows += ["", evaluation["verdict"]]
     for part, n in parts.items():
