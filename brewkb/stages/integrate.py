@@ -5,8 +5,10 @@ Whatever wrote a sample (an LLM, or the offline rules), its lines that read
 as instructions to an agent and repeat text of the logs it learned from (the
 insights' requests and texts, and what their conversations' users and tools
 said) are dropped before the sample is kept
-(``brewkb.trajectories.quote.screen``): log text reaches a recipe only the
-way ``quote`` lets it, and the pull request lists what was held back. The
+(``brewkb.trajectories.quote.screen``), and so are its lines that copy eight
+words in a row of what users and tools said outside double quotes
+(``quote.Copies``): log text reaches a recipe only the way ``quote`` lets
+it, and the pull request lists what was held back. The
 calls its lines make are screened too (``calls``): a tool or an argument
 whose name reads as instructions, a tool the agent does not have, a tool or
 an argument too few tasks called or passed."""
@@ -21,7 +23,7 @@ from brewkb.errors import LLMError, RecipeError
 from brewkb.llm.roles import Backend, Insight
 from brewkb.recipes import Recipe, parse_recipe, render_recipe, validate
 from brewkb.stages.calls import CallRules, screen_calls
-from brewkb.trajectories.quote import LogIndex, screen
+from brewkb.trajectories.quote import Copies, LogIndex, screen
 
 __all__ = ["integrate"]
 
@@ -29,21 +31,19 @@ log = logging.getLogger(__name__)
 RETRY_STRIDE = 1000  # a retried sample uses another sample index, so another cache entry and seed
 
 
-def _screened(recipe: Recipe, insights: Sequence[Insight], rules: CallRules,
-              logs: Mapping[str, Sequence[str]]) -> Recipe:
+def _screened(recipe: Recipe, texts: LogIndex, copies: Copies, rules: CallRules) -> Recipe:
     """``recipe`` without its lines that read as instructions and repeat log
-    text — the insights' own, and what the conversations they came from
-    (``logs``: trajectory id → ``quote.read_texts``) said, which the model
-    that reflected on them read — and with its calls as ``rules`` let them be."""
-    texts = LogIndex([*(text for i in insights for text in (i.task, i.insight) if text),
-                      *(text for source in dict.fromkeys(i.source for i in insights) for text in logs.get(source, ()))])
+    text (``texts``), or copy what users and tools said outside quotation marks
+    (``copies``), and with its calls as ``rules`` let them be."""
     body, named = screen_calls(recipe.body, rules)
     body, dropped = screen(body, texts)
-    dropped = named + dropped
+    body, copied = copies.screen(body)
     description, dropped_too = screen(recipe.description, texts)
-    for line, reason in dropped + dropped_too:
+    description, copied_too = copies.screen(description)
+    changes = named + dropped + copied + dropped_too + copied_too
+    for line, reason in changes:
         log.info("integrate %s: a line changed or held back (%s): %.80r", recipe.name, reason, line)
-    return recipe.replace(body=body, description=description) if dropped or dropped_too else recipe
+    return recipe.replace(body=body, description=description) if changes else recipe
 
 
 async def integrate(backend: Backend, slug: str, title: str, aliases: Sequence[str], insights: Sequence[Insight],
@@ -58,13 +58,18 @@ async def integrate(backend: Backend, slug: str, title: str, aliases: Sequence[s
     ``supported``: the calls a line may make (``calls.supported_calls``; ``None``: any);
     ``logs``: the texts of the conversations the insights came from, by trajectory id, for the screen."""
     rules = CallRules.of(current.body if current else "", known or {}, supported)
+    # the logs a written line is compared with: the insights, and what the conversations they came from said,
+    # which the model that reflected on them read
+    said = [text for source in dict.fromkeys(i.source for i in insights) for text in (logs or {}).get(source, ())]
+    texts = LogIndex([*(text for i in insights for text in (i.task, i.insight) if text), *said])
+    copies = Copies([*(i.task for i in insights if i.task), *said])
     errors = errors if errors is not None else []
     found = []
     for sample in range(first_sample, first_sample + samples):
         for attempt in range(retries + 1):
             try:
                 recipe = await backend.integrate(title, aliases, insights, current, sample + attempt * RETRY_STRIDE)
-                recipe = parse_recipe(render_recipe(_screened(recipe.replace(name=slug), insights, rules, logs or {})))
+                recipe = parse_recipe(render_recipe(_screened(recipe.replace(name=slug), texts, copies, rules)))
             except (LLMError, RecipeError) as exc:
                 log.info("integrate %s sample %d attempt %d: %s", slug, sample, attempt, exc)
                 errors.append(str(exc))

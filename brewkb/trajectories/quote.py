@@ -76,7 +76,7 @@ from brewkb.trajectories.schema import Trajectory, tool_calls
 from brewkb.trajectories.scrub import ID_SHAPE
 
 __all__ = ["Quote", "HeldBack", "quote", "instruction_reason", "name_reason", "held_back", "log_texts", "read_texts",
-           "screen", "MAX_QUOTE", "LogIndex", "shown", "is_html", "RULE_FOR_READER", "TO_THE_AGENT", "DIRECTS_A_CALL", "LINK",
+           "screen", "MAX_QUOTE", "LogIndex", "Copies", "COPIES", "shown", "is_html", "RULE_FOR_READER", "TO_THE_AGENT", "DIRECTS_A_CALL", "LINK",
            "MARKUP", "ASKS_FOR_A_SECRET", "HIDES_ITS_WORDS",
            "REASONS"]
 
@@ -379,6 +379,34 @@ def held_back(trajectories: Iterable[Trajectory]) -> list[HeldBack]:
 
 
 # ------------------------------------------------------------ written lines
+COPIED_WORDS = 8
+"""Words in a row of what users and tools said that a written line may not repeat outside double quotes."""
+COPIES = "repeats the logs' words outside quotation marks"
+_DOUBLE_QUOTED = re.compile(r'"[^"\n]*"|“[^”\n]*”')
+
+
+class Copies:
+    """What users and tools said in some conversations, to tell a written line that copies it: ``COPIED_WORDS``
+    words in a row outside double quotes. A quotation is how a recipe quotes a log, and an agent is given it
+    elided (``recipes.served``); copied words anywhere else — single or other quotation marks, a code span, a
+    heading, a step — would reach an agent as the recipe's own."""
+
+    def __init__(self, texts: Iterable[str]) -> None:
+        self.grams: set[tuple[str, ...]] = set()
+        for text in texts:
+            self.grams |= _grams(text, COPIED_WORDS)
+
+    def screen(self, text: str) -> tuple[str, list[tuple[str, str]]]:
+        """``text`` without its lines that copy (what is kept, [(line, reason)])."""
+        kept, dropped = [], []
+        for line in text.split("\n"):
+            if self.grams and _grams(_DOUBLE_QUOTED.sub(" ", line), COPIED_WORDS) & self.grams:
+                dropped.append((line, COPIES))
+            else:
+                kept.append(line)
+        return "\n".join(kept), dropped
+
+
 def _words(text: str) -> list[str]:
     return re.findall(r"[a-z0-9]+", normalise(text, 100_000).lower())
 
