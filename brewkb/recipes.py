@@ -22,7 +22,7 @@ import yaml
 from brewkb.errors import RecipeError
 
 __all__ = [
-    "LEARNED_FROM", "served", "EXAMPLES", "FOR_EXAMPLE", "FOR_REQUEST", "Anchor", "ANCHOR_SECTIONS", "anchors",
+    "LEARNED_FROM", "served", "visible", "EXAMPLES", "FOR_EXAMPLE", "FOR_REQUEST", "Anchor", "ANCHOR_SECTIONS", "anchors",
     "anchor_line",
     "KNOWN_KEYS",
     "SECTIONS",
@@ -373,7 +373,7 @@ def _elided(text: str) -> str:
     return "".join(part if part.startswith("`") else _QUOTATION.sub(ELIDED, part) for part in _CODE.split(text))
 
 
-def _visible(text: str) -> str:
+def visible(text: str) -> str:
     """``text`` without invisible characters: format (zero-width, bidi controls, tag characters), control
     (newline and tab kept), private-use and surrogate ones, and the line and paragraph separators."""
     if text.isascii() and text.isprintable():
@@ -404,7 +404,7 @@ def served(recipe: Recipe) -> Recipe:
         sections.append((title, _elided(_FOR_REQUEST.sub("", text))))
     body = build_body(sections) if recipe.body.strip() else recipe.body
     description = " ".join(_elided(recipe.description.split(EXAMPLES, 1)[0]).split())  # one line: no heading of its own
-    return recipe.replace(description=_visible(description), body=_visible(body), aliases=(), extra=())
+    return recipe.replace(description=visible(description), body=visible(body), aliases=(), extra=())
 
 
 def build_body(sections: Iterable[tuple[str, str]]) -> str:

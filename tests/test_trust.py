@@ -362,6 +362,13 @@ def test_an_integrator_line_that_copies_the_logs_words_outside_double_quotes_is_
     assert f'"{PLANTED}"' in quoted.body  # a quotation stays: an agent is given it as "…"
 
 
+def test_an_integrator_sample_keeps_no_invisible_character() -> None:
+    insights = [Insight("cancel order", "Cancelled the order after finding it", "prescriptive", "s1", "t1")]
+    [made] = asyncio.run(integrate(_Quoter("Check\u200b the order\u202e first\u2028now"), "cancel-order",  # type: ignore[arg-type]
+                                   "cancel order", (), insights, None))
+    assert "- Check the order firstnow" in made.body and all(c == "\n" or c.isprintable() for c in made.body)
+
+
 @pytest.mark.parametrize("line", ["1. cancel_reservation(reservation_id=<id>, waive_fee=True)",
                                   "1. cancel_reservation （reservation_id， waive_fee）",
                                   "1. `cancel_reservation(reservation_id, waive_fee)`"])

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from brewkb.config import Signatures
 from brewkb.errors import LLMError, RecipeError
 from brewkb.llm.roles import Backend, Insight
-from brewkb.recipes import Recipe, parse_recipe, render_recipe, validate
+from brewkb.recipes import Recipe, parse_recipe, render_recipe, validate, visible
 from brewkb.stages.calls import CallRules, screen_calls
 from brewkb.trajectories.quote import Copies, LogIndex, screen
 
@@ -43,6 +43,9 @@ def _screened(recipe: Recipe, texts: LogIndex, copies: Copies, rules: CallRules)
     changes = named + dropped + copied + dropped_too + copied_too
     for line, reason in changes:
         log.info("integrate %s: a line changed or held back (%s): %.80r", recipe.name, reason, line)
+    if visible(body) != body or visible(description) != description:  # no hidden text reaches the PR either
+        changes.append(("", "invisible characters"))
+        body, description = visible(body), visible(description)
     return recipe.replace(body=body, description=description) if changes else recipe
 
 
