@@ -49,12 +49,12 @@ from brewkb.trajectories.scrub import ID_SHAPE, Scrubber
 from brewkb.trajectories.secrets import SECRET
 from brewkb.trajectories.tools import (
     CALLED,
-    CALLED_WITH,
     COMPOUND,
     NAMED,
     NOT_THE_AGENTS,
+    line_calls,
     not_the_agents,
-    written_calls,
+    passed_names,
 )
 
 __all__ = ["Problem", "lint_paths", "lint_files", "lint_text", "personal_data", "untrusted_text", "unknown_tools",
@@ -183,11 +183,10 @@ def unknown_tools(path: str, text: str, known: Signatures) -> list[Problem]:
     a warning per line that names such a tool in backticks without a call ("Call `issue_gift_card` …":
     a name of two words or more that is no listed tool, and no argument listed or passed in the recipe)."""
     problems = []
-    arguments = {a for names in known.values() for a in names or ()} | {
-        a.split("=")[0].strip() for _, passed in CALLED_WITH.findall(text) for a in passed.split(",")}
+    arguments = {a for names in known.values() for a in names or ()} | passed_names(text)
     for number, line in enumerate(_lines(text)[_body_line(text) - 1:], start=_body_line(text)):
         line = unicodedata.normalize("NFKC", line)  # fullwidth parentheses are parentheses
-        calls = CALLED_WITH.findall(line) + [(m.group(1), m.group(2)) for m in written_calls(line, arguments)]
+        calls = line_calls(line, arguments)
         others = [name for name in dict.fromkeys([*CALLED.findall(line), *(t for t, _ in calls)])
                   if not_the_agents(name, known)]
         if others:

@@ -27,7 +27,7 @@ from brewkb import __version__
 from brewkb.errors import BrewError
 from brewkb.kb import KB
 from brewkb.recipes import render_recipe, served
-from brewkb.retrieval.ranking import open_index, retrieve, servable
+from brewkb.retrieval.ranking import open_index, over_limit, retrieve
 
 __all__ = ["make_server", "serve"]
 
@@ -75,7 +75,7 @@ def make_server(root: Path, rev: str | None = None) -> Any:
         (without the words of the requests it was learned from: those are the logs')."""
         with told(), KB.open(root) as kb:
             recipe = kb.recipe(name, rev)  # the error for a name that is not a recipe
-            if recipe.name not in {r.name for r in servable(kb, rev)}:
+            if over_limit(kb, len(render_recipe(recipe).encode())):  # its file's text: the one recipe, not them all
                 raise BrewError(f"recipe {name} is over kb.max_recipe_kb ({kb.config.kb.max_recipe_kb} KB), so it "
                                 "is not served; `brewkb lint` reports it")
             return render_recipe(served(recipe))

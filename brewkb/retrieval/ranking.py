@@ -32,7 +32,7 @@ from brewkb.retrieval.index import (
     indexed_fields,
 )
 
-__all__ = ["Searchable", "Retriever", "retriever_of", "open_index", "servable", "retrieve", "render_context",
+__all__ = ["Searchable", "Retriever", "retriever_of", "open_index", "servable", "over_limit", "retrieve", "render_context",
            "shown_body", "mrr", "approx_tokens", "HOW", "EXEMPLAR_LEAD"]
 
 KEEP_INDEXES = 8
@@ -105,13 +105,18 @@ def servable(kb: KB, rev: str | None = None) -> list[Recipe]:
     return _state_key(kb, rev)[1]
 
 
+def over_limit(kb: KB, size: int) -> bool:
+    """Whether a recipe file of ``size`` bytes is over ``kb.max_recipe_kb``: the index leaves it out, and no
+    agent is given it."""
+    return size > kb.config.kb.max_recipe_kb * 1024
+
+
 def _within_limit(kb: KB, recipes: list[Recipe], sizes: Mapping[str, int], rev: str | None) -> list[Recipe]:
     """The recipes whose file is within ``kb.max_recipe_kb``; the others are left out with a warning."""
-    limit = kb.config.kb.max_recipe_kb * 1024
     kept = []
     for recipe in recipes:
         size = sizes.get(recipe.name, 0)
-        if size > limit:
+        if over_limit(kb, size):
             where = f" at {rev}" if rev else ""
             log.warning("leaving %s/%s.md%s out of the index: it is %d KB, over kb.max_recipe_kb (%d KB); split "
                         "it, or raise the limit in brewkb.toml", kb.config.kb.recipes_dir, recipe.name, where,

@@ -46,7 +46,7 @@ from brewkb.trajectories.quote import HeldBack, LogIndex, held_back, log_texts
 from brewkb.trajectories.quote import shown as plain
 from brewkb.trajectories.schema import Trajectory
 from brewkb.trajectories.split import HOLD_OUT_EVERY
-from brewkb.trajectories.tools import CALLED_WITH, COMPOUND, NAMED, NOT_THE_AGENTS, not_the_agents, written_calls
+from brewkb.trajectories.tools import COMPOUND, NAMED, NOT_THE_AGENTS, line_calls, not_the_agents, passed_names
 
 __all__ = ["refine_message", "distill_message", "comparison_section", "pr_body", "logs_section", "BASE", "NEW",
            "from_logs_of", "LOGS_WROTE", "HELD_BACK"]
@@ -204,9 +204,8 @@ def _calls(text: str) -> list[tuple[str, str]]:
     """(tool, the text of its arguments) for each call a recipe writes: in code form, its conditional steps'
     included, and out of code form (``issue_voucher(order_id)``), as ``brewkb lint`` reads them."""
     lines = [unicodedata.normalize("NFKC", line) for line in text.split("\n")]
-    passed = {a.split("=")[0].strip() for line in lines for _, args in CALLED_WITH.findall(line) for a in args.split(",")}
-    return [*(call for line in lines for call in CALLED_WITH.findall(line)),
-            *((m.group(1), m.group(2)) for line in lines for m in written_calls(line, passed))]
+    passed = passed_names("\n".join(lines))
+    return [call for line in lines for call in line_calls(line, passed)]
 
 
 def _tools(text: str) -> set[str]:

@@ -27,7 +27,7 @@ from brewkb.trajectories.schema import ToolCall, Trajectory, tool_calls
 
 __all__ = ["ALSO_ASKED", "READ_VERBS", "used_tools", "is_lookup", "is_talk", "is_handoff", "is_write",
            "concept_of_tool", "step_text", "parse_step", "parse_alternatives", "procedure", "name_words",
-           "user_turns", "writes_of", "CALLED", "CALLED_WITH", "written_calls", "NAMED", "COMPOUND", "NOT_THE_AGENTS",
+           "user_turns", "writes_of", "CALLED", "CALLED_WITH", "written_calls", "line_calls", "passed_names", "NAMED", "COMPOUND", "NOT_THE_AGENTS",
            "not_the_agents", "DECLARED", "MAX_DECLARED", "declared_in", "undeclared",
            "agent_calls"]
 
@@ -66,6 +66,17 @@ NAMED = re.compile(r"`([A-Za-z_][\w.-]*)`")
 """A name in backticks without a call (``cancel_order``), as a model writes "Call `cancel_order` with …"."""
 COMPOUND = re.compile(r"[_.-]|[a-z][A-Z]")
 """A name of two words or more (``cancel_order``, ``orders.cancel``, ``cancelOrder``): a tool's, not a word of prose."""
+
+
+def passed_names(text: str) -> set[str]:
+    """The argument names the calls in code form of ``text`` pass (``order_id=7`` passes ``order_id``)."""
+    return {a.split("=")[0].strip() for _, passed in CALLED_WITH.findall(text) for a in passed.split(",")}
+
+
+def line_calls(line: str, arguments: Collection[str] = ()) -> list[tuple[str, str]]:
+    """(tool, the text of its arguments) for each call ``line`` writes, in code form or out of it
+    (``written_calls``, of names that are no ``arguments``)."""
+    return CALLED_WITH.findall(line) + [(m.group(1), m.group(2)) for m in written_calls(line, arguments)]
 
 
 def written_calls(line: str, arguments: Collection[str] = ()) -> list[re.Match[str]]:

@@ -299,8 +299,10 @@ def _deep_arguments(messages: Sequence[Any]) -> str | None:
         for j, call in enumerate(message.get("tool_calls") or () if isinstance(message, dict) else ()):
             function = call.get("function") if isinstance(call, dict) else None
             arguments = function.get("arguments") if isinstance(function, dict) else None
+            if not isinstance(arguments, str) or arguments.count("[") + arguments.count("{") <= MAX_DEPTH:
+                continue  # too few brackets to nest that deep: no second parse of every call's arguments
             try:
-                parse_json(arguments) if isinstance(arguments, str) else None
+                parse_json(arguments)
             except TrajectoryError as exc:
                 if str(exc).startswith("nested"):
                     return f"messages[{i}].tool_calls[{j}].function.arguments: {exc}"
