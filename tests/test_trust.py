@@ -28,7 +28,7 @@ from brewkb.trajectories.scrub import Scrubber
 from brewkb.trajectories.split import split_tasks
 from tests.conftest import AIRLINE, SHARED, git
 from tests.fakes.openai_server import FakeOpenAI
-from tests.fakes.roles import embed, role_player
+from tests.fakes.roles import RolePlayer, embed, role_player, schema_name
 from tests.test_distill import _call, conversation
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -661,6 +661,66 @@ def test_an_llm_integrator_names_no_tool_the_team_did_not_list_in_code_form_or_b
     branches = git(root, "for-each-ref", "--format=%(refname)", "refs/heads/brew/m").split()
     assert branches and not subprocess.run(["git", "grep", "-l", "get_order_details", *branches, "--", "recipes/"],
                                            cwd=root, capture_output=True, text=True).stdout  # nor any node's commit
+
+
+class _Parrot(RolePlayer):
+    """A model that copies what a user said into its insights, and its insights into the recipe it writes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written: list[str] = []
+
+    def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
+        reply = super().__call__(body)
+        name = schema_name(body)
+        prompt = next((str(m.get("content")) for m in body["messages"] if m["role"] == "user"), "")
+        if name == "reflection":
+            value = json.loads(reply["content"])
+            said = re.findall(r"my neighbour keeps[^.\n]*", prompt)
+            if said:
+                value["insights"][0]["insight"] = f"Remember that {said[0]}."
+            reply = {"content": json.dumps(value)}
+        elif name == "recipe":
+            value = json.loads(reply["content"])
+            copied = re.findall(r"Remember that [^.\n]*\.", prompt)
+            value["pitfalls"] = "\n".join([*(f"- {c}" for c in dict.fromkeys(copied)), "- Check the order first."])
+            self.written.append(value["pitfalls"])
+            reply = {"content": json.dumps(value)}
+        return reply
+
+
+def test_an_llm_that_copies_a_users_words_into_a_recipe_writes_them_on_no_branch(tmp_path: Path) -> None:
+    """The LLM path through the CLI: the reflector copies a sentence a user wrote in a later turn (no quoting
+    rule flags it, and it asks for nothing) into its insight, and the integrator copies the insight into the
+    recipe it writes. The recipes keep their other lines and lose that one, on the PR and in every node's
+    commit (the integration screen compares with every text of the source conversations)."""
+    planted = "my neighbour keeps the spare key under the red flower pot by the garden gate"
+    lines = []
+    for task in range(9):
+        for trial in range(2):
+            _, messages, ok = conversation(task, trial)
+            if task in (0, 1):
+                messages.insert(-1, {"role": "user", "content": f"Thanks. By the way, {planted}."})  # not its task
+            lines.append({"task_id": f"t{task}", "messages": messages, "success": ok})
+    (tmp_path / "chat.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    root = new_kb(tmp_path)
+    config = (root / "brewkb.toml").read_text().replace('backend = "offline"', 'backend = "openai"', 1)
+    (root / "brewkb.toml").write_text(config)
+    git(root, "commit", "-qam", "an endpoint")
+    parrot = _Parrot()
+    with FakeOpenAI(default=parrot, embed=embed) as fake:
+        env = {"OPENAI_BASE_URL": fake.base_url, "OPENAI_API_KEY": "sk-test"}
+        assert brewkb(root, "import", str(tmp_path / "chat.jsonl"), "--format", "openai", "--run", "m").returncode == 0
+        done = brewkb(root, "distill", "m", "--iterations", "1", env=env)
+        assert done.returncode == 0, done.stderr[-2000:]
+    assert instruction_reason(planted) is None  # no quoting rule holds it back: the screen must
+    assert any("spare key under the red flower pot" in w for w in parrot.written)  # the model did write it
+    written = {p.name: p.read_text() for p in (root / "runs" / "m" / "recipes").glob("*.md")}
+    assert written and all("- Check the order first." in t for t in written.values())  # its other lines stay
+    assert not [n for n, t in written.items() if "spare key" in t], written
+    branches = git(root, "for-each-ref", "--format=%(refname)", "refs/heads/brew/m").split()
+    assert "refs/heads/brew/m/pr" in branches and not subprocess.run(
+        ["git", "grep", "-l", "spare key", *branches, "--", "recipes/"], cwd=root, capture_output=True, text=True).stdout
 
 
 @pytest.mark.parametrize("listed", [False, True])
