@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchkit import add_check, checked_repeats, finish, spread, target  # noqa: E402
-from brewkb.trajectories.quote import instruction_reason  # noqa: E402
+from brewkb.trajectories.instructions import instruction_reason  # noqa: E402
 from brewkb.trajectories.scrub import DEFAULT_PATTERNS  # noqa: E402
 from brewkb.trajectories.secrets import secret_spans  # noqa: E402
 

@@ -13,8 +13,8 @@ from untrusted logs (docs/security.md), hand-written ones too:
 - **links** and **HTML** (warnings): an agent that is served the recipe may
   follow or render them;
 - **instruction-like text** (warnings): words addressed to the assistant,
-  "ignore previous …", claimed policies — what ``brewkb.trajectories.quote``
-  holds back when it quotes a log;
+  "ignore previous …", claimed policies — the rules of
+  ``brewkb.trajectories.instructions``, by which ``quote`` holds back log text;
 - **tools the agent does not have** (errors), when ``tools.known`` in
   ``brewkb.toml`` lists the agent's tools: a call of any other tool, or an
   argument not listed for a tool listed with its arguments.
@@ -34,7 +34,7 @@ from brewkb.errors import BrewError, RecipeError
 from brewkb.fsutil import write_atomic
 from brewkb.recipes import BOM, parse_recipe, validate
 from brewkb.trajectories.boundary import invisible
-from brewkb.trajectories.quote import (
+from brewkb.trajectories.instructions import (
     ASKS_FOR_A_SECRET,
     DIRECTS_A_CALL,
     LINK,

@@ -121,3 +121,19 @@ def test_lint_rev_checks_the_recipes_a_branch_holds_without_checking_it_out(tmp_
     assert wrong.returncode == 1 and "unknown revision 'brew/x/pr'" in wrong.stderr and "brew/r/pr" in wrong.stderr
     both = run_cli(tmp_path, "lint", "--rev", "brew/r/pr", "recipes")
     assert both.returncode == 1 and "pass no paths and no --fix with it" in both.stderr
+
+
+def test_characters_written_as_references_are_what_they_stand_for_and_a_placeholder_is_no_secret(
+        tmp_path: Path) -> None:
+    """A page or a model renders `&#8238;` as the bidi override it stands for; brewkb's own placeholders in a
+    link's password place (`admin:<secret>@<id>`) are no secret."""
+    (tmp_path / "recipes").mkdir()
+    lines = ['- "Cancel it &#8238;dnufer&#8236; please"', '- Use `mongodb+srv://admin:<secret>@<id>` to check.',
+             '- "Born July 15, 1968"']
+    (tmp_path / "recipes" / "r.md").write_text(recipe_text("r") + "\n" + "\n".join(lines) + "\n")
+    done = run_cli(tmp_path, "lint", "recipes", "--json")
+    found = {(p["severity"], p["message"]) for p in json.loads(done.stdout)}
+    assert ("error", "invisible or control characters (U+202E, U+202C)") in found
+    assert not [m for s, m in found if "secret" in m]
+    assert ("warning", "looks like personal data (date): 'July 15, 1968'") in found
+    assert done.returncode == 1

@@ -51,6 +51,35 @@ from tests.test_lint import run_cli
     ("Error: refund held; the duty manager Marcus Webb must approve", "name"),
     ("Booking is under Kwame Mensah-Boateng, thanks.", "name"),
     ("reservation locked by admin Lucía Fernández Ortega today", "name"),
+    ("Name: Priya Raman, I need to cancel", "name"),
+    ("It's Priya Raman, I want to cancel", "name"),
+    ("Thanks for the help. Regards, Olusegun Adebayo-Okafor", "name"),
+    ("my aadhaar is 2345 6789 0123, please cancel", "number"),
+    ("my CPF is 123.456.789-09 ok", "number"),
+    ("my phone: 4-1-5-5-5-5-0-1-3-2 thanks", "number"),
+    ("my employee id is E555123.", "id"),
+    ("my tax id 12-3456789", "number"),
+    ("my driver's licence is D1234-56789-01234", "id"),
+    ("my passport's X1234567", "passport"),
+    ("Reisepassnummer C01X00T47", "passport"),
+    ("my birthday's 3 March 1980", "birth_date"),
+    ("DOB: 03-Mar-1980", "birth_date"),
+    ("born 3rd March '80", "birth_date"),
+    ("Mein Geburtsdatum ist 03.03.1980", "birth_date"),
+    ("fecha de nacimiento 03/03/1980", "birth_date"),
+    ("my email is priya.raman@gmail and I need help", "email"),
+    ("my email is priya@müller.de", "email"),
+    ("ship it to 1600 Broadway, New York, NY 10019", "address"),
+    ("my address is Keizersgracht 123, 1015 CJ Amsterdam", "address"),
+    ("my address is Hauptstr. 5, 10115 Berlin", "address"),
+    ("my address is 東京都港区六本木6-10-1", "address"),
+    ("postgres connection admin:hunter2@db", "credentials"),
+    ("login: jsmith / hunter2hunter2", "login"),
+    ("my pw is Xy7&3abc", "password"),
+    ("my laptop MAC 00:1A:2B:3C:4D:5E", "mac_address"),
+    ("my IPv6 is 2001:db8:85a3::8a2e:370:7334", "ip_address"),
+    ("the office is at 10.0.0.5 today", "ip_address"),
+    ("I'm at 37.7749, -122.4194 right now", "location"),
 ])
 def test_each_default_pattern_becomes_its_placeholder(text: str, kind: str) -> None:
     scrubbed = Scrubber.build().text(text)
@@ -89,7 +118,7 @@ def test_an_address_written_with_an_ideographic_full_stop_is_an_address() -> Non
 
 
 def test_ordinary_numbers_and_codes_are_left_alone() -> None:
-    text = ("Flight HAT136 on 2024-05-20 costs 250 dollars for 3 bags; item 1008292230. I'm happy, This Is fine. "
+    text = ("Flight HAT136 on 2024-05-20 costs 250 dollars for 3 bags; item 100829. I'm happy, This Is fine. "
             "One or two, three four five: six of one. Calle Mayor is closed. I booked 2 seats on 05 12 flights. "
             "I am socially 100 percent sure. The booking is under ID SI and the agent Then left. "
             "My reservation is NOT changed; the booking CANCELLED. The token is expired, the bearer of the card "
@@ -135,7 +164,7 @@ def test_one_scrubber_gives_each_trajectory_its_own_values_for_the_same_text() -
 
 
 def test_configured_patterns_and_keys_are_added_and_bad_regex_names_its_key() -> None:
-    config = parse_config('[scrub]\npatterns = { employee_id = "EMP-\\\\d{6}", phone = "" }\nkeys = ["badge"]\n')
+    config = parse_config('[scrub]\npatterns = { employee_id = "EMP-\\\\d{6}", phone = "", number = "" }\nkeys = ["badge"]\n')
     scrubber = scrubber_of(config.scrub)
     assert scrubber.text("EMP-123456 at 415-555-0134") == "<employee_id> at 415-555-0134"
     traj = _traj("badge B-77 lost", _call("report_badge", {"badge": "B-77"}, "ok", 1))

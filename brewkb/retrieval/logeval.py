@@ -47,7 +47,7 @@ from brewkb.recipes import Recipe, split_sections
 from brewkb.retrieval.index import Hit, Searchable, analyze
 from brewkb.retrieval.memory import MEMORIES, memory_documents
 from brewkb.retrieval.ranking import HOW, Retriever, shown_body
-from brewkb.trajectories.quote import name_reason
+from brewkb.trajectories.instructions import name_reason
 from brewkb.trajectories.schema import UNNAMED_TASK, Trajectory
 from brewkb.trajectories.tools import agent_calls, procedure, used_tools, user_turns, writes_of
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from brewkb.config import Signatures
 from brewkb.recipes import build_body, split_sections
-from brewkb.trajectories.quote import name_reason
+from brewkb.trajectories.instructions import name_reason
 from brewkb.trajectories.schema import Trajectory
 from brewkb.trajectories.tools import (
     CALLED,

@@ -35,7 +35,7 @@ named by actions (``cancel reservation``):
   rule reads what the conversations called, so it holds whatever backend
   reflected;
 - a concept whose name reads as instructions to an agent (a tool a log named
-  ``skip_identity_verification_and_refund``; ``brewkb.trajectories.quote``)
+  ``skip_identity_verification_and_refund``; ``brewkb.trajectories.instructions``)
   is dropped: no recipe may be named so; so is a concept named for a tool
   that is not one of the agent's, when a team lists them (``known``: a log
   can name tools the agent does not have), and only their calls count as
@@ -62,7 +62,7 @@ from brewkb.llm.embed import cosine_matrix
 from brewkb.llm.requests import verb_of
 from brewkb.llm.roles import DIAGNOSTIC, PRESCRIPTIVE, REQUEST, SEEN, Insight
 from brewkb.recipes import slugify
-from brewkb.trajectories.quote import name_reason
+from brewkb.trajectories.instructions import name_reason
 from brewkb.trajectories.schema import COPY_KEY, Trajectory, tool_calls
 from brewkb.trajectories.split import split_tasks
 from brewkb.trajectories.tools import (

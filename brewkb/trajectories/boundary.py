@@ -35,6 +35,7 @@ trajectory (for an environment's episodes) leaves it as it is.
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import unicodedata
@@ -67,9 +68,27 @@ _NEWLINES = re.compile("\r\n|[\r\u2028\u2029\x85\x0b\x0c]")
 _ASCII_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f]")
 
 
+_REFERENCE = re.compile(r"&#(?:[0-9]{1,7}|[xX][0-9a-fA-F]{1,6});|&(?:lt|gt|amp|quot|apos|nbsp);")
+"""An HTML character reference: a character written by its number (``&#8238;``, ``&#x200B;``) or one of the
+names of markup characters. A page or a model renders it as that character."""
+
+
+def _unescaped(text: str) -> str:
+    """``text`` with its character references replaced by their characters (twice escaped ones too)."""
+    for _ in range(3):
+        decoded = _REFERENCE.sub(lambda m: html.unescape(m.group(0)), text)
+        if decoded == text:
+            break
+        text = decoded
+    return text
+
+
 def normalise(text: str, limit: int = MAX_TEXT) -> str:
-    """``text`` in NFKC, without invisible, bidi, tag or control characters
-    (newline and tab kept), its ideographic full stops dots, cut to ``limit`` characters."""
+    """``text`` in NFKC, its HTML character references read as the characters they stand for, without
+    invisible, bidi, tag or control characters (newline and tab kept), its ideographic full stops dots, cut to
+    ``limit`` characters."""
+    if "&" in text and _REFERENCE.search(text):
+        text = _unescaped(text)
     if text.isascii() and not _ASCII_CONTROL.search(text):  # most text: nothing to do but the bound
         return text if len(text) <= limit else text[: limit - len(CUT)] + CUT
     # the ideographic full stop reads as a dot in a link or an address (brewair。com), which NFKC leaves as it is
@@ -81,8 +100,10 @@ def normalise(text: str, limit: int = MAX_TEXT) -> str:
 
 
 def invisible(text: str) -> list[str]:
-    """The characters of ``text`` that ``normalise`` removes or makes line feeds (as ``U+XXXX``, once each, in
-    order)."""
+    """The characters of ``text`` that ``normalise`` removes or makes line feeds, written as themselves or as
+    character references (as ``U+XXXX``, once each, in order)."""
+    if "&" in text:  # written as character references, they are those characters to whoever renders them
+        text = _unescaped(text)
     found = [c for c in text if _REMOVED.match(c) or (c not in "\n\t" and unicodedata.category(c) in (
         "Cc", "Cf", "Cs", "Co", "Zl", "Zp"))]  # Zl, Zp: the line and paragraph separators, line breaks to some readers
     return list(dict.fromkeys(f"U+{ord(c):04X}" for c in found))

@@ -1,9 +1,13 @@
 """The default patterns of personal data in text (``[scrub] patterns`` adds
-to them and can turn each off; ``brewkb.trajectories.scrub`` applies them)."""
+to them and can turn each off; ``brewkb.trajectories.scrub`` applies them),
+and how a personal value a tool named is written elsewhere: a date in other
+spellings, a name beside the word next to it."""
 
 from __future__ import annotations
 
-__all__ = ["DEFAULT_PATTERNS", "VALIDATORS"]
+import re
+
+__all__ = ["DEFAULT_PATTERNS", "VALIDATORS", "PERSON_KEY", "NAME_BESIDE", "whole_name", "date_of", "date_written"]
 
 _AT = r"(?:\s*[(\[{<]\s*(?i:at)\s*[)\]}>]\s*)"
 _DOT = r"(?:\s*[(\[{<]\s*(?i:dot)\s*[)\]}>]\s*|\s+(?i:dot)\s+)"
@@ -21,14 +25,19 @@ DEFAULT_PATTERNS: dict[str, str] = {
     "access_code": r"(?i:\b(?:door|gate|access|entry|alarm|garage|lock|one[- ]time|verification|recovery|backup|sms"
                    r"|2fa|otp|login) (?:codes?|pins?|passcodes?)\b)(?:\s+[a-z]+){0,4}?(?:\s+(?:is|are|was|were))?"
                    r"\s*[:=]?\s*((?=[\w-]*\d)[\w-]{3,}(?:\s*(?:,|and)\s*(?=[\w-]*\d)[\w-]{3,}){0,5})",
-    "password": r"(?i:\b(?:password|passcode|passphrase|passwd|pwd|pin(?: code)?)\b)[\"']?\s*(?:(?:is|was|:|=)\s*"
+    "password": r"(?i:\b(?:password|passcode|passphrase|passwd|pwd|pw|pin(?: code)?|basic auth)\b)[\"']?\s*(?:(?:is|was|:|=)\s*"
                 r"[\"']?([^\s\"',;<]{3,})|((?=[^\s\"',;<]*[^\sA-Za-z\"',;<])[^\s\"',;<]{6,}))",
     "security_code": r"(?i:\b(?:cvv2?|cvc2?|csc|(?:card )?security code|pin(?: code| number)?)\b)"
                      r"(?:\s+(?:is|was))?\s*[:=#]?\s*(\d{3,8})(?![\w-])",
-    "birth_date": r"(?i:\b(?:dob|d\.o\.b\.?|date of birth|birth ?date|birthday|born(?: on)?)\b)(?:\s+(?:is|was))?"
+    "birth_date": r"(?i:\b(?:dob|d\.o\.b\.?|date of birth|birth ?date|birthday|born(?: on)?|geburtsdatum|geboren(?: am)?"
+                  r"|fecha de nacimiento|nacid[oa](?: el)?|date de naissance|née? le|data di nascita|nat[oa] il"
+                  r"|data de nascimento|nascid[oa] em)\b)(?:'s|’s)?(?:\s+(?:is|was|ist|es|est|è|é))?"
                   r"\s*[:=]?\s*(?:the\s+)?(\d{4}[-/.]\d{1,2}[-/.]\d{1,2}|\d{1,2}[-/.]\d{1,2}[-/.]\d{2,4}"
+                  r"|\d{1,2}[-/. ](?i:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\.?[-/. ]\d{2,4}"
                   r"|(?:\d{1,2}(?:st|nd|rd|th)?\s+(?:of\s+)?)?(?i:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*"
-                  r"\.?(?:\s+\d{1,2}(?:st|nd|rd|th)?)?,?\s+\d{4})\b",
+                  r"\.?(?:\s+\d{1,2}(?:st|nd|rd|th)?)?,?\s+(?:\d{4}|['’]\d{2}))(?![\w-])",
+    # a user name and its password before a host: admin:hunter2@db
+    "credentials": r"(?<![\w.+-])[A-Za-z][\w.+-]{0,63}:[^\s@:/]{1,128}@[\w.-]{1,253}",
     # each part bounded and begun where a word begins: a 200 KB word costs a pass, not its square
     "email": rf"{_LOCAL}@[A-Za-z0-9-]{{1,63}}(?:\.[A-Za-z0-9-]{{1,63}}){{0,8}}\.[A-Za-z]{{2,24}}\b"
              rf"|{_LOCAL}{_AT}[A-Za-z0-9-]{{1,63}}(?:(?:{_DOT}|\.)[A-Za-z0-9-]{{1,63}}){{0,8}}"
@@ -37,7 +46,9 @@ DEFAULT_PATTERNS: dict[str, str] = {
              rf"(?:{_DOT}[A-Za-z0-9-]{{1,63}}){{0,8}}{_DOT}[A-Za-z]{{2,6}}\b"
              rf"|{_LOCAL}\s+(?i:at)\s+[a-z0-9-]{{1,63}}(?:\.[a-z0-9-]{{1,63}}){{0,8}}\.[a-z]{{2,6}}\b"
              r"|(?<![\w.%+-])[A-Za-z0-9_%+-]{1,64}(?:\s*\.\s*[A-Za-z0-9_%+-]{1,64}){0,4}\s*@\s*[A-Za-z0-9-]{1,63}"
-             r"(?:\s*\.\s*[A-Za-z0-9-]{1,63}){0,8}\s*\.\s*[A-Za-z]{2,24}\b",
+             r"(?:\s*\.\s*[A-Za-z0-9-]{1,63}){0,8}\s*\.\s*[A-Za-z]{2,24}\b"
+             # a host without its ending (name@gmail), or in letters of any script (name@müller.de)
+             rf"|{_LOCAL}@[^\W_][\w-]{{0,62}}(?:\.[^\W_][\w-]{{0,62}}){{0,8}}(?![\w@])",
     "ssn": r"(?<![\w-])\d{3}-\d{2}-\d{4}(?![\w-])"
            r"|(?i:\b(?:ssn|social security(?: number)?|social)\b)\D{0,20}?(\d{3}[ .-]?\d{2}[ .-]?\d{4})(?!\d)",
     "iban": r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?\b",
@@ -49,7 +60,8 @@ DEFAULT_PATTERNS: dict[str, str] = {
              r"|(?<![\w+])(?:\+|00)\d{1,3}(?:[ .-]?\(?\d{1,5}\)?){1,6}(?![\w-])"
              r"|(?<![\w-])\(?0\d{1,4}\)?(?:[ .-]\d{2,4}){3,5}(?![\w-])",  # in pairs: 06 12 34 56 78
     "spelled_number": rf"(?i:\b{_DIGIT_WORD}(?:[\s,.-]+(?:{_DIGIT_WORD}|double|triple)){{6,}}\b)",
-    "passport": r"(?i:\bpassport(?:\s+(?:number|no\.?|num|#))?(?:\s+is)?)\s*[:#]?\s*"
+    "passport": r"(?i:\b(?:passport|reisepass|passeport|pasaporte|passaporto)(?:\s*(?:number|nummer|no\.?|num|#))?"
+                r"(?:'s|’s)?(?:\s+is)?)\s*[:#]?\s*"
                 r"((?=[A-Za-z]*\d)[A-Za-z0-9]{6,9})\b",
     "address": rf"\b\d{{1,6}}[A-Za-z]?,?\s+(?:[A-Z][\w'.-]*\s+){{1,4}}(?:{_STREET})\b\.?"
                r"(?:,?\s+(?:Apt|Apartment|Suite|Ste|Unit|Floor)\.?\s*#?\w+)?"
@@ -59,16 +71,28 @@ DEFAULT_PATTERNS: dict[str, str] = {
                r"\s+(?:[\w'-]+\s*){1,4}"
                r"|(?<![\w-])[A-ZÄÖÜ][\wäöüß-]{0,40}(?:straße|strasse|weg|gasse|platz|allee)\s+\d{1,5}[a-z]?\b"
                r"|\b(?i:rue|calle|avenida|viale|piazza|rua|chemin|impasse)\s+(?:[\w'-]+\s+){1,4}?\d{1,5}[a-z]?\b"
-               r"(?:,\s*\d{4,5}\b)?",  # the number after the street's name: Calle Mayor 12, 28013
+               r"(?:,\s*\d{4,5}\b)?"  # the number after the street's name: Calle Mayor 12, 28013
+               # a house number and a street of any name, then its city, state and ZIP: 1600 Broadway, New York, NY 10019
+               r"|\b\d{1,6}[A-Za-z]?\s+[A-Z][\w'.-]{0,40}(?:\s[A-Z][\w'.-]{0,40}){0,3},\s*(?:[A-Z][^\W\d_]{0,40}"
+               r"(?:\s[A-Z][^\W\d_]{0,40}){0,2}|<[a-z_]+>),?\s*[A-Z]{2}\s+\d{5}(?:-\d{4})?\b"
+               # a street of any name before its number, then a postcode and a city: Keizersgracht 123, 1015 CJ Amsterdam
+               r"|(?<![\w-])[A-ZÄÖÜ][\w'.äöüß-]{2,40}\s+\d{1,5}[a-z]?,\s*\d{4,5}(?:\s?[A-Z]{2})?\s+[A-Z][^\W\d_]+"
+               # Chinese and Japanese: a place name run on into its block and house numbers (六本木6-10-1)
+               r"|[\u3040-\u30ff\u4e00-\u9fff]{2,40}\d{1,4}(?:[-−－ー丁目番地号]{1,2}\d{1,4}){1,3}",
     "payment_id": r"\b(?:credit_card|debit_card|gift_card|certificate|paypal|bank_account|card)_\d{4,}\b",
     "user_id": r"\b[a-z]+_[a-z]+_\d{3,}\b",
     "order_id": r"#[A-Z]?\d{5,}\b",
     "booking_code": r"\b(?:[Rr]eservation|[Bb]ooking|[Cc]onfirmation|[Tt]icket)(?:\s+(?:ID|id|number|code|no\.?))?"
                     r"(?:\s+is)?[\s:#]+((?=[A-Z0-9]*\d)(?=[A-Z0-9]*[A-Z])[A-Z0-9]{5,10}|[A-Z]{6})\b",
-    "name": r"\b(?:[Ii]'m|I am|[Mm]y name is|[Tt]his is|[Yy]ou are|(?i:je m'appelle|je suis|me llamo|mi nombre es"
+    "name": r"\b(?:[Ii]'m|I am|[Mm]y name is|[Tt]his is|[Yy]ou are|[Ii]t'?s|[Ii]t is|(?i:je m'appelle|je suis|me llamo|mi nombre es"
             r"|mi chiamo|ich heiße|ich heisse|mein name ist|meu nome é|eu sou))"
             r"\s+([A-Z][^\W\d_]+(?:\s+[A-Z][^\W\d_]+)+)"
             r"|(?:^|(?<=[.!?,;:]\s))([A-Z][^\W\d_]+\s+[A-Z][^\W\d_]+)\s+here\b"
+            # a name given as a label's value ("Name: Jane Doe", "name's Jane Doe") or under a sign-off
+            rf"|(?i:\bname)(?:\s*:|'s|’s|\s+is)\s+({_NAME_WORD}(?:\s+{_NAME_WORD}){{1,2}})\b"
+            rf"|(?:^|(?<=[.!?\n]\s)|(?<=\n))(?:Regards|Best regards|Kind regards|Warm regards|Best|Cheers|Thanks"
+            rf"|Thank you|Many thanks|Sincerely|Yours(?: truly| sincerely)?)\s*[,:—–-]?\s+"
+            rf"({_NAME_WORD}(?:\s+{_NAME_WORD}){{1,2}})\s*[.!]?\s*$"
             r"|\b(?:Dr|Mr|Mrs|Ms|Mx|Miss|Prof)\.?\s+([A-Z][^\W\d_]+(?:\s+[A-Z][^\W\d_]+){0,2})"
             # a person named after who they are to the conversation: "the duty manager Marcus Webb", "booked under
             # Chen Lee", "travelling with Aiyana Running-Water"
@@ -77,8 +101,28 @@ DEFAULT_PATTERNS: dict[str, str] = {
             rf"|colleague|husband|wife|partner|son|daughter|mother|father|brother|sister|friend|travell?ing with"
             rf"|flying with)\s+({_NAME_WORD}(?:\s+{_NAME_WORD}){{1,2}})\b",
     "zip": r"\b(?:zip|postal)(?:\s+code)?(?:\s+is)?[:\s]+(\d{5})\b",
+    "login": r"(?i:\b(?:login|log-in|username|user name|userid|handle)\b)(?:\s*[:=]\s*|\s+(?:is|was)\s+)"
+             r"((?!(?:is|was)\b)[^\s,;:<>\"']{1,63}[^\s,;:<>\"'.!?](?:\s*/\s*[^\s,;<>\"']{1,63}[^\s,;<>\"'.!?])?)",
+    "mac_address": r"(?<![\w:-])[0-9A-Fa-f]{2}(?:[:-][0-9A-Fa-f]{2}){5}(?![\w:-])",
+    "ip_address": r"(?<![\w.:])(?:\d{1,3}\.){3}\d{1,3}(?![\w.])"
+                  r"|(?<![\w:])(?:[0-9A-Fa-f]{1,4}:){5,7}[0-9A-Fa-f]{1,4}(?![\w:])"
+                  r"|(?<![\w:])(?:[0-9A-Fa-f]{1,4}:){2,6}:(?:[0-9A-Fa-f]{1,4}(?::[0-9A-Fa-f]{1,4}){0,5})?(?![\w:])",
+    "location": r"(?<![\w.])-?\d{1,3}\.\d{3,}°?\s*[NS]?\s*,\s*-?\d{1,3}\.\d{3,}°?\s*[EW]?(?![\w.])",
     "account_number": r"(?i:\b(?:customer|account|member(?:ship)?|loyalty|client|frequent flyer)\s+(?:number|no\.?|num|#|id)"
                       r"(?:\s+is)?)\s*[:#]?\s*((?=[A-Za-z-]*\d)[A-Za-z0-9-]{4,20})\b",
+    # a whole date with its year, as people write one (a birth date is given so, often without saying what it is);
+    # not the machine form 2024-05-17 of tools' arguments
+    "date": r"(?i:\b(?:(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\.?\s+\d{1,2}(?:st|nd|rd|th)?,?"
+            r"|\d{1,2}(?:st|nd|rd|th)?\s+(?:of\s+)?(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\.?,?)"
+            r"\s+(?:1[89]|20)\d{2}\b(?![-/.]\d))"
+            r"|(?<![\w./-])\d{1,2}[/.-]\d{1,2}[/.-](?:1[89]|20)\d{2}(?![\w/-])",
+    # seven to nineteen digits, written together or in groups (a national id, an account, a phone said otherwise);
+    # not a date, nor a longer run (a trace id, a hash)
+    "number": r"(?<![\w.,/-])(?!\d{4}[-/.]\d{1,2}[-/.]\d{1,2}(?![\d]))(?!\d{1,2}[-/.]\d{1,2}[-/.]\d{2,4}(?!\d))"
+              r"\d(?:[ ./-]?\d){6,18}(?![\w-])",
+    # a value given as an id or a number of any kind: "my employee id is E555123", "tax id 12-3456789"
+    "id": r"(?i:\b(?:id|ids|identifier|number|nummer|numéro|número|numero|no\.|num|licen[cs]e)\b)(?:\s+(?:is|was|are))?\s*[:#]?\s*"
+          r"((?=[A-Za-z-]*\d)[A-Za-z0-9][A-Za-z0-9-]{3,29})(?![\w-])",
 }
 """Placeholder kind → regex. Order matters: earlier patterns win."""
 
@@ -96,3 +140,47 @@ def _phone_ok(text: str) -> bool:
 
 VALIDATORS = {"iban": _iban_ok, "phone": _phone_ok}
 """Kinds whose matches count only when they pass a check (the IBAN's check digits, a phone's length)."""
+
+
+PERSON_KEY = re.compile(r"(?i)(?:^|_)(?:manager|requester|requestor|assignee|approver|owner|contact|author|reporter"
+                        r"|creator|recipient|sender|patient|doctor|physician|employee|customer|member|holder|guest"
+                        r"|technician|supervisor|spouse|beneficiary|signer|passenger|travell?er|person)$|_(?:by|to)$")
+"""Keys that name who someone is to a record (``manager``, ``assignee``, ``opened_by``, ``assigned_to``): a
+value under one shaped like a person's name (``scrub.PERSON_NAME``) is personal."""
+
+
+MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
+          "november", "december")
+
+
+def date_of(value: str) -> tuple[int, int, int] | None:
+    """The year, month and day of a value written as a date (``1968-07-15``, ``07/15/1968``), or ``None``."""
+    iso = re.fullmatch(r"(\d{4})[-/.](\d{1,2})[-/.](\d{1,2})", value)
+    us = re.fullmatch(r"(\d{1,2})/(\d{1,2})/(\d{4})", value)
+    year, month, day = (int(iso[1]), int(iso[2]), int(iso[3])) if iso else \
+        (int(us[3]), int(us[1]), int(us[2])) if us else (0, 0, 0)
+    return (year, month, day) if 1 <= month <= 12 and 1 <= day <= 31 else None
+
+
+def date_written(date: tuple[int, int, int]) -> str:
+    """A regex of a date in the ways people write it: ``July 15, 1968``, ``15th of Jul 1968``, ``07/15/1968``,
+    ``15.07.1968``, ``1968/07/15``."""
+    year, month, day = date
+    name = MONTHS[month - 1]
+    words = rf"(?:{name}|{name[:3]}\.?)"
+    days = rf"0?{day}(?:st|nd|rd|th)?"
+    numbers = rf"0?{month}[/.-]0?{day}[/.-]{year}|0?{day}[/.-]0?{month}[/.-]{year}|{year}[/.-]0?{month}[/.-]0?{day}"
+    return rf"(?i:{words}\s+{days},?\s+{year}|{days}\s+(?:of\s+)?{words},?\s+{year}|{numbers})"
+
+
+_PLAIN_NAME_WORD = r"[A-Z][a-zß-öø-ÿ]+(?:-[A-Z]?[a-zß-öø-ÿ]+)*"
+NAME_BESIDE = re.compile(rf"\b{_PLAIN_NAME_WORD}\s+<([a-z_]+)>|<([a-z_]+)>\s+{_PLAIN_NAME_WORD}\b(?!\s*<)")
+"""A capitalised word of letters (not ``I'm``) next to a placeholder."""
+
+
+def whole_name(match: re.Match[str]) -> str:
+    """A name placeholder with the capitalised word beside it (``Viktor <last_name>``, ``<first_name> Castillo``:
+    a middle name, or a name written in a form the tool did not give) taken into it; other placeholders as found."""
+    kind = match.group(1) or match.group(2)
+    person = kind.endswith("name") or PERSON_KEY.search(kind) is not None
+    return f"<{kind}>" if person else match.group(0)

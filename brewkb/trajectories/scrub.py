@@ -61,7 +61,15 @@ from typing import Any
 
 from brewkb.config import ScrubConfig
 from brewkb.errors import ConfigError
-from brewkb.trajectories.patterns import DEFAULT_PATTERNS, VALIDATORS
+from brewkb.trajectories.patterns import (
+    DEFAULT_PATTERNS,
+    NAME_BESIDE,
+    PERSON_KEY,
+    VALIDATORS,
+    date_of,
+    date_written,
+    whole_name,
+)
 from brewkb.trajectories.schema import Trajectory
 from brewkb.trajectories.secrets import SECRET, secret_spans
 
@@ -135,6 +143,7 @@ PERSON_FIELDS = frozenset({"name", "address", "street", "city", "zip_code", "pos
 """Keys that are personal inside a record that also holds one of the personal keys."""
 
 NAME_KEYS = frozenset({"name", "full_name"})
+
 PERSON_NAME = re.compile(r"[A-Z][^\W\d_]+(?:[-'][A-Z]?[^\W\d_]+)*(?:\s+[A-Z][^\W\d_]+(?:[-'][A-Z]?[^\W\d_]+)*){1,3}")
 """A name shaped like a person's: two to four capitalised words of letters."""
 
@@ -251,7 +260,9 @@ class Scrubber:
         """``text`` with every secret, every known personal value and every pattern match replaced."""
         squashed = _squashed(text) if values else ""
         for value, kind in sorted((values or {}).items(), key=lambda kv: -len(kv[0])):
-            if value in text or any(form in squashed for form in _forms(value)):  # most values are not in a message
+            date = date_of(value)
+            # most values are not in a message; a date may be there written another way, with its year
+            if value in text or any(form in squashed for form in _forms(value)) or (date and str(date[0]) in text):
                 kind = self.known.get(value, kind) if kind == "id" else kind
                 text = _value_pattern(value).sub(f"<{kind}>", text)
         if self._known is not None:
@@ -264,7 +275,7 @@ class Scrubber:
                 done = rx.sub(lambda m, k=kind, c=check: _replace(m, k)  # type: ignore[misc]
                               if c is None or c(m.group(m.lastindex or 0)) else m.group(0), done)
             self._done.keep(text, done)
-        return done
+        return NAME_BESIDE.sub(whole_name, done) if "<" in done else done
 
     def find(self, text: str) -> list[Finding]:
         """Pattern matches in ``text`` (placeholders themselves never match)."""
@@ -272,7 +283,8 @@ class Scrubber:
         for number, line in enumerate(text.splitlines(), start=1):
             line = _PLACEHOLDER.sub("<>", line)  # no value: "password is <password> Email" finds no password
             if self.secrets:
-                found.extend(Finding(number, SECRET, line[a:b]) for a, b in secret_spans(line))
+                found.extend(Finding(number, SECRET, line[a:b]) for a, b in secret_spans(line)
+                             if line[a:b].replace("<>", "").strip())  # a placeholder is no secret: user:<secret>@host
             for kind, rx in self.patterns:
                 for match in self._matches(kind, rx, line):
                     found.append(Finding(number, kind, match.group(match.lastindex or 0)))
@@ -334,13 +346,14 @@ class Scrubber:
                 and PERSON_NAME.fullmatch(data["name"].strip()) is not None)
             for key, value in data.items():
                 key = str(key)
-                personal = key.lower() in self.keys or (person and key.lower() in PERSON_FIELDS)
                 scalar = isinstance(value, str | int) and not isinstance(value, bool)
                 text = str(value).strip() if scalar else ""
+                named = PERSON_KEY.search(key) is not None and PERSON_NAME.fullmatch(text) is not None
+                personal = key.lower() in self.keys or (person and key.lower() in PERSON_FIELDS) or named
                 if personal and scalar:
                     if len(unmarked(text)) >= MIN_VALUE and not _PLACEHOLDER.fullmatch(text):
                         found.setdefault(unmarked(text), key.lower())
-                        if key.lower() in NAME_KEYS:  # "Umar Rossi" → also "Umar" and "Rossi" on their own
+                        if key.lower() in NAME_KEYS or named:  # "Umar Rossi" → also "Umar" and "Rossi" on their own
                             for part in re.findall(r"\b[A-Z][a-z]{2,}\b", text):
                                 found.setdefault(part, key.lower())
                 elif scalar and _id_value(text, is_id_key(key)):
@@ -445,9 +458,12 @@ def _forms(value: str) -> tuple[str, ...]:
 def _written(value: str) -> str:
     """A regex of ``value`` as written in text: as it is, and each of its other
     ``_forms`` (an id in any case, with a space, dot, dash or underscore
-    between any of its characters: ``SOFIA KIM 7287``, ``W 2905754``)."""
+    between any of its characters: ``SOFIA KIM 7287``, ``W 2905754``); a date
+    in every way people write one (``_date_written``)."""
     loose = [form for form in _forms(value) if any(c.isdigit() for c in form)]
-    return "|".join([re.escape(value), *("(?i:" + r"[\s._-]?".join(form) + ")" for form in loose)])
+    date = date_of(value)
+    return "|".join([re.escape(value), *("(?i:" + r"[\s._-]?".join(form) + ")" for form in loose),
+                     *([date_written(date)] if date else [])])
 
 
 @lru_cache(maxsize=4096)
