@@ -203,7 +203,8 @@ def test_a_bad_outcomes_file_changes_nothing(kb: Path, tmp_path: Path) -> None:
     nameless = tmp_path / "nameless.csv"
     nameless.write_text("who,success\nconv-0,true\n")
     failed = brewkb(kb, "import", str(log), "--format", "openai", "--outcomes", str(nameless))
-    assert failed.returncode == 1 and "no id column; name one conversation_id, id, trace_id, task_id" in failed.stderr
+    assert failed.stderr.strip() == (f"brewkb: error: {nameless}:1: no id column in the header; name one "
+                                     "conversation_id, id, trace_id, task_id")  # the header's line
     huge = tmp_path / "huge.jsonl"
     huge.write_text('{"conversation_id": "conv-0", "score": 1' + "0" * 400 + "}\n")
     failed = brewkb(kb, "import", str(log), "--format", "openai", "--run", "logs", "--outcomes", str(huge))
@@ -248,8 +249,17 @@ def test_one_json_array_given_as_openai_is_told_it_needs_json_lines(kb: Path, tm
     path.write_text(json.dumps([GOOD, {**GOOD, "task_id": "t2"}], indent=2))
     refused = brewkb(kb, "import", str(path), "--format", "openai", "--run", "arr")
     assert refused.returncode == 1 and not (kb / "runs" / "arr").exists()
-    assert refused.stderr.strip() == (f"brewkb: error: {path} is one JSON array, and `openai` reads JSON lines: one "
-                                      "conversation object per line (`jq -c '.[]' FILE > FILE.jsonl` writes them so)")
+    assert refused.stderr.strip() == (f"brewkb: error: {path}: `openai` reads JSON lines, one conversation object per "
+                                      'line ({"messages": [...]}); this file is one JSON array: '
+                                      "`jq -c '.[]' FILE > FILE.jsonl` writes one conversation per line")
+    lists = tmp_path / "lists.jsonl"  # each line a bare list of messages: the other fix
+    lists.write_text("".join(json.dumps(line["messages"]) + "\n" for line in (GOOD, GOOD)))
+    refused = brewkb(kb, "import", str(lists), "--format", "openai", "--run", "arr")
+    assert refused.returncode == 1 and "`jq -c '{messages: .}' FILE > FILE.jsonl` wraps them" in refused.stderr
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"task_id": "t1", "messages": [{"role": "user", "content": "hi}]}')  # no line end
+    refused = brewkb(kb, "import", str(broken), "--format", "openai", "--run", "arr")
+    assert "not JSON (Unterminated string starting at column " in refused.stderr
 
 
 def test_a_record_nested_ten_thousand_deep_is_a_numbered_error(kb: Path, tmp_path: Path) -> None:
@@ -411,3 +421,15 @@ def test_records_of_any_shape_never_crash_an_import(kb: Path, tmp_path: Path, fm
     assert summary["imported"] >= 1 and summary["skipped"] >= 1
     strict = brewkb(kb, "import", str(path), "--format", fmt, "--run", "strict")
     assert strict.returncode == 1 and strict.stderr.startswith(f"brewkb: error: {path}"), strict.stderr[-2000:]
+
+
+def test_a_success_written_as_one_or_zero_is_read_as_an_outcomes_file_reads_it(kb: Path, tmp_path: Path) -> None:
+    path = tmp_path / "numbers.jsonl"
+    path.write_text("".join(json.dumps({**GOOD, "task_id": f"t{n}", "success": n}) + "\n" for n in (1, 0)))
+    done = brewkb(kb, "import", str(path), "--format", "openai", "--run", "nums")
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in (kb / "runs" / "nums" / "rollouts.jsonl").read_text().splitlines()]
+    assert [r["outcome"]["success"] for r in sorted(rows, key=lambda r: r["task_id"])] == [False, True]
+    path.write_text(json.dumps({**GOOD, "success": 2}) + "\n")
+    refused = brewkb(kb, "import", str(path), "--format", "openai", "--run", "two")
+    assert refused.returncode == 1 and "`success` must be true or false (or 1 or 0), got 2" in refused.stderr

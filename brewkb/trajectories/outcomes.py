@@ -104,6 +104,8 @@ def _rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
             yield f"{path}:{number}", row
         return
     reader = csv.DictReader(text.splitlines())
+    if reader.fieldnames is not None and not {f.strip() for f in reader.fieldnames} & set(ID_COLUMNS):
+        raise TrajectoryError(f"{path}:1: no id column in the header; name one {', '.join(ID_COLUMNS)}")
     for row in reader:
         yield f"{path}:{reader.line_num}", {k.strip(): v for k, v in row.items() if isinstance(k, str)}
 

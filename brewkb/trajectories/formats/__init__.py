@@ -19,6 +19,8 @@ errors, fsutil and the rest of ``brewkb.trajectories``.
 
 from __future__ import annotations
 
+import json
+
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,12 +99,26 @@ def import_file(path: Path, fmt: str, split: str = "train", tasks: Path | None =
         raise TrajectoryError(f"{path} is not JSON (it starts with {shown!r}); `{fmt}` reads "
                               f"{'JSON lines' if fmt == 'openai' else 'a JSON file'}: check the file")
     if fmt == "openai" and start[:1] == b"[":
-        raise TrajectoryError(f"{path} is one JSON array, and `openai` reads JSON lines: one conversation object "
-                              "per line (`jq -c '.[]' FILE > FILE.jsonl` writes them so)")
+        raise TrajectoryError(f"{path}: `openai` reads JSON lines, one conversation object per line "
+                              f"({{\"messages\": [...]}}); {_arrays_hint(path)}")
     guess = sniff(path)
     if guess is not None and guess != fmt:
         raise TrajectoryError(f"{path} does not look like `{fmt}`: it looks like `{guess}`; use --format {guess}")
     return spec.read(path, split, tasks)
+
+
+def _arrays_hint(path: Path) -> str:
+    """How to turn a file that starts with an array into JSON lines: each line a list of messages, or one array of
+    conversations."""
+    with path.open("rb") as file:
+        first = file.readline(1 << 20)
+    try:
+        line = json.loads(first)
+    except (ValueError, RecursionError):
+        line = None
+    if isinstance(line, list) and line and all(isinstance(m, dict) and "role" in m for m in line):
+        return "each line of this file is a list of messages: `jq -c '{messages: .}' FILE > FILE.jsonl` wraps them"
+    return "this file is one JSON array: `jq -c '.[]' FILE > FILE.jsonl` writes one conversation per line"
 
 
 def _start(path: Path) -> bytes:

@@ -88,7 +88,8 @@ def parse_json(text: str | bytes) -> Any:
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise TrajectoryError(f"not JSON ({exc.msg} at column {exc.colno})") from None
+        message = exc.msg.removesuffix(" at")  # "Unterminated string starting at": the column says where
+        raise TrajectoryError(f"not JSON ({message} at column {exc.colno})") from None
     except RecursionError:
         raise TrajectoryError(f"nested more than {MAX_DEPTH} levels deep") from None
     if not depth_ok(value):
@@ -221,13 +222,15 @@ def drop_markers(text: str, markers: Sequence[str]) -> str:
 
 
 def outcome_of(reward: Any, success: Any = None) -> Outcome:
-    """The outcome a log states: ``success`` when it is a boolean, else a
-    numeric ``reward`` (1 or more is a success), else unknown. A reward that is
-    there but is not a number is an error, not an unknown outcome."""
+    """The outcome a log states: ``success`` when it is a boolean (or ``1`` / ``0``, as an outcomes file may say
+    it), else a numeric ``reward`` (1 or more is a success), else unknown. A reward that is there but is not a
+    number is an error, not an unknown outcome."""
+    if type(success) is int and success in (0, 1):
+        success = bool(success)
     if isinstance(success, bool):
         return Outcome(success, float(reward) if _number(reward) else float(success))
     if success is not None:
-        raise TrajectoryError(f"`success` must be true or false, got {success!r}")
+        raise TrajectoryError(f"`success` must be true or false (or 1 or 0), got {success!r}")
     if reward is None:
         return UNKNOWN
     if not _number(reward):
