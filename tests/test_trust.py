@@ -168,9 +168,9 @@ def test_each_kind_of_id_key_and_id_shaped_value_is_scrubbed_everywhere() -> Non
 def test_a_birth_date_a_tool_took_is_replaced_however_it_is_written_and_so_is_a_name_under_a_role() -> None:
     traj = _traj([{"role": "user", "content": "Fatima Alvarez, July 15, 1968. Or 15.07.1968. Viktor Petrov opened it, with Olga Viktor Petrov."},
                   *_call(1, "find_patient", {"name": "Fatima Alvarez", "dob": "1968-07-15"},
-                         json.dumps({"patient_id": "P12345", "opened_by": "Viktor Petrov", "manager": "Dmitri Mensah",
+                         json.dumps({"patient_id": "P12345", "opened_by": "Viktor Petrov", "manager": "Tomasz O'Donnell",
                                      "assigned_to": "network-team"})),
-                  {"role": "user", "content": "Dmitri Mensah approved it. My flight is on May 24, 2024 (2024-05-24)."}])
+                  {"role": "user", "content": "Tomasz O'Donnell approved it. My flight is on May 24, 2024 (2024-05-24)."}])
     told = admit(traj, Scrubber.build())
     assert told.messages[0]["content"] == "<name>, <dob>. Or <dob>. <opened_by> opened it, with <opened_by>."
     assert told.messages[-1]["content"] == "<manager> approved it. My flight is on <date> (2024-05-24)."

@@ -144,7 +144,7 @@ PERSON_FIELDS = frozenset({"name", "address", "street", "city", "zip_code", "pos
 
 NAME_KEYS = frozenset({"name", "full_name"})
 
-PERSON_NAME = re.compile(r"[A-Z][^\W\d_]+(?:[-'][A-Z]?[^\W\d_]+)*(?:\s+[A-Z][^\W\d_]+(?:[-'][A-Z]?[^\W\d_]+)*){1,3}")
+PERSON_NAME = re.compile(r"[A-Z][^\W\d_]*(?:[-'’][A-Z]?[^\W\d_]+)*(?:\s+[A-Z][^\W\d_]*(?:[-'’][A-Z]?[^\W\d_]+)*){1,3}")
 """A name shaped like a person's: two to four capitalised words of letters."""
 
 ADMITTED = "admitted"
