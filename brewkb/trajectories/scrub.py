@@ -143,9 +143,8 @@ PERSON_FIELDS = frozenset({"name", "address", "street", "city", "zip_code", "pos
 """Keys that are personal inside a record that also holds one of the personal keys."""
 
 NAME_KEYS = frozenset({"name", "full_name"})
-
 PERSON_NAME = re.compile(r"[A-Z][^\W\d_]*(?:[-'’][A-Z]?[^\W\d_]+)*(?:\s+[A-Z][^\W\d_]*(?:[-'’][A-Z]?[^\W\d_]+)*){1,3}")
-"""A name shaped like a person's: two to four capitalised words of letters."""
+"""A name shaped like a person's: two to four capitalised words of letters (``O'Donnell`` one of them)."""
 
 ADMITTED = "admitted"
 """The ``meta`` key ``boundary.admit`` sets on a trajectory it scrubbed: scrubbing it again changes nothing."""
@@ -459,7 +458,7 @@ def _written(value: str) -> str:
     """A regex of ``value`` as written in text: as it is, and each of its other
     ``_forms`` (an id in any case, with a space, dot, dash or underscore
     between any of its characters: ``SOFIA KIM 7287``, ``W 2905754``); a date
-    in every way people write one (``_date_written``)."""
+    in every way people write one (``patterns.date_written``)."""
     loose = [form for form in _forms(value) if any(c.isdigit() for c in form)]
     date = date_of(value)
     return "|".join([re.escape(value), *("(?i:" + r"[\s._-]?".join(form) + ")" for form in loose),
