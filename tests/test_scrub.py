@@ -80,6 +80,14 @@ from tests.test_lint import run_cli
     ("my IPv6 is 2001:db8:85a3::8a2e:370:7334", "ip_address"),
     ("the office is at 10.0.0.5 today", "ip_address"),
     ("I'm at 37.7749, -122.4194 right now", "location"),
+    ("My password is: sunshine", "password"),
+    ("пароль: qwerty", "password"),
+    ("My seed phrase is witch collapse practice feed shame open despair", "passphrase"),
+    ("Refund to 0x742d35Cc6634C0532925a3b844Bc454e4438f44e.", "wallet"),
+    ("The code they texted me is 482 913.", "security_code"),
+    ("Меня зовут Иван Петров.", "name"),
+    ("Mijn naam is Jan de Vries.", "name"),
+    ("我叫王小明。", "name"),
 ])
 def test_each_default_pattern_becomes_its_placeholder(text: str, kind: str) -> None:
     scrubbed = Scrubber.build().text(text)

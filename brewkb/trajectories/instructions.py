@@ -76,13 +76,16 @@ TO_THE_AGENT = "tells an agent what to do"
 """Part of rule 3 for log text only: a recipe's own lines tell the agent what to do."""
 DIRECTS_A_CALL = "directs a tool call"
 """Rule 5, for log text only: a recipe's own lines name the calls the agent makes."""
+CLAIMS = "claims a policy or rule"
+"""Rule 3's first half; read in what a text asserts, not in its questions ("Is it true that refunds are always
+free?" asks)."""
 LINK = "a link"
 MARKUP = "code or markup"
 ASKS_FOR_A_SECRET = "asks for a secret"
 """Rule 7: someone asked to say a card number, a security code or a password (a recipe's line may warn against it)."""
 HIDES_ITS_WORDS = "hides its words"
 """Rule 8: ten letters or more each standing alone ("i g n o r e …"), a way to slip words past the others."""
-_ROLE = r"(?:ai|assistant|agent|model|llm|chatbot|bot|system|gpt|claude|language model)"
+_ROLE = r"(?:ai|assistant|agent|model|llm|chatbot|bot|system|gpt|chatgpt|copilot|gemini|claude|language model)"
 _TLD = (r"(?:com|net|org|info|biz|io|co|ai|app|dev|xyz|top|site|online|shop|store|link|click|live|ly|gl|cc|ws|tk"
         r"|ru|cn|uk|de|fr|nl|eu|us|ca|au|in|br|jp|su|pw|icu|club|vip|example|test|invalid|local|internal|onion|corp"
         r"|lan|localhost|help|support|pro|travel|me|tv|cloud|tech|page|world|email|services|center|solutions|zone"
@@ -92,13 +95,18 @@ _OVERRIDE_VERB = (r"(?i:ignorier(?:e|en|t)?|vergiss|vergessen|missachte|umgehe|�
                   r"|contourne[rz]?|ignora[rn]?|olvida[rn]?|omite|omitir|salta[rn]?|dimentica(?:re)?|ignorare"
                   r"|esque[çc]a|pule|negeer|vergeet|omzeil|игнорируй(?:те)?|проигнорируй(?:те)?|забудь(?:те)?"
                   r"|пропусти(?:те)?|zignoruj|ignoruj|pomiń|zapomnij|ignorera|ignorer|glöm|glem|abaikan|lupakan"
-                  r"|zapomeň|bỏ qua|تجاهل|انس)")
+                  r"|zapomeň|bỏ qua|تجاهل|انس|ігноруй(?:те)?|проігноруй(?:те)?|забудь(?:те)?|αγνόησε|αγνοήστε|ξέχνα"
+                  r"|התעלם|התעלמו|שכח|puuza|ohita|unohda|ignoră|ignorați|uitați|abaikan|ignorē|aizmirsti"
+                  r"|huwag pansinin|glem|hopp over)")
 _RULE_NOUN = (r"(?i:anweisungen|hinweise|regeln|richtlinien|vorgaben|prüfung(?:en)?|überprüfung(?:en)?|verifizierung"
               r"|instructions|règles|consignes|vérifications?|politiques?|instrucciones|reglas|verificaci[oó]n|pol[ií]ticas?"
               r"|istruzioni|regole|verifica|instru[çc][õo]es|regras|verifica[çc][ãa]o|instructies|regels|richtlijnen"
               r"|verificatie|controles?|инструкци[а-я]*|правил[а-я]*|указани[а-я]*|провер[а-я]*|instrukcj\w*|zasad\w*"
               r"|reguł\w*|weryfikacj\w*|instruktioner(?:na|ne)?|instruksjon(?:er|ene)?|regler(?:na|ne)?|instruksi"
-              r"|aturan|verifikasi|instrukce|pravidla|hướng dẫn|quy tắc|التعليمات|تعليمات|القواعد|التحقق)")
+              r"|aturan|verifikasi|instrukce|pravidla|hướng dẫn|quy tắc|التعليمات|تعليمات|القواعد|التحقق|інструкці[а-яії]*"
+              r"|правил[а-яії]*|οδηγίες|κανόνες|ההוראות|הוראות|הכללים|maagizo|sheria|ohjeet|säännöt|instrucțiunile"
+              r"|instrucțiuni|regulile|arahan|tagubilin|instrukcijas|noteikumus|instruksjonane|reglane|indicaciones"
+              r"|indicações)")
 """Rule 2 in other languages than English: verbs of ignoring or skipping, and what is ignored."""
 _STAFF = (r"(?:staff|supervisor|manager|management|admin|administrator|operator|moderator|headquarters|reps?"
           r"|representatives?|team leads?|reviewers?|customer care(?: team)?|support team|ops|operations"
@@ -122,13 +130,17 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
         # whoever reads it, named in the third person: "Whoever handles this: …", "assistants reading this should"
         r"|(?:^|[.!?:;]\s+|\bp\.?\s?s\.?\s*[:,-]?\s*)(?:whoever|anyone who|the person who)\s+(?:reads|handles"
         r"|is handling|processes|sees|gets|picks up|reviews)\s+this\b"
+        rf"|(?:^|[.!?]\s+)\s*{_ROLE}\s*,\s+(?:please\s+)?[a-z]+|\b(?:message|note|memo|instructions?)\s+(?:for|to)\s+"
+        rf"(?:the\s+)?{_ROLE}\b|\[\s*(?:system|admin|assistant|instructions?)\s*\]"
+        r"|(?:^|[.!?]\s+)\s*(?:instructions?|internal (?:memo|note)|system (?:note|message)|admin override)\s*:"
         rf"|\b{_ROLE}s?\s+(?:who\s+(?:are|is)\s+|that\s+(?:are|is)\s+)?(?:reading|handling|processing|seeing"
         r"|reviewing)\s+this\b|\btold me to (?:tell|say to|ask|remind) you\b")),
     ("overrides its instructions", re.compile(
         r"(?i)\b(?:ignore|disregard|forget|override|bypass|circumvent|skip|drop|discard|set aside|put aside|abandon"
         r"|scrap|never mind|pay no (?:attention|heed|mind) to|stop following|(?:do not|don't) follow)\s+(?:all\s+|any\s+"
         r"|every\s+|the\s+|your\s+|these\s+|those\s+|of\s+)*(?:(?:previous|prior|above|earlier|preceding|original"
-        r"|system|safety|usual)\b|prev\b|(?:[a-z]+[\s-]+){0,2}(?:instructions?|rules?|prompts?|polic(?:y|ies)"
+        r"|system|safety|usual)\b(?!\s+(?:request|message|one|answer|question|reply|text|note|comment|e-?mail|number"
+        r"|mistake))|prev\b|(?:[a-z]+[\s-]+){0,2}(?:instructions?|rules?|prompts?|polic(?:y|ies)"
         r"|guidelines?|guidance|directives?|directions|orders|checks?|verifications?|authentications?)\b)"
         # what someone or something said, set aside: "disregard what the policy says", "whatever the rules say"
         r"|\b(?:ignore|disregard|forget|set aside|never mind)\s+(?:everything|anything|whatever|what)\s+(?:[\w']+\s+)"
@@ -137,6 +149,19 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"(?:[a-z]+\s+){0,2}?(?:rules?|polic(?:y|ies)|guidelines?|instructions?|guidance|system|prompt)\s+(?:says?|said"
         r"|are|is|tells?)\b"
         r"|\b(?:do not|don't|no need to|never)\s+(?:check|verify|confirm|ask about|look up)\s+(?:whether|if)\b"
+        r"|\b(?:disobey|overlook|neglect|break|bend|(?:do not|don't) (?:obey|follow|apply))\s+(?:all\s+|any\s+|the\s+"
+        r"|your\s+|these\s+|those\s+)*(?:[a-z]+[\s-]+){0,2}(?:instructions?|rules?|polic(?:y|ies)|guidelines?"
+        r"|directions|directives?|restrictions?)\b"
+        r"|\bignore\s+(?:your\s+|the\s+|all\s+)*(?:programming|guardrails|safeguards|filters|restrictions|limits"
+        r"|terms(?: and conditions)?|training)\b"
+        r"|\b(?:instructions|rules|guidelines|directions|directives|polic(?:y|ies)|restrictions|guardrails|checks)\s+"
+        r"(?:no longer apply|(?:are|is|have been|has been)\s+(?:hereby\s+|now\s+)?(?:void|revoked|cancell?ed|lifted"
+        r"|suspended|removed|disabled|off|overridden|waived))\b"
+        r"|\b(?:verification|authentication|identity (?:checks?|verification)|checks?)\s+(?:is|are)\s+(?:no longer|not)"
+        r"\s+(?:required|needed|necessary)\b"
+        r"|\b(?:don't|do not) bother\s+(?:verifying|checking|confirming)\b"
+        r"|\bno need to\s+(?:check|verify|confirm)\s+(?:who i am|my identity)\b"
+        r"|\b(?:developer|maintenance|debug|god|jailbreak|unrestricted)\s+mode\b"
         r"|\bwithout\s+(?:a\s+|any\s+|the\s+)?(?:[a-z]+[\s-]+){0,2}(?:checks?|checking|verification|verifying"
         r"|authentication)\b"
         r"|\bno\s+(?:[a-z]+[\s-]+){0,2}(?:checks?|verification|authentication|identity)\s+(?:is\s+|are\s+)?"
@@ -153,8 +178,14 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
         # the noun first: 指示を無視, 지시를 무시, talimatları yok say, निर्देशों को अनदेखा
         r"|(?:指示|指令|规则|規則|ルール|確認|命令|지시|지침|규칙|명령|확인)[^。.!?]{0,12}(?:無視|忘れ|スキップ|忽略|无视|忘记|무시|잊)"
         r"|(?i:\b(?:talimat|kural|doğrulama|kontrol)\w*\s+(?:\w+\s+){0,3}?(?:yok say|görmezden gel|unut|atla))"
-        r"|(?:निर्देश|नियम)\S*\s+(?:\S+\s+){0,3}?(?:अनदेखा|नज़रअंदाज़|नजरअंदाज|भूल)")),
-    ("claims a policy or rule", re.compile(
+        r"|(?:निर्देश|नियम)\S*\s+(?:\S+\s+){0,3}?(?:अनदेखा|नज़रअंदाज़|नजरअंदाज|भूल|परवाह मत)"
+        # the noun first, or where no word boundary reads: Thai, Persian, Bengali, Hungarian
+        r"|(?:คำสั่ง|กฎ)[^.!?]{0,20}?(?:เพิกเฉย|ไม่ต้องสนใจ|ละเว้น)|(?:เพิกเฉย|ไม่ต้องสนใจ|ละเว้น)[^.!?]{0,20}?(?:คำสั่ง|กฎ)"
+        r"|(?:دستورالعمل|دستورات|قوانین)[^.!?]{0,30}?(?:نادیده|فراموش)|(?:নির্দেশ|নিয়ম)[^।.!?]{0,30}?(?:উপেক্ষা|ভুলে)"
+        r"|(?i:figyelmen kívül\s+(?:\w+\s+){0,3}?(?:utasítás|szabály)\w*|(?:utasítás|szabály)\w*\s+(?:\w+\s+){0,3}?"
+        r"figyelmen kívül)"
+        r"|(?:规则|規則|ルール|규칙)[^。.!?]{0,6}(?:不用管|不要管|别管|気にせず|無視|신경 쓰지)")),
+    (CLAIMS, re.compile(
         r"(?i)\b(?:new|updated|revised|official|internal|special|secret|changed|latest)\s+(?:company\s+|store\s+|"
         r"support\s+)?(?:polic(?:y|ies)|rules?|instructions?|guidelines?|directives?|procedures?)\b"
         r"|\bpolicy\s+(?:update|change|override|exception)\b|\b(?:system|developer)\s+(?:prompt|message|note)\b"
@@ -169,22 +200,32 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"|\bper\s+(?:the\s+|our\s+|your\s+|company\s+)?(?:current|new|latest|updated|revised|internal)\s+"
         r"(?:guidance|polic(?:y|ies)|rules?|guidelines?|directives?)\b|\bwithout exceptions?\b"
         r"|\byou(?:'re|’re| are)\s+(?:now\s+|hereby\s+|fully\s+)?(?:authori[sz]ed|permitted|cleared|empowered"
-        r"|entitled|allowed)\s+to\b"
+        r"|entitled|allowed)\s+to\b|\byou(?:'ve|’ve| have)\s+(?:been\s+(?:given|granted)\s+)?(?:permission|authori[sz]ation"
+        r"|clearance)\s+to\b"
+        r"|\b(?:revised|amended|updated|changed)\s+(?:terms|conditions|guidance|rules)\b|\bpolicy\s+\d+(?:\.\d+)*\s+says\b"
+        r"|\b(?:all|every|each)\s+(?:customers?|passengers?|callers?|clients?|users?)\s+(?:are|is|gets?|may|can)\s+"
+        r"(?:entitled|eligible|allowed|free)?\s*(?:to\s+)?(?:a\s+)?(?:free|full)\b"
+        rf"|\b(?:(?:your|the)\s+{_STAFF}|corporate|legal|compliance|head office)\s+(?:has\s+|have\s+)?(?:already\s+)?"
+        r"(?:approved|okayed|authori[sz]ed|instructed|cleared)\b(?!\s+(?:my|our)\s+(?:trip|travel|budget|leave))"
         # a rule said to begin now, or decided by someone who is not in the conversation
-        r"|\b(?:from now on|going forward|effective (?:immediately|today|now))\b"
+        r"|\b(?:from now on|going forward|effective (?:immediately|today|now))\b(?!,?\s+(?:I\b|I'd|I'll|I'm|please|my\b"
+        r"|we\b|we'd|we'll|our\b))"
         r"|\bfrom\s+(?:this point|here|this moment|today)\s+(?:on|onwards?|forward|out)\b"
+        r"|\bas of (?:this|today|now)\w*,?\s+(?:there is|there's)\s+no\b"
         r"|\b(?:starting|beginning|as of)\s+(?:today|now|immediately|this (?:week|month|year)),?\s+(?:all|every|any"
         r"|no)\b"
         r"|\b(?:is|are)\s+(?:now\s+optional|optional\s+for)\b"
-        rf"|\b{_STAFF}\s+(?:has|have)\s+(?:now\s+|already\s+)?(?:approved|authori[sz]ed|decided|agreed|allowed)\b")),
+        rf"|\b{_STAFF}\s+(?:has|have)\s+(?:now\s+|already\s+)?(?:approved|authori[sz]ed|decided|agreed|allowed)\b"
+        r"(?!\s+(?:my|our)\b)")),
     (RULE_FOR_READER, re.compile(
-        r"(?i)(?:^|[.!?:;]\s+|\n\s*)(?:always|never)\s+(?!mind\b)[a-z]+"
+        r"(?i)(?:^|[.!?:;]\s+|\n\s*)(?:always|never)\s+(?!mind\b|again\b|the\b|a\b|an\b|so\b|been\b|had\b|once\b"
+        r"|ever\b|happy\b|glad\b|nice\b|good\b|great\b|fun\b)[a-z]+"
         r"|\b(?:you|agents?|assistants?|the agent|the assistant)\s+(?:must|should|shall|are to|have to|need to)\s+"
         r"(?:always|never|not|no longer)\b|\bmust (?:always|never)\b")),
     (TO_THE_AGENT, re.compile(
         r"(?i)\b(?:the|an?|our|your|every|any)\s+(?:(?:ai|support|virtual|customer)\s+)?"
-        r"(?:agent|assistant|ai|model|bot|chatbot|llm)s?\s+(?:also\s+|now\s+|always\s+)?(?:must|should|shall"
-        r"|(?:is|are)\s+(?:to|required to|expected to)|(?:has|have|needs?)\s+to)\b")),
+        r"(?:agent|assistant|ai|model|bot|chatbot|llm)s?\s+(?:also\s+|now\s+|always\s+)?(?:(?:must|should|shall)"
+        r"(?!\s+(?:not\s+)?have\b)|(?:is|are)\s+(?:to|required to|expected to)|(?:has|have|needs?)\s+to)\b")),
     (LINK, re.compile(
         r"(?i)\b(?:https?|ftp|file|data|javascript|vbscript)\s*:\s*/*\S+|(?<![a-z0-9])www\d?\.\S+"
         # a link of any scheme (s3://, smb://, redis://, ssh://, mongodb+srv://), one that needs none (ipfs:, magnet:),
@@ -200,11 +241,13 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
         rf"|\b[a-z0-9-]{{2,63}}\s+dot\s+{_TLD}\b")),
     (DIRECTS_A_CALL, re.compile(
         # a name in code form: snake_case, camelCase or written as a call; letters only (an id holds digits)
-        r"\b(?i:call|calls|calling|invoke|run|execute|use|trigger|try|perform|then|proceed(?:\s+directly)?\s+(?:to|with))"
+        r"\b(?i:call|calls|calling|invoke|run|execute|use|trigger|try|perform|then|do|set|proceed(?:\s+directly)?\s+"
+        r"(?:to|with))"
         r"\s+(?i:the\s+|a\s+)?"
         r"(?i:(?:tool|function|api|endpoint|method)\s+)?['\"`]?"
         r"(?:[A-Za-z]+(?:_[A-Za-z]+)+\b|[a-z]{2,}(?:[A-Z][a-z]+)+\b|[A-Za-z_]+\()"
-        r"|(?i:\b[a-z]+(?:_[a-z]+)*\s*=\s*['\"]?(?:true|false)\b)")),
+        r"|(?i:\b[a-z]+(?:_[a-z]+)*\s*=\s*['\"]?(?:true|false)\b)"
+        r"|(?i:\bset\s+(?:the\s+)?(?:field\s+|flag\s+)?[a-z]+(?:_[a-z]+)*\s+to\s+(?:true|false|yes|on|1)\b)")),
     (MARKUP, re.compile(r"```|~~~|^\s{0,3}#{1,6}\s|\{\{[^}]{0,1000}\}\}|\{%[^%]{0,1000}%\}|<!--|<\?|<!\w", re.M)),
     (ASKS_FOR_A_SECRET, re.compile(
         r"(?i)\b(?:ask|asks|asking|request|requests|read|reads|reading|provide|give|tell|share|send|repeat|collect"
@@ -273,6 +316,8 @@ def _folded(text: str) -> str:
     return re.sub(r"(?<![^\W\d_])[/|!1](?=[^\W\d_]{2})|(?<=[^\W\d_])[/|!1](?=[^\W\d_])", "i", text)
 
 
+_QUESTION = re.compile(r"[^.!?\n]{0,2000}\?")
+"""A sentence that asks: a claim in it is asked about, not made."""
 _HEX = re.compile(r"\b(?:[0-9a-fA-F]{2}){8,}\b")
 _BASE64 = re.compile(r"(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{16,}={0,2}(?![A-Za-z0-9+/=])")
 
@@ -323,8 +368,10 @@ def instruction_reason(text: str, skip: Iterable[str] = ()) -> str | None:
     # normalise, showed reversed), through a disguise, and decoded
     words = [t for t in dict.fromkeys([written, normal[::-1], _folded(normal), *_decoded(normal)]) if t != normal]
     skipped = set(skip)
+    asserted = _QUESTION.sub(" ", normal) if "?" in normal else normal
     for number, (reason, rule) in enumerate(_RULES):
-        if reason not in skipped and (rule.search(normal) or number < _WORD_RULES and any(map(rule.search, words))):
+        text, variants = (asserted, [_QUESTION.sub(" ", w) for w in words]) if reason == CLAIMS else (normal, words)
+        if reason not in skipped and (rule.search(text) or number < _WORD_RULES and any(map(rule.search, variants))):
             return reason
     if HIDES_ITS_WORDS not in skipped and _mixes_scripts(written):
         return HIDES_ITS_WORDS

@@ -19,16 +19,19 @@ _DIGIT_WORD = r"(?:zero|oh|one|two|three|four|five|six|seven|eight|nine)"
 _STREET = (r"Street|St|Avenue|Ave|Road|Rd|Boulevard|Blvd|Lane|Ln|Drive|Dr|Court|Ct|Place|Pl|Way|Terrace|Parkway"
            r"|Pkwy|Highway|Hwy|Square|Sq|Circle|Cir|Trail|Close|Crescent|Row|Alley|Mews|Gardens|Grove|Walk|Rise")
 DEFAULT_PATTERNS: dict[str, str] = {
-    "passphrase": r"(?i:\b(?:passphrase|pass phrase|secret word|memorable word|security answer|answer to (?:my|the) "
+    "passphrase": r"(?i:\b(?:passphrase|pass phrase|secret (?:word|phrase)|seed phrase|recovery phrase|mnemonic"
+                  r"|memorable word|security answer|answer to (?:my|the) "
                   r"security question|mother's maiden name|maiden name)\b)(?:\s+(?:is|was))?\s*[:=]?\s+"
-                  r"([^\s.;!?\n][^.;!?\n]{2,79})",
+                  r"((?!(?:is|was)\s)[^\s.;!?\n][^.;!?\n]{2,79})",
     "access_code": r"(?i:\b(?:door|gate|access|entry|alarm|garage|lock|one[- ]time|verification|recovery|backup|sms"
                    r"|2fa|otp|login) (?:codes?|pins?|passcodes?)\b)(?:\s+[a-z]+){0,4}?(?:\s+(?:is|are|was|were))?"
                    r"\s*[:=]?\s*((?=[\w-]*\d)[\w-]{3,}(?:\s*(?:,|and)\s*(?=[\w-]*\d)[\w-]{3,}){0,5})",
-    "password": r"(?i:\b(?:password|passcode|passphrase|passwd|pwd|pw|pin(?: code)?|basic auth)\b)[\"']?\s*(?:(?:is|was|:|=)\s*"
+    "password": r"(?i:(?:\b(?:password|passcode|passphrase|passwd|pwd|pw|pin(?: code)?|basic auth|mot de passe|passwort"
+                r"|contraseña|senha|пароль)\b|密码|パスワード|비밀번호))[\"']?\s*(?:(?:(?:is|was|ist|es|est|é|是|は)\s*[:=]?|:|=|：)\s*"
                 r"[\"']?([^\s\"',;<]{3,})|((?=[^\s\"',;<]*[^\sA-Za-z\"',;<])[^\s\"',;<]{6,}))",
-    "security_code": r"(?i:\b(?:cvv2?|cvc2?|csc|(?:card )?security code|pin(?: code| number)?)\b)"
-                     r"(?:\s+(?:is|was))?\s*[:=#]?\s*(\d{3,8})(?![\w-])",
+    "security_code": r"(?i:\b(?:cvv2?|cvc2?|csc|(?:card )?security code|pin(?: code| number)?|otp|one[- ]time (?:code|pin)"
+                     r"|code (?:they|you|that was) (?:texted|sent|emailed)(?: (?:to )?me)?)\b)(?:'s|’s)?(?:\s+(?:is|was))?"
+                     r"\s*[:=#]?\s*(\d{3}\s\d{3}|\d{3,8})(?![\w-])",
     "birth_date": r"(?i:\b(?:dob|d\.o\.b\.?|date of birth|birth ?date|birthday|born(?: on)?|geburtsdatum|geboren(?: am)?"
                   r"|fecha de nacimiento|nacid[oa](?: el)?|date de naissance|née? le|data di nascita|nat[oa] il"
                   r"|data de nascimento|nascid[oa] em)\b)(?:'s|’s)?(?:\s+(?:is|was|ist|es|est|è|é))?"
@@ -85,8 +88,10 @@ DEFAULT_PATTERNS: dict[str, str] = {
     "booking_code": r"\b(?:[Rr]eservation|[Bb]ooking|[Cc]onfirmation|[Tt]icket)(?:\s+(?:ID|id|number|code|no\.?))?"
                     r"(?:\s+is)?[\s:#]+((?=[A-Z0-9]*\d)(?=[A-Z0-9]*[A-Z])[A-Z0-9]{5,10}|[A-Z]{6})\b",
     "name": r"\b(?:[Ii]'m|I am|[Mm]y name is|[Tt]his is|[Yy]ou are|[Ii]t'?s|[Ii]t is|(?i:je m'appelle|je suis|me llamo|mi nombre es"
-            r"|mi chiamo|ich heiße|ich heisse|mein name ist|meu nome é|eu sou))"
-            r"\s+([A-Z][^\W\d_]+(?:\s+[A-Z][^\W\d_]+)+)"
+            r"|mi chiamo|ich heiße|ich heisse|mein name ist|meu nome é|eu sou|nazywam się|меня зовут|mijn naam is"
+            r"|jag heter|benim adım|mă numesc|με λένε))"
+            r"\s+([A-ZА-ЯЁΑ-Ω][^\W\d_]+(?:\s+(?:(?:de|van|der|von|da|di|le|la)\s+)?[A-ZА-ЯЁΑ-Ω][^\W\d_]+)+)"
+            r"|(?:我叫|我的名字是|私の名前は|わたしの名前は|제 이름은)\s*([\u4e00-\u9fff\u3040-\u30ff\uac00-\ud7af]{2,6})"
             r"|(?:^|(?<=[.!?,;:]\s))([A-Z][^\W\d_]+\s+[A-Z][^\W\d_]+)\s+here\b"
             # a name given as a label's value ("Name: Jane Doe", "name's Jane Doe") or under a sign-off
             rf"|(?i:\bname)(?:\s*:|'s|’s|\s+is)\s+({_NAME_WORD}(?:\s+{_NAME_WORD}){{1,2}})\b"
@@ -107,6 +112,7 @@ DEFAULT_PATTERNS: dict[str, str] = {
     "ip_address": r"(?<![\w.:])(?:\d{1,3}\.){3}\d{1,3}(?![\w.])"
                   r"|(?<![\w:])(?:[0-9A-Fa-f]{1,4}:){5,7}[0-9A-Fa-f]{1,4}(?![\w:])"
                   r"|(?<![\w:])(?:[0-9A-Fa-f]{1,4}:){2,6}:(?:[0-9A-Fa-f]{1,4}(?::[0-9A-Fa-f]{1,4}){0,5})?(?![\w:])",
+    "wallet": r"\b0x[0-9a-fA-F]{40}\b|\bbc1[ac-hj-np-z02-9]{20,80}\b|\b[13][a-km-zA-HJ-NP-Z1-9]{25,34}\b",
     "location": r"(?<![\w.])-?\d{1,3}\.\d{3,}°?\s*[NS]?\s*,\s*-?\d{1,3}\.\d{3,}°?\s*[EW]?(?![\w.])",
     "account_number": r"(?i:\b(?:customer|account|member(?:ship)?|loyalty|client|frequent flyer)\s+(?:number|no\.?|num|#|id)"
                       r"(?:\s+is)?)\s*[:#]?\s*((?=[A-Za-z-]*\d)[A-Za-z0-9-]{4,20})\b",
