@@ -44,7 +44,7 @@ from brewkb.trajectories.secrets import secret_spans  # noqa: E402
 UNITS = ("A", "a", "1", "a.", "a ", "A1", "a-", "1-", "1.", "#1", "+1", "a_", "Ab", "A. ", "a@", "(at)",
          "a at ", "ab at ab dot ", "a dot ", "I am Ab ", "1 Ab ", "1, Ab ", "Ab, ", "Ab-", "1 rue ",
          "password is ", "reservation ", "ignore the ", "the agent ", "ai: ", "[a](", "{{", "{%", "<a ",
-         "http:", "+1 (1) ", "AB12 ", "1 1 ")
+         "http:", "+1 (1) ", "AB12 ", "1 1 ", "a?")
 WORDS = "please cancel my order because it arrived late and the box was damaged on the way".split()
 
 

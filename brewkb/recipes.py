@@ -22,7 +22,7 @@ import yaml
 from brewkb.errors import RecipeError
 
 __all__ = [
-    "LEARNED_FROM", "served", "visible", "EXAMPLES", "FOR_EXAMPLE", "FOR_REQUEST", "Anchor", "ANCHOR_SECTIONS", "anchors",
+    "LEARNED_FROM", "served", "visible", "HIDDEN", "EXAMPLES", "FOR_EXAMPLE", "FOR_REQUEST", "Anchor", "ANCHOR_SECTIONS", "anchors",
     "anchor_line",
     "KNOWN_KEYS",
     "SECTIONS",
@@ -378,10 +378,12 @@ def visible(text: str) -> str:
     (newline and tab kept), private-use and surrogate ones, and the line and paragraph separators."""
     if text.isascii() and text.isprintable():
         return text
-    return "".join(c for c in text if c in "\n\t" or unicodedata.category(c) not in _HIDDEN)
+    return "".join(c for c in text if c in "\n\t" or unicodedata.category(c) not in HIDDEN)
 
 
-_HIDDEN = frozenset({"Cc", "Cf", "Cs", "Co", "Zl", "Zp"})
+HIDDEN = frozenset({"Cc", "Cf", "Cs", "Co", "Zl", "Zp"})
+"""Unicode categories of characters a reader does not see: control, format, surrogate, private use, and the
+line and paragraph separators (line breaks to some readers)."""
 
 
 def served(recipe: Recipe) -> Recipe:

@@ -215,10 +215,9 @@ def _tools(text: str) -> set[str]:
         steps = procedure_of(parse_recipe(text)).steps
     except RecipeError:
         steps = ()
-    calls = _calls(text)
-    passed = {a.strip().split("=")[0].strip() for _, args in calls for a in args.split(",")}
-    named = {n for n in NAMED.findall(text) if COMPOUND.search(n) and n not in passed}
-    return set().union(*steps) | {tool for tool, _ in calls} | named
+    passed = _arguments(text)
+    named = {n for n in NAMED.findall(text) if COMPOUND.search(n) and n not in {a for _, a in passed}}
+    return set().union(*steps) | {tool for tool, _ in _calls(text)} | named
 
 
 def _arguments(text: str) -> set[tuple[str, str]]:

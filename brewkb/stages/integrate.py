@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 
 from brewkb.config import Signatures
 from brewkb.errors import LLMError, RecipeError
@@ -49,6 +50,12 @@ def _screened(recipe: Recipe, texts: LogIndex, copies: Copies, rules: CallRules)
     return recipe.replace(body=body, description=description) if changes else recipe
 
 
+@lru_cache(maxsize=32)
+def _screens(tasks: tuple[str, ...], notes: tuple[str, ...], said: tuple[str, ...]) -> tuple[LogIndex, Copies]:
+    """The screens of a concept's logs, built once for all the samples and iterations that integrate it."""
+    return LogIndex([*tasks, *notes, *said]), Copies([*tasks, *said])
+
+
 async def integrate(backend: Backend, slug: str, title: str, aliases: Sequence[str], insights: Sequence[Insight],
                     current: Recipe | None, samples: int = 1, retries: int = 2,
                     first_sample: int = 0, errors: list[str] | None = None,
@@ -63,9 +70,9 @@ async def integrate(backend: Backend, slug: str, title: str, aliases: Sequence[s
     rules = CallRules.of(current.body if current else "", known or {}, supported)
     # the logs a written line is compared with: the insights, and what the conversations they came from said,
     # which the model that reflected on them read
-    said = [text for source in dict.fromkeys(i.source for i in insights) for text in (logs or {}).get(source, ())]
-    texts = LogIndex([*(text for i in insights for text in (i.task, i.insight) if text), *said])
-    copies = Copies([*(i.task for i in insights if i.task), *said])
+    said = tuple(text for source in dict.fromkeys(i.source for i in insights) for text in (logs or {}).get(source, ()))
+    texts, copies = _screens(tuple(i.task for i in insights if i.task), tuple(i.insight for i in insights if i.insight),
+                             said)
     errors = errors if errors is not None else []
     found = []
     for sample in range(first_sample, first_sample + samples):

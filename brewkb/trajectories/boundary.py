@@ -45,6 +45,7 @@ from functools import cached_property
 from typing import Any
 
 from brewkb.config import TOOL_NAME
+from brewkb.recipes import HIDDEN
 from brewkb.trajectories.schema import Trajectory, tool_calls
 from brewkb.trajectories.scrub import ADMITTED, MARKS, MIN_ID, Scrubber, message_texts, unmarked
 from brewkb.trajectories.tools import DECLARED
@@ -104,8 +105,7 @@ def invisible(text: str) -> list[str]:
     character references (as ``U+XXXX``, once each, in order)."""
     if "&" in text:  # written as character references, they are those characters to whoever renders them
         text = _unescaped(text)
-    found = [c for c in text if _REMOVED.match(c) or (c not in "\n\t" and unicodedata.category(c) in (
-        "Cc", "Cf", "Cs", "Co", "Zl", "Zp"))]  # Zl, Zp: the line and paragraph separators, line breaks to some readers
+    found = [c for c in text if _REMOVED.match(c) or (c not in "\n\t" and unicodedata.category(c) in HIDDEN)]
     return list(dict.fromkeys(f"U+{ord(c):04X}" for c in found))
 
 

@@ -316,7 +316,7 @@ def _folded(text: str) -> str:
     return re.sub(r"(?<![^\W\d_])[/|!1](?=[^\W\d_]{2})|(?<=[^\W\d_])[/|!1](?=[^\W\d_])", "i", text)
 
 
-_QUESTION = re.compile(r"[^.!?\n]{0,2000}\?")
+_QUESTION = re.compile(r"(?:^|(?<=[.!?\n]))[^.!?\n]*\?")
 """A sentence that asks: a claim in it is asked about, not made."""
 _HEX = re.compile(r"\b(?:[0-9a-fA-F]{2}){8,}\b")
 _BASE64 = re.compile(r"(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{16,}={0,2}(?![A-Za-z0-9+/=])")
@@ -341,7 +341,7 @@ def _decoded(text: str) -> list[str]:
     return found
 
 
-_GROUPED = {"CJK": "CJK", "HIRAGANA": "CJK", "KATAKANA": "CJK", "HANGUL": "CJK"}
+_EAST_ASIAN = frozenset({"CJK", "HIRAGANA", "KATAKANA", "HANGUL"})
 
 
 def _mixes_scripts(text: str) -> bool:
@@ -353,7 +353,7 @@ def _mixes_scripts(text: str) -> bool:
     for word in re.findall(r"[^\W\d_]{2,}", text):
         if not word.isascii():
             scripts = {unicodedata.name(c, "?").split(" ")[0] for c in word}
-            others = {_GROUPED.get(x, x) for x in scripts} - {"LATIN", "CJK"}
+            others = scripts - _EAST_ASIAN - {"LATIN"}
             if "LATIN" in scripts and others:
                 return True
     return False
@@ -361,17 +361,26 @@ def _mixes_scripts(text: str) -> bool:
 
 def instruction_reason(text: str, skip: Iterable[str] = ()) -> str | None:
     """Why ``text`` reads as instructions to an agent (one of the module
-    docstring's rules, but those named in ``skip``), or ``None``."""
+    docstring's rules, but those named in ``skip``), or ``None``. A short text
+    is read once: requests and a recipe's lines come back sample after sample."""
+    skipped = frozenset(skip)
+    return _remembered(text, skipped) if len(text) <= REMEMBERED else _reason(text, skipped)
+
+
+REMEMBERED = 4000
+"""Characters of a text whose reading is kept (longer ones are rare, and not kept in memory)."""
+
+
+def _reason(text: str, skipped: frozenset[str]) -> str | None:
     written = normalise(text, 100_000)
     normal = written.translate(_LATIN_LOOK).translate(_SMALL_CAPITALS)
     # the rules of words read it as written (Cyrillic is Cyrillic), backwards (what a bidi override, removed by
     # normalise, showed reversed), through a disguise, and decoded
     words = [t for t in dict.fromkeys([written, normal[::-1], _folded(normal), *_decoded(normal)]) if t != normal]
-    skipped = set(skip)
     asserted = _QUESTION.sub(" ", normal) if "?" in normal else normal
     for number, (reason, rule) in enumerate(_RULES):
-        text, variants = (asserted, [_QUESTION.sub(" ", w) for w in words]) if reason == CLAIMS else (normal, words)
-        if reason not in skipped and (rule.search(text) or number < _WORD_RULES and any(map(rule.search, variants))):
+        read, variants = (asserted, [_QUESTION.sub(" ", w) for w in words]) if reason == CLAIMS else (normal, words)
+        if reason not in skipped and (rule.search(read) or number < _WORD_RULES and any(map(rule.search, variants))):
             return reason
     if HIDES_ITS_WORDS not in skipped and _mixes_scripts(written):
         return HIDES_ITS_WORDS
@@ -382,6 +391,9 @@ def instruction_reason(text: str, skip: Iterable[str] = ()) -> str | None:
     if MARKUP not in skipped and _is_html(normal):
         return MARKUP
     return None
+
+
+_remembered = lru_cache(maxsize=32768)(_reason)
 
 
 @lru_cache(maxsize=16384)

@@ -6,6 +6,7 @@ spellings, a name beside the word next to it."""
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 __all__ = ["DEFAULT_PATTERNS", "VALIDATORS", "PERSON_KEY", "NAME_BESIDE", "whole_name", "date_of", "date_written"]
 
@@ -159,6 +160,7 @@ MONTHS = ("january", "february", "march", "april", "may", "june", "july", "augus
           "november", "december")
 
 
+@lru_cache(maxsize=65536)
 def date_of(value: str) -> tuple[int, int, int] | None:
     """The year, month and day of a value written as a date (``1968-07-15``, ``07/15/1968``), or ``None``."""
     iso = re.fullmatch(r"(\d{4})[-/.](\d{1,2})[-/.](\d{1,2})", value)

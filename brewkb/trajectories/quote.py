@@ -28,9 +28,16 @@ import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from brewkb.trajectories.boundary import normalise
-from brewkb.trajectories.instructions import DIRECTS_A_CALL, PLACEHOLDER, TO_THE_AGENT, instruction_reason
+from brewkb.trajectories.instructions import (
+    DIRECTS_A_CALL,
+    PLACEHOLDER,
+    REMEMBERED,
+    TO_THE_AGENT,
+    instruction_reason,
+)
 from brewkb.trajectories.schema import Trajectory, tool_calls
 from brewkb.trajectories.scrub import ID_SHAPE
 
@@ -70,13 +77,21 @@ def _bounded(line: str, limit: int) -> str:
 
 def quote(text: str | None, limit: int = MAX_QUOTE) -> Quote:
     """``text`` from a log as a recipe may quote it, or held back (see the module docstring)."""
-    normal = normalise(text or "", 100_000)
+    text = text or ""
+    return _quoted(text, limit) if len(text) <= REMEMBERED else _quote(text, limit)
+
+
+def _quote(text: str, limit: int) -> Quote:
+    normal = normalise(text, 100_000)
     reason = instruction_reason(normal)
     if reason is not None:
         return Quote("", reason)
     line = " ".join(normal.split())
     line = ID_SHAPE.sub("<id>", line)  # ids are data: none reaches a recipe, marked or not
     return Quote(_bounded(_plain(line), limit))
+
+
+_quoted = lru_cache(maxsize=16384)(_quote)  # the same requests are quoted for every sample of a concept
 
 
 def shown(text: str) -> str:

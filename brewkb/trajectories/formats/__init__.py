@@ -20,7 +20,6 @@ errors, fsutil and the rest of ``brewkb.trajectories``.
 from __future__ import annotations
 
 import json
-
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
