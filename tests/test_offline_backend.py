@@ -154,3 +154,9 @@ def test_offline_embedder_groups_similar_names() -> None:
     assert sims[0, 1] > sims[0, 3] and sims[0, 2] > sims[0, 4]
     assert np.allclose(np.diag(sims), 1.0, atol=1e-5)
     assert hashed_ngram_embeddings([""]).sum() == 0.0
+
+
+@pytest.mark.parametrize(("tool", "reads"), [("open_claim", False), ("open_ticket", False), ("openAccount", False),
+                                             ("open_file", True), ("openUrl", True), ("open_claim_details", True)])
+def test_open_creates_unless_it_names_what_it_reads(tool: str, reads: bool) -> None:
+    assert is_lookup(tool) is reads

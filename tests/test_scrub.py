@@ -88,6 +88,16 @@ from tests.test_lint import run_cli
     ("Меня зовут Иван Петров.", "name"),
     ("Mijn naam is Jan de Vries.", "name"),
     ("我叫王小明。", "name"),
+    ("please upgrade Noah Hernandez to business", "full_name"),
+    ("для Иван Петров", "full_name"),
+    ("my national insurance number is QQ 12 34 56 C.", "id"),
+    ("the car's registration is AB12 CDE", "plate"),
+    ("book my car JO84 PBF into a shop", "plate"),
+    ("my licence plate is KA 01 AB 1234", "id"),
+    ("the key is AKIA IOSF ODNN 7EXA MPLE.", "secret"),
+    ("here it is: s k - p r o j - a b c 1 2 3 d e f 4 5 6", "secret"),
+    ("token = supersecretvalue", "secret"),
+    ("my API key is abcd-efgh-ijkl-mnop, use it", "secret"),
 ])
 def test_each_default_pattern_becomes_its_placeholder(text: str, kind: str) -> None:
     scrubbed = Scrubber.build().text(text)
@@ -130,7 +140,9 @@ def test_ordinary_numbers_and_codes_are_left_alone() -> None:
             "One or two, three four five: six of one. Calle Mayor is closed. I booked 2 seats on 05 12 flights. "
             "I am socially 100 percent sure. The booking is under ID SI and the agent Then left. "
             "My reservation is NOT changed; the booking CANCELLED. The token is expired, the bearer of the card "
-            "asks for a PIN code reset for 3 cards.")
+            "asks for a PIN code reset for 3 cards. From New York to Las Vegas on the West Coast in Basic Economy, "
+            "paid by Gift Card; the api key is invalid. I am a big fan of the new app and go to the zoo on my way "
+            "home. Flight UA 123 on May 5 at 9 am from SFO to JFK with 2 bags.")
     assert Scrubber.build().text(text) == text
 
 

@@ -119,6 +119,11 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
         rf"|\b(?:you are|you're|act as|pretend to be|as an?|you,? the)\s+(?:now\s+)?(?:an?\s+)?(?:helpful\s+)?"
         r"(?:ai|assistant|language model|llm|chatbot|large language model)\b"
         r"|<\|[^|>\n]{1,40}\|>|\[/?INST\]|<</?SYS>>|#{2,}\s*(?:instruction|system|response)\b"
+        # a note to the assistant in other languages: "Hinweis an den Assistenten", "note pour l'assistant"
+        r"|(?i:\b(?:hinweis|nachricht|notiz|anweisung|note|message|nota|mensaje|mensagem|bericht|opmerking|записка"
+        r"|сообщение|примечание)\s+(?:an|für|à|pour|para|per|al|a|aan|voor|для)\s+(?:den|die|das|l'|l’|la|le|el|o|il"
+        r"|de|het)?\s*(?:assistenten|assistentin|assistant|assistente|asistente|assistent|ассистента|ии|ki|ia|ai|bot"
+        r"|chatbot|agenten|agent|agente|модели|бота)\b)"
         # a note for someone other than whom it was said to: staff, or whoever reads it
         rf"|(?:^|[.!?]\s+)\s*{_STAFF}\s*:|\b{_STAFF}\s+(?:notes?|messages?|memos?|reminders?|instructions?)\b"
         rf"|\b(?:notes?|messages?|memos?|reminders?|instructions?)\s+(?:from|for|to)\s+(?:the\s+|your\s+|our\s+)?"
@@ -133,6 +138,8 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
         rf"|(?:^|[.!?]\s+)\s*{_ROLE}\s*,\s+(?:please\s+)?[a-z]+|\b(?:message|note|memo|instructions?)\s+(?:for|to)\s+"
         rf"(?:the\s+)?{_ROLE}\b|\[\s*(?:system|admin|assistant|instructions?)\s*\]"
         r"|(?:^|[.!?]\s+)\s*(?:instructions?|internal (?:memo|note)|system (?:note|message)|admin override)\s*:"
+        r"|(?:^|[.!?]\s+)\s*(?i:note interne|m[ée]mo interne|nota interna|memo interno|mensaje interno|interne (?:notiz"
+        r"|mitteilung|anweisung)|interne notitie|служебная записка|внутренняя записка)\s*:"
         rf"|\b{_ROLE}s?\s+(?:who\s+(?:are|is)\s+|that\s+(?:are|is)\s+)?(?:reading|handling|processing|seeing"
         r"|reviewing)\s+this\b|\btold me to (?:tell|say to|ask|remind) you\b")),
     ("overrides its instructions", re.compile(
@@ -172,7 +179,7 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"|\b(?:ignore|disregard|forget)\s+(?:what|everything|anything|all)\s+(?:that\s+)?(?:you|you've|you'?ve)\s+"
         r"(?:were|was|have been|had been|'ve been|are|got)?\s*(?:told|instructed|given|taught|asked)\b"
         # the same in other languages: a verb of ignoring or skipping, then instructions, rules or checks
-        rf"|\b{_OVERRIDE_VERB}\s+(?:[^\W\d_]+[\s,]+){{0,4}}?{_RULE_NOUN}\b"
+        rf"|\b{_OVERRIDE_VERB}\s+(?:[^\W\d_]+[\s,]+){{0,4}}?[^\W\d_]*?{_RULE_NOUN}\b"  # a compound: Kautionsregeln
         rf"|\b{_RULE_NOUN}\s+(?:[^\W\d_]+\s+){{0,2}}?(?i:ignorieren|vergessen|überspringen|umgehen|missachten)\b"
         rf"|(?:忽略|无视|忽视|忘记|跳过|無視|忘れ)[^。.!?]{{0,12}}(?:指示|指令|规则|規則|规定|验证|核实|检查|ルール|確認)"
         # the noun first: 指示を無視, 지시를 무시, talimatları yok say, निर्देशों को अनदेखा

@@ -8,6 +8,8 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
+from brewkb.trajectories.names import is_full_name
+
 __all__ = ["DEFAULT_PATTERNS", "VALIDATORS", "PERSON_KEY", "NAME_BESIDE", "whole_name", "date_of", "date_written"]
 
 _AT = r"(?:\s*[(\[{<]\s*(?i:at)\s*[)\]}>]\s*)"
@@ -16,6 +18,8 @@ _LOCAL = r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]{1,64}"
 """An e-mail's local part (at most 64 characters), begun where a word begins."""
 _NAME_WORD = r"[A-Z][a-zß-öø-ÿ'’]+(?:-[A-Z]?[a-zß-öø-ÿ'’]+)*"
 """A word of a name as people write it: a capital, then lower-case letters (a hyphen may join two)."""
+_CONDITION_WORD = r"(?!(?:and|but|so|because|since|which|who|while)\b)[\w'’-]+"
+"""A word of a condition's name: any word up to one that starts another clause."""
 _DIGIT_WORD = r"(?:zero|oh|one|two|three|four|five|six|seven|eight|nine)"
 _STREET = (r"Street|St|Avenue|Ave|Road|Rd|Boulevard|Blvd|Lane|Ln|Drive|Dr|Court|Ct|Place|Pl|Way|Terrace|Parkway"
            r"|Pkwy|Highway|Hwy|Square|Sq|Circle|Cir|Trail|Close|Crescent|Row|Alley|Mews|Gardens|Grove|Walk|Rise")
@@ -32,7 +36,7 @@ DEFAULT_PATTERNS: dict[str, str] = {
                 r"[\"']?([^\s\"',;<]{3,})|((?=[^\s\"',;<]*[^\sA-Za-z\"',;<])[^\s\"',;<]{6,}))",
     "security_code": r"(?i:\b(?:cvv2?|cvc2?|csc|(?:card )?security code|pin(?: code| number)?|otp|one[- ]time (?:code|pin)"
                      r"|code (?:they|you|that was) (?:texted|sent|emailed)(?: (?:to )?me)?)\b)(?:'s|’s)?(?:\s+(?:is|was))?"
-                     r"\s*[:=#]?\s*(\d{3}\s\d{3}|\d{3,8})(?![\w-])",
+                     r"\s*[:=#]?\s*(\d{3}\s\d{3}|\d(?: \d){3,7}|\d{3,8})(?![\w-])",
     "birth_date": r"(?i:\b(?:dob|d\.o\.b\.?|date of birth|birth ?date|birthday|born(?: on)?|geburtsdatum|geboren(?: am)?"
                   r"|fecha de nacimiento|nacid[oa](?: el)?|date de naissance|née? le|data di nascita|nat[oa] il"
                   r"|data de nascimento|nascid[oa] em)\b)(?:'s|’s)?(?:\s+(?:is|was|ist|es|est|è|é))?"
@@ -102,11 +106,27 @@ DEFAULT_PATTERNS: dict[str, str] = {
             r"|\b(?:Dr|Mr|Mrs|Ms|Mx|Miss|Prof)\.?\s+([A-Z][^\W\d_]+(?:\s+[A-Z][^\W\d_]+){0,2})"
             # a person named after who they are to the conversation: "the duty manager Marcus Webb", "booked under
             # Chen Lee", "travelling with Aiyana Running-Water"
-            rf"|\b(?:named|called|under(?: the name(?: of)?)?|customer|passenger|travell?er|manager|agent|supervisor"
+            rf"|\b(?:named|called|(?:signed|approved|written|sent|referred|treated|seen|examined|reported|driven) by"
+            rf"|under(?: the name(?: of)?)?|customer|passenger|travell?er|manager|agent|supervisor"
             rf"|admin|administrator|representative|officer|clerk|employee"
             rf"|colleague|husband|wife|partner|son|daughter|mother|father|brother|sister|friend|travell?ing with"
-            rf"|flying with)\s+({_NAME_WORD}(?:\s+{_NAME_WORD}){{1,2}})\b",
-    "zip": r"\b(?:zip|postal)(?:\s+code)?(?:\s+is)?[:\s]+(\d{5})\b",
+            rf"|flying with)\s+({_NAME_WORD}(?:\s+{_NAME_WORD}){{1,2}})\b"
+            # one word is enough after "my" and a relative: "my son Lukas", "My dad Finn"
+            rf"|\b(?i:my|our|his|her|their)\s+(?:husband|wife|partner|spouse|son|daughter|mother|father|mom|mum|dad"
+            rf"|brother|sister|friend|colleague|coworker|boss|fianc[eé]e?|boyfriend|girlfriend|grandma|grandpa"
+            rf"|grandmother|grandfather|grandson|granddaughter|aunt|uncle|cousin|niece|nephew|child|kid|baby"
+            rf"|neighbou?r|flatmate|roommate)\s+({_NAME_WORD}(?:\s+{_NAME_WORD}){{0,2}})\b",
+    # capitalised words, two of them in a row a given name and then a given name or a surname (``names``)
+    "full_name": r"(?<![\w'’-])(?=[A-ZÀ-ÞА-ЯЁΑ-Ω])[^\W\d_]{2,}(?:-[^\W\d_]{2,})?"
+                 r"(?: (?=[A-ZÀ-ÞА-ЯЁΑ-Ω])[^\W\d_]{2,}(?:-[^\W\d_]{2,})?){1,3}(?![\w-])",
+    # a health condition said as one: "diagnosed with …", "recovering from …", "in hospital with …"
+    "health": rf"(?i:\b(?:diagnosed with|suffer(?:s|ing)? from|recover(?:s|ing|ed)? from|(?:being )?treated for"
+              rf"|treatment for|(?:in|to) hospital (?:with|for)|hospitali[sz]ed (?:with|for)|allergic to|medical history of"
+              rf"|surgery (?:on|for)|a case of)\s+)({_CONDITION_WORD}(?:\s{_CONDITION_WORD}){{0,4}})",
+    "zip": r"(?i:\b(?:zip|postal|post ?code|eircode|plz|código postal|code postal)(?:\s+code)?(?:\s+is)?)[:\s]+"
+           r"((?=[A-Z0-9 -]{0,9}\d)[A-Z0-9]{2,5}(?:[ -][A-Z0-9]{3,4})?)(?![\w-])"
+           # a British postcode on its own: LS1 4AP, SW1A 1AA
+           r"|\b[A-Z]{1,2}\d[A-Z\d]? \d[A-Z]{2}\b",
     "login": r"(?i:\b(?:login|log-in|username|user name|userid|handle)\b)(?:\s*[:=]\s*|\s+(?:is|was)\s+)"
              r"((?!(?:is|was)\b)[^\s,;:<>\"']{1,63}[^\s,;:<>\"'.!?](?:\s*/\s*[^\s,;<>\"']{1,63}[^\s,;<>\"'.!?])?)",
     "mac_address": r"(?<![\w:-])[0-9A-Fa-f]{2}(?:[:-][0-9A-Fa-f]{2}){5}(?![\w:-])",
@@ -119,17 +139,24 @@ DEFAULT_PATTERNS: dict[str, str] = {
                       r"(?:\s+is)?)\s*[:#]?\s*((?=[A-Za-z-]*\d)[A-Za-z0-9-]{4,20})\b",
     # a whole date with its year, as people write one (a birth date is given so, often without saying what it is);
     # not the machine form 2024-05-17 of tools' arguments
-    "date": r"(?i:\b(?:(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\.?\s+\d{1,2}(?:st|nd|rd|th)?,?"
-            r"|\d{1,2}(?:st|nd|rd|th)?\s+(?:of\s+)?(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\.?,?)"
-            r"\s+(?:1[89]|20)\d{2}\b(?![-/.]\d))"
+    "date": r"(?i:\b(?:(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\.?\s+\d{1,2}(?:st|nd|rd|th)?,?\s+"
+            r"|\d{1,2}(?:st|nd|rd|th)?\s+(?:of\s+)?(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\.?,?\s+"
+            r"|\d{1,2}-(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*-)"
+            r"(?:(?:1[89]|20)\d{2}|['’]\d{2})\b(?![-/.]\d))"
             r"|(?<![\w./-])\d{1,2}[/.-]\d{1,2}[/.-](?:1[89]|20)\d{2}(?![\w/-])",
     # seven to nineteen digits, written together or in groups (a national id, an account, a phone said otherwise);
     # not a date, nor a longer run (a trace id, a hash)
     "number": r"(?<![\w.,/-])(?!\d{4}[-/.]\d{1,2}[-/.]\d{1,2}(?![\d]))(?!\d{1,2}[-/.]\d{1,2}[-/.]\d{2,4}(?!\d))"
               r"\d(?:[ ./-]?\d){6,18}(?![\w-])",
-    # a value given as an id or a number of any kind: "my employee id is E555123", "tax id 12-3456789"
-    "id": r"(?i:\b(?:id|ids|identifier|number|nummer|numéro|número|numero|no\.|num|licen[cs]e)\b)(?:\s+(?:is|was|are))?\s*[:#]?\s*"
-          r"((?=[A-Za-z-]*\d)[A-Za-z0-9][A-Za-z0-9-]{3,29})(?![\w-])",
+    # a British number plate, two letters, two digits and three letters: AB12 CDE
+    "plate": r"\b[A-Z]{2}\d{2} [A-Z]{3}\b",
+    # a value given as an id or a number of any kind: "my employee id is E555123", "tax id 12-3456789", written
+    # whole or in groups of capitals and digits ("QQ 12 34 56 C", a plate "KA 01 AB 1234")
+    "id": r"(?i:\b(?:id|ids|identifier|number|nummer|numéro|número|numero|no\.|num|licen[cs]e(?: plate)?|plate"
+          r"|registration|reg|vin|dni|nie|nif|cpf|curp|pesel|bsn|aadhaar|nino|personnummer|codice fiscale)\b)"
+          r"(?:\s+(?:is|was|are))?\s*[:#]?\s*"
+          r"((?=[A-Z ]{0,20}\d)[A-Z0-9]{1,4}(?: [A-Z0-9]{1,4}){1,5}(?![\w-])"
+          r"|(?=[A-Za-z-]*\d)[A-Za-z0-9][A-Za-z0-9-]{3,29}(?![\w-]))",
 }
 """Placeholder kind → regex. Order matters: earlier patterns win."""
 
@@ -145,8 +172,9 @@ def _phone_ok(text: str) -> bool:
     return 8 <= sum(c.isdigit() for c in text) <= 15
 
 
-VALIDATORS = {"iban": _iban_ok, "phone": _phone_ok}
-"""Kinds whose matches count only when they pass a check (the IBAN's check digits, a phone's length)."""
+VALIDATORS = {"iban": _iban_ok, "phone": _phone_ok, "full_name": is_full_name}
+"""Kinds whose matches count only when they pass a check (the IBAN's check digits, a phone's length, a name's
+words among people's names)."""
 
 
 PERSON_KEY = re.compile(r"(?i)(?:^|_)(?:manager|requester|requestor|assignee|approver|owner|contact|author|reporter"

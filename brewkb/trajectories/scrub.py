@@ -70,6 +70,7 @@ from brewkb.trajectories.patterns import (
     date_written,
     whole_name,
 )
+from brewkb.trajectories.names import is_full_name
 from brewkb.trajectories.schema import Trajectory
 from brewkb.trajectories.secrets import SECRET, secret_spans
 
@@ -116,9 +117,21 @@ def _id_value(text: str, keyed: bool) -> bool:
     digit (or a short all-capitals code such as ``HXDUBJ``); under any key, one
     shaped like ``ID_SHAPE``."""
     bare = unmarked(text)
-    if keyed and len(bare) >= MIN_ID and re.fullmatch(r"[\w.:/-]+", bare):
+    if keyed and len(bare) >= MIN_ID and re.fullmatch(r"[\w.:/-]+(?: [\w.:/-]+){0,5}", bare):
         return any(c.isdigit() for c in bare) or re.fullmatch(r"[A-Z]{4,12}", bare) is not None
     return ID_SHAPE.fullmatch(text) is not None
+
+
+def _person_named(key: str, text: str) -> bool:
+    """Whether a tool's value is a person's name: shaped as one under a key that says who someone is to a record
+    (``manager``, ``opened_by``), a given name and a surname under any key (``"third_party": "Tomasz
+    Kowalczyk"``), or words of a script without capitals under a key ending in ``name`` (``"driver_name": "طارق
+    حداد"``)."""
+    if PERSON_NAME.fullmatch(text):
+        return PERSON_KEY.search(key) is not None or is_full_name(text)
+    words = text.split()
+    return (key.lower().endswith("name") and 2 <= len(words) <= 4
+            and all(word.isalpha() and word.upper() == word.lower() for word in words))
 
 
 def _is_scalar(value: Any) -> bool:
@@ -135,7 +148,8 @@ DEFAULT_KEYS: tuple[str, ...] = (
     "confirmation_code", "ticket_id", "payment_id", "payment_method_id", "email", "phone", "phone_number",
     "first_name", "last_name", "full_name", "dob", "date_of_birth", "address1", "address2", "zip",
     "address", "street", "passport", "passport_number", "ssn", "iban", "password", "card_number",
-    "login", "username", "user_name",
+    "login", "username", "user_name", "postcode", "postal_code", "zip_code", "birth_date", "birthdate",
+    "plate", "license_plate", "licence_plate", "registration", "vin", "national_id",
 )
 """JSON keys whose values in tool calls and results name a person or a booking."""
 
@@ -347,7 +361,7 @@ class Scrubber:
                 key = str(key)
                 scalar = isinstance(value, str | int) and not isinstance(value, bool)
                 text = str(value).strip() if scalar else ""
-                named = PERSON_KEY.search(key) is not None and PERSON_NAME.fullmatch(text) is not None
+                named = _person_named(key, text)
                 personal = key.lower() in self.keys or (person and key.lower() in PERSON_FIELDS) or named
                 if personal and scalar:
                     if len(unmarked(text)) >= MIN_VALUE and not _PLACEHOLDER.fullmatch(text):

@@ -52,17 +52,25 @@ _PLACEHOLDER = re.compile(r"<[a-z][a-z0-9_]*>")
 _NAMED = re.compile(
     r"(?i:\b(?:bearer|basic|digest|token)\s+|\b(?:api[_ -]?key|apikey|access[_ -]?key(?:[_ -]?id)?"
     r"|(?:client[_ -]?|aws[_ -]?)?secret(?:[_ -]?(?:access[_ -]?)?key)?"
-    r"|(?:auth|access|refresh|session|id|api)?[_ -]?token|credentials?)\b[\"']?\s*(?:is|was|[:=]|=>)\s*[\"']?)"
-    r"((?=[^\s\"',;<>]*\d)[^\s\"',;<>]{6,})")
-"""A credential's value after its auth scheme or its name (it has a digit: "the token is expired" has none)."""
+    r"|(?:auth|access|refresh|session|id|api)?[_ -]?token|credentials?|(?:licen[cs]e|product|activation|serial)[_ -]?key)\b[\"']?\s*(?:(?:is|was)\s*|[:=]|=>)\s*[\"']?)"
+    r"((?=[^\s\"',;<>]*\d)[^\s\"',;<>]{6,}|(?:(?<=[:=>])|(?<=[:=>]\s)|(?<=[:=>]\s[\"'])|(?<=[:=>][\"']))"
+    r"[^\s\"',;<>]{8,}|[A-Za-z0-9]+(?:[-_][A-Za-z0-9]+){2,})")
+"""A credential's value after its auth scheme or its name: one with a digit ("the token is expired" has none),
+any value of eight characters or more given by ``:`` or ``=`` (``token = supersecretvalue``), or one of three
+parts or more joined by hyphens or underscores (``my API key is abcd-efgh-ijkl-mnop``)."""
+_SPACED = re.compile(r"(?<![\w-])[A-Za-z0-9_+/=-]{1,6}(?: [A-Za-z0-9_+/=-]{1,6}){3,40}(?![\w-])")
+"""Short groups parted by single spaces (``AKIA IOSF ODNN 7EXA MPLE``, ``s k - p r o j - …``): a key written
+out to slip past a search is found by its groups joined."""
 _PREFIXED = re.compile(
     r"(?<![\w-])(?:(?:sk|rk|pk)[-_](?:live|test|proj|ant|svcacct|admin)[-_]|sk-|gh[pousr]_|github_pat_|glpat-"
-    r"|xox[abprs]-|hf_|AKIA|ASIA|AIza|SG\.)[A-Za-z0-9_.=-]{12,}")
+    r"|xox[abprs]-|hf_|AKIA|ASIA|AIza|SG\.)[A-Za-z0-9_.=-]{12,}|(?<![\w-])(?:AKIA|ASIA)[A-Z0-9]{8,}(?![\w-])"
+    # a licence or product key of four groups or more: 7H3F-9XQ2-LM4P-88ZD
+    r"|(?<![\w-])(?=[A-Z0-9-]*\d)(?=[A-Z0-9-]*[A-Z])[A-Z0-9]{3,6}(?:-[A-Z0-9]{4,6}){3,}(?![\w-])")
 """A token that begins as a provider's keys begin (``sk-live-``, ``ghp_``, ``AKIA`` …), whatever its entropy: a
 key of a made-up or an expired service is still shaped as one, and a key's shape is enough to keep it out."""
 _QUICK = re.compile(r"(?i)pass|pwd|secret|token|key|auth|bearer|cred|private|-----|://|[A-Za-z0-9+/=_\-]{20}"
                     r"|\b(?:[srp]k[-_]|gh[pousr]_|github_pat_|hf_|glpat-|xox[abprs]-|AKIA|ASIA|AIza|SG\.)"
-                    r"|\b(?:\d{1,3}\.){3}\d{1,3}\b")
+                    r"|\b(?:\d{1,3}\.){3}\d{1,3}\b|(?<!\S)\S \S \S \S |\b[A-Za-z0-9]{4,6} [A-Za-z0-9]{4,6} [A-Za-z0-9]{4,6}\b")
 """Text with none of these cannot hold a finding of any plugin: most texts are skipped at once."""
 
 
@@ -102,6 +110,7 @@ def secret_spans(text: str) -> list[tuple[int, int]]:
     spans = [m.span() for m in _PRIVATE_KEY.finditer(text)]
     spans += [m.span(1) for m in _NAMED.finditer(text)]
     spans += [m.span() for m in _PREFIXED.finditer(text)]
+    spans += [span for m in _SPACED.finditer(text) for span in _spaced_keys(m)]
     values: set[str] = set()
     for plugin in [*plain, *([keywords] if words.search(text) else [])]:
         values.update(v for v in plugin.analyze_string(text) if v and not _PLACEHOLDER.fullmatch(v))
@@ -116,6 +125,28 @@ def secret_spans(text: str) -> list[tuple[int, int]]:
         for found in re.finditer(re.escape(value), text):
             spans.append(_whole_token(text, *found.span()))
     return _merged(spans)
+
+
+def _spaced_keys(match: re.Match[str]) -> list[tuple[int, int]]:
+    """The keys among groups parted by spaces: each run of four groups or more of one size (the last may be
+    shorter; a key is cut into equal groups, the words of a sentence are of many sizes) that, joined, is shaped as
+    a provider's keys, or is a token of letters and digits with a key's entropy."""
+    groups = [(m.start(), m.end()) for m in re.finditer(r"\S+", match.group(0))]
+    found, i = [], 0
+    while i < len(groups):
+        size = groups[i][1] - groups[i][0]
+        j = i + 1
+        while j < len(groups) and groups[j][1] - groups[j][0] == size:
+            j += 1
+        end = j + 1 if j < len(groups) and groups[j][1] - groups[j][0] < size else j
+        if end - i >= 4:
+            joined = "".join(match.group(0)[a:b] for a, b in groups[i:end])
+            if _PREFIXED.fullmatch(joined) or (
+                    len(joined) >= 20 and re.search(r"\d", joined) and re.search(r"[A-Za-z]", joined)
+                    and any(_high_entropy(p, joined) for p in _plugins()[1] if p.entropy_limit >= BASE64_LIMIT)):
+                found.append((match.start() + groups[i][0], match.start() + groups[end - 1][1]))
+        i = j
+    return found
 
 
 def _whole_token(text: str, start: int, end: int) -> tuple[int, int]:

@@ -149,9 +149,15 @@ def name_words(name: str) -> list[str]:
     return [w for w in re.split(r"[_\W]+", spaced.lower()) if w]
 
 
+VIEWED = frozenset({"file", "files", "url", "page", "link", "document", "doc", "tab", "browser", "app", "folder",
+                    "window", "image", "sheet", "spreadsheet", "workbook", "pdf", "website", "site", "details"})
+"""What ``open`` reads when it names one (``open_file``, ``open_url``); otherwise it creates (``open_claim``,
+``open_ticket``)."""
+
+
 def is_lookup(name: str) -> bool:
     words = name_words(name)
-    return bool(words) and words[0] in READ_VERBS
+    return bool(words) and words[0] in READ_VERBS and (words[0] != "open" or bool(VIEWED & set(words[1:])))
 
 
 def is_talk(name: str) -> bool:

@@ -1,0 +1,60 @@
+"""People's names of many countries, from Faker's person providers (given
+names and surnames of about eighty locales, in their own scripts).
+
+Why a library: a name said with no word around it that says so ("upgrade
+Noah Hernandez to business") is told only by knowing names, and Faker keeps
+lists of tens of thousands of them per script, maintained by its locales'
+speakers. Nothing is generated: only the lists are read, once, when a text
+first needs them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Iterator
+from functools import cache
+from typing import Any
+
+__all__ = ["is_full_name"]
+
+
+@cache
+def _names() -> tuple[frozenset[str], frozenset[str]]:
+    """(given names, given names and surnames) of every locale Faker knows: each list of a provider whose name
+    says first, middle or last names (``first_names_female``, ``last_names_male``, ``last_romanized_names`` …)."""
+    import faker.providers.person as person
+
+    given: set[str] = set()
+    surnames: set[str] = set()
+    for module in pkgutil.iter_modules(person.__path__):
+        provider = getattr(importlib.import_module(f"{person.__name__}.{module.name}"), "Provider", None)
+        for attribute in dir(provider):
+            into = given if attribute.startswith(("first_", "middle_")) else \
+                surnames if "last_" in attribute and "_name" in attribute else None
+            listed = getattr(provider, attribute, None)
+            if into is not None and isinstance(listed, dict | list | tuple | set | frozenset):
+                into.update(_strings(listed))
+    return frozenset(given), frozenset(given | surnames)
+
+
+def _strings(listed: Any) -> Iterator[str]:
+    """The names of a list (or the keys of a weighted one), pairs of names included."""
+    for item in listed:
+        if isinstance(item, str):
+            yield item
+        elif isinstance(item, tuple):
+            yield from (part for part in item if isinstance(part, str))
+
+
+def is_full_name(text: str) -> bool:
+    """Whether capitalised words hold a person's name: a given name, then a given name or a surname (``Kevin
+    Smith``, ``Dear Maria Gonzalez``, ``Иван Петров``; not ``New York``, ``Basic Economy`` or ``West Coast``)."""
+    words = text.split()
+    given, either = _names()
+    return any(_known(first, given) and _known(second, either) for first, second in zip(words, words[1:]))
+
+
+def _known(word: str, names: frozenset[str]) -> bool:
+    """A word is a known name, or each part of it is (``Jean-Luc``, ``Running-Water``)."""
+    return word in names or ("-" in word and all(part in names for part in word.split("-")))
