@@ -93,6 +93,7 @@ from tests.test_lint import run_cli
     ("my national insurance number is QQ 12 34 56 C.", "id"),
     ("the car's registration is AB12 CDE", "plate"),
     ("book my car JO84 PBF into a shop", "plate"),
+    ("my car 品川 929 あ 27-17 was hit", "plate"),
     ("my licence plate is KA 01 AB 1234", "id"),
     ("the key is AKIA IOSF ODNN 7EXA MPLE.", "secret"),
     ("here it is: s k - p r o j - a b c 1 2 3 d e f 4 5 6", "secret"),

@@ -148,8 +148,8 @@ DEFAULT_PATTERNS: dict[str, str] = {
     # not a date, nor a longer run (a trace id, a hash)
     "number": r"(?<![\w.,/-])(?!\d{4}[-/.]\d{1,2}[-/.]\d{1,2}(?![\d]))(?!\d{1,2}[-/.]\d{1,2}[-/.]\d{2,4}(?!\d))"
               r"\d(?:[ ./-]?\d){6,18}(?![\w-])",
-    # a British number plate, two letters, two digits and three letters: AB12 CDE
-    "plate": r"\b[A-Z]{2}\d{2} [A-Z]{3}\b",
+    # a number plate of a shape no other text has: British (AB12 CDE), Japanese (品川 330 あ 12-34)
+    "plate": r"\b[A-Z]{2}\d{2} [A-Z]{3}\b|[\u4e00-\u9fff]{1,4}\s?\d{2,3}\s?[\u3040-\u309f]\s?\d{1,2}-\d{2}(?!\d)",
     # a value given as an id or a number of any kind: "my employee id is E555123", "tax id 12-3456789", written
     # whole or in groups of capitals and digits ("QQ 12 34 56 C", a plate "KA 01 AB 1234")
     "id": r"(?i:\b(?:id|ids|identifier|number|nummer|numéro|número|numero|no\.|num|licen[cs]e(?: plate)?|plate"
