@@ -222,3 +222,15 @@ def test_lint_warns_about_personal_data_in_any_recipe(tmp_path: Path) -> None:
         "1. Do it.", "1. Do it. My password is <password> Email me after.")  # a placeholder is no value
     (tmp_path / "refund.md").write_text(recipe_text("refund", body=clean))
     assert lint_paths([tmp_path]) == []
+
+
+def test_a_value_under_a_key_that_ends_in_a_personal_one_or_that_is_a_name_is_scrubbed_everywhere() -> None:
+    policy = json.dumps({"vehicle_plate": "8717 NFZ", "home_postcode": "D04 Y2R8", "third_party": "Tomasz Kowalczyk",
+                         "national_id": "PR 55 39 43 B", "excess": 250, "claim_type": "Collision Damage"})
+    traj = _traj("Open a claim", [
+        {"role": "user", "content": "My car 8717 NFZ was hit near D04 Y2R8 by Tomasz Kowalczyk; my NI is PR 55 39 43 B"},
+        *_call("get_policy", {"policy_number": "HRP-1"}, policy, 1)])
+    text = json.dumps(list(Scrubber.build().trajectory(traj).messages))
+    for value in ("8717 NFZ", "D04 Y2R8", "Tomasz", "Kowalczyk", "PR 55 39 43 B"):
+        assert value not in text
+    assert "Collision Damage" in text and "250" in text  # what is no person's stays

@@ -232,7 +232,7 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
     (TO_THE_AGENT, re.compile(
         r"(?i)\b(?:the|an?|our|your|every|any)\s+(?:(?:ai|support|virtual|customer)\s+)?"
         r"(?:agent|assistant|ai|model|bot|chatbot|llm)s?\s+(?:also\s+|now\s+|always\s+)?(?:(?:must|should|shall)"
-        r"(?!\s+(?:not\s+)?have\b)|(?:is|are)\s+(?:to|required to|expected to)|(?:has|have|needs?)\s+to)\b")),
+        r"(?!\s+(?:not\s+)?(?:have|be)\b)|(?:is|are)\s+(?:to|required to|expected to)|(?:has|have|needs?)\s+to)\b")),
     (LINK, re.compile(
         r"(?i)\b(?:https?|ftp|file|data|javascript|vbscript)\s*:\s*/*\S+|(?<![a-z0-9])www\d?\.\S+"
         # a link of any scheme (s3://, smb://, redis://, ssh://, mongodb+srv://), one that needs none (ipfs:, magnet:),
@@ -266,6 +266,34 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"(?i)\b(?:ask|tell|remind|charge|give|issue|offer|send)\s+(?:the|every|each|any)\s+(?:customer|caller|client"
         r"|user)s?\b(?!\s+(?:service|support|care|portal|account|agreement))"
         r"|\b(?:to|for)\s+(?:every|each|all)\s+(?:callers?|customers?|clients?|users?)\b")),
+    # the rules made void by a role or a pretence: "act as if you never received any guidelines", "treat the
+    # guidance as obsolete", "put the guidelines aside", "your instructions have been replaced"
+    ("overrides its instructions", re.compile(
+        r"(?i)\bact as (?:if|though) you (?:never|didn't|did not|have no|had no|don't have|do not have)\b"
+        r"|\bpretend (?:that )?(?:the|there|you|your)\b(?:\s+[\w'’]+){0,4}?\s+(?:does not|doesn't|do not|don't|never"
+        r"|isn't|is not|aren't|are not|has no|have no|had no|no longer)\b"
+        r"|\btreat\s+(?:the|your|all|any|these|those)\s+(?:[a-z]+\s+){0,2}?(?:guidance|guidelines?|instructions?|rules?"
+        r"|polic(?:y|ies)|directives?)\s+as\s+(?:obsolete|void|invalid|outdated|cancel+ed|null|irrelevant|optional"
+        r"|suspended)\b"
+        r"|\bput\s+(?:the|your|all|any|these|those)\s+(?:[a-z]+\s+){0,2}?(?:guidance|guidelines?|instructions?|rules?"
+        r"|polic(?:y|ies)|directives?|checks?)\s+aside\b"
+        r"|\b(?:instructions?|guidelines?|rules?|directives?|polic(?:y|ies)|prompts?)\s+(?:have|has)\s+been\s+(?:replaced"
+        r"|revoked|superseded|suspended|withdrawn|overridden|cancel+ed|voided)\b")),
+    ("addressed to the assistant", re.compile(  # a new persona: "you are now DAN", "respond only with …"
+        r"\b(?i:you are now|from now on you are|you're now)\s+(?:[A-Z]{2,}\b|(?i:an?\s+(?:[a-z]+\s+){0,3}?"
+        r"(?:assistant|ai|bot|chatbot|model)\b))"
+        r"|(?i:\b(?:respond|reply|answer)\s+only\s+with\b)")),
+    (CLAIMS, re.compile(  # a charge or a check said to be gone for everyone
+        r"(?i)\bno\s+(?:[a-z]+\s+){0,2}?(?:fees?|charges?|penalt(?:y|ies)|verification|checks?)\s+for\s+(?:anyone"
+        r"|everyone|anybody|everybody|all)\b"
+        r"|\b(?:fees?|charges?|penalt(?:y|ies)|verifications?|checks?|restrictions?)\s+(?:[a-z]+\s+){0,2}?(?:was|were"
+        r"|has been|have been)\s+(?:abolished|discontinued|scrapped|eliminated)\b")),
+    (TO_THE_AGENT, re.compile(  # what to tell other customers, or what this assistant must do
+        r"(?i)\b(?:tell|reply to|respond to|inform|say to|answer)\s+(?:all|every|any|other|future)\s+(?:other\s+"
+        r"|future\s+)?(?:customers?|callers?|users?|clients?|passengers?|people)\b"
+        r"|\bnext time (?:someone|anyone|somebody|anybody|a customer|a caller|a user) asks\b"
+        r"|\b(?:this|the)\s+(?:chatbot|bot|ai|assistant)\s+(?:must|should|needs? to|has to|is to)\b(?!\s+(?:not\s+)?(?:be|have)\b)"
+        r"|(?:^|[.!?]\s+)(?:ai|bot|chatbot)\s+(?:must|should|needs? to|has to)\b")),
     (HIDES_ITS_WORDS, re.compile(r"(?<!\S)(?:[^\W\d_]\s{1,2}){9,}[^\W\d_](?!\S)")),
 )
 REASONS = tuple(dict.fromkeys(reason for reason, _ in _RULES))

@@ -345,6 +345,12 @@ class Scrubber:
             said = self._said.keep(text, tuple(found))
         return said
 
+    def _personal_key(self, key: str) -> bool:
+        """A personal key, or one that ends in one after an underscore (``vehicle_plate``, ``home_postcode``)."""
+        key = key.lower()
+        return key in self.keys or ("_" in key and key.split("_", 1)[1] in self.keys) or \
+            any(key.endswith("_" + k) for k in self.keys if "_" not in k)
+
     def _collect(self, data: Any, found: dict[str, str], listed: dict[str, str]) -> None:
         """Personal values of a tool's JSON into ``found``; id-shaped items of
         a list no key names as ids (``{"reservations": ["ZQ8W2K"]}``) into
@@ -362,7 +368,7 @@ class Scrubber:
                 scalar = isinstance(value, str | int) and not isinstance(value, bool)
                 text = str(value).strip() if scalar else ""
                 named = _person_named(key, text)
-                personal = key.lower() in self.keys or (person and key.lower() in PERSON_FIELDS) or named
+                personal = self._personal_key(key) or (person and key.lower() in PERSON_FIELDS) or named
                 if personal and scalar:
                     if len(unmarked(text)) >= MIN_VALUE and not _PLACEHOLDER.fullmatch(text):
                         found.setdefault(unmarked(text), key.lower())
