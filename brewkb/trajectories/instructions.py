@@ -15,14 +15,15 @@ recipe's lines with them; ``name_reason`` reads a name a log gave as words.
    checks / verification"; "forget / ignore what you were told"; "no need
    to check / verify / follow" + (up to two words, then) "rules / policy /
    identity / eligibility …"; "set aside / drop / pay no attention to …";
-   "disregard what the policy says", "whatever the rules say"; the same in
-   other languages (a verb of ignoring before instructions, rules or checks;
+   "disregard what the policy says", "whatever the rules say"; a pretence
+   ("act as if you never received …", "treat the guidance as obsolete");
+   the same in other languages (a verb of ignoring before instructions, rules or checks;
    the noun first in Chinese, Japanese, Korean, Turkish and Hindi);
 3. *claims a policy or rule*: "new / updated / revised / official /
    internal … policy / rule / instructions", "policy update", "system
    prompt", "per the current guidance", "without exception", "… are always
-   refundable", "starting today, all …", "you are authorised to …"; and *a
-   rule for whoever reads it*: a sentence that starts with
+   refundable", "starting today, all …", "you are authorised to …", "no fee
+   for anyone"; and *a rule for whoever reads it*: a sentence that starts with
    "always" or "never", says "you / the agent must (always / never /
    not) …", or (for log text, not a recipe's own lines) tells an agent,
    assistant or model in the third person what it must, should or has
