@@ -270,6 +270,13 @@ def test_concepts_map_train_and_eval_tasks() -> None:
     assert found[1].slug == "kb-concept"  # a reserved ref name is never a concept slug
     assert "ship to mars" not in mapping
     assert concept_slugs(["A b", "a-b", "pr"]) == ["a-b", "a-b-2", "pr-concept"]
+    # an action only eval conversations passed with is said to be left out, not left unsaid
+    done = Insight("ship to mars", "did `ship_to_mars(x)`", "prescriptive", "s-e3", "e3", "", ("ship_to_mars(x)",),
+                   "steps")
+    _, mapping, dropped = build_concepts(train, [*evaluation, done], names, hashed_ngram_embeddings(names), 0.6)
+    assert "ship to mars" not in mapping
+    assert dropped == ["'ship to mars' dropped: only conversations held out to choose recipe versions (the eval "
+                       "split) did it; none the run learns from"]
 
 
 def test_rubric_file_format() -> None:

@@ -442,6 +442,9 @@ def build_concepts(train: Sequence[Insight], evaluation: Sequence[Insight], name
             best = int(np.argmax(sims))
             if sims[best] >= threshold:
                 mapping[name] = mapping[kept[best]]
+    done = {i.concept for i in evaluation if i.kind == "steps" and i.polarity != DIAGNOSTIC}
+    dropped += [f"{name!r} dropped: only conversations held out to choose recipe versions (the eval split) did it; "
+                "none the run learns from" for name in sorted(done - set(mapping) - set(train_names))]
     q_train: dict[str, set[str]] = defaultdict(set)
     q_eval: dict[str, set[str]] = defaultdict(set)
     for insight in train:
