@@ -234,3 +234,18 @@ def test_a_value_under_a_key_that_ends_in_a_personal_one_or_that_is_a_name_is_sc
     for value in ("8717 NFZ", "D04 Y2R8", "Tomasz", "Kowalczyk", "PR 55 39 43 B"):
         assert value not in text
     assert "Collision Damage" in text and "250" in text  # what is no person's stays
+
+
+def test_names_of_teams_places_and_products_are_no_persons() -> None:
+    said = ("Regards, Travel Desk. It's Unlimited Plus that my daughter Galaxy has. Accounts Payable here. "
+            "Is Lincoln Park near Morgan Hill? My password is not working; the dashboard is recovering from "
+            "yesterday's outage. The agent told me parking is free.")
+    records = json.dumps({"owner": "Finance Team", "requested_by": "Front Desk", "hotel": "The Palmer House Hilton",
+                          "neighborhood": "Stanley Park", "plan": "Team", "manager": "Marcus Webb"})
+    traj = _traj("Book it", [{"role": "user", "content": said},
+                             *_call("get_account", {"account": "x"}, records, 1),
+                             {"role": "user", "content": "Is the Team plan right for Marcus?"}])
+    out = Scrubber.build().trajectory(traj)
+    assert out.messages[0]["content"] == said
+    assert json.loads(out.messages[2]["content"]) == {**json.loads(records), "manager": "<manager>"}
+    assert out.messages[3]["content"] == "Is the Team plan right for <manager>?"  # a person's name, and only that

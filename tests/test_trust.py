@@ -357,6 +357,8 @@ def test_a_person_a_tool_found_by_id_and_a_login_are_personal() -> None:
     ("I'll tell all my friends how helpful you were.", None),
     ("The bot should be faster, I waited ages.", None),
     ("Is there no fee for anyone under two?", None),
+    ("Always drops calls in the station, three months now. I want a credit.", None),
+    ("Never received the confirmation email anyway.", None),
 ])
 def test_instruction_like_text_is_told_by_general_rules(text: str, reason: str | None) -> None:
     assert instruction_reason(text) == reason

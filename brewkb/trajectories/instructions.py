@@ -227,7 +227,7 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"(?!\s+(?:my|our)\b)")),
     (RULE_FOR_READER, re.compile(
         r"(?i)(?:^|[.!?:;]\s+|\n\s*)(?:always|never)\s+(?!mind\b|again\b|the\b|a\b|an\b|so\b|been\b|had\b|once\b"
-        r"|ever\b|happy\b|glad\b|nice\b|good\b|great\b|fun\b)[a-z]+"
+        r"|ever\b|happy\b|glad\b|nice\b|good\b|great\b|fun\b|[a-z]+ed\b|[a-z]*[^s\W]s\b)[a-z]+"
         r"|\b(?:you|agents?|assistants?|the agent|the assistant)\s+(?:must|should|shall|are to|have to|need to)\s+"
         r"(?:always|never|not|no longer)\b|\bmust (?:always|never)\b")),
     (TO_THE_AGENT, re.compile(

@@ -16,15 +16,21 @@ from collections.abc import Iterator
 from functools import cache
 from typing import Any
 
-__all__ = ["is_full_name"]
+__all__ = ["is_full_name", "is_person"]
 
 
 @cache
 def _names() -> tuple[frozenset[str], frozenset[str]]:
     """(given names, given names and surnames) of every locale Faker knows: each list of a provider whose name
-    says first, middle or last names (``first_names_female``, ``last_names_male``, ``last_romanized_names`` …)."""
+    says first, middle or last names (``first_names_female``, ``last_names_male``, ``last_romanized_names`` …),
+    without the words that are as often no name (``The``, ``Will``, ``Park``, ``Hill``: an English word of
+    Faker's word list, a street's or a town's word)."""
+    import faker.providers.address.en_US as address
+    import faker.providers.lorem.en_US as lorem
     import faker.providers.person as person
 
+    common = {word.lower() for word in (*lorem.Provider.word_list, *address.Provider.street_suffixes,
+                                        *address.Provider.city_prefixes)}
     given: set[str] = set()
     surnames: set[str] = set()
     for module in pkgutil.iter_modules(person.__path__):
@@ -34,7 +40,7 @@ def _names() -> tuple[frozenset[str], frozenset[str]]:
                 surnames if "last_" in attribute and "_name" in attribute else None
             listed = getattr(provider, attribute, None)
             if into is not None and isinstance(listed, dict | list | tuple | set | frozenset):
-                into.update(_strings(listed))
+                into.update(name for name in _strings(listed) if name.lower() not in common)
     return frozenset(given), frozenset(given | surnames)
 
 
@@ -49,10 +55,16 @@ def _strings(listed: Any) -> Iterator[str]:
 
 def is_full_name(text: str) -> bool:
     """Whether capitalised words hold a person's name: a given name, then a given name or a surname (``Kevin
-    Smith``, ``Dear Maria Gonzalez``, ``Иван Петров``; not ``New York``, ``Basic Economy`` or ``West Coast``)."""
+    Smith``, ``Dear Maria Gonzalez``, ``Иван Петров``; not ``New York``, ``Lincoln Park`` or ``West Coast``)."""
     words = text.split()
     given, either = _names()
     return any(_known(first, given) and _known(second, either) for first, second in zip(words, words[1:]))
+
+
+def is_person(text: str) -> bool:
+    """Whether a name-shaped text has a word, or a part of a double name, that is a person's name (``Tomasz
+    O'Donnell``, ``Finn``, ``Adebayo-Okafor``; not ``Finance Team``, ``Front Desk`` or ``Galaxy``)."""
+    return any(part in _names()[1] for word in text.split() for part in word.strip(".,").split("-"))
 
 
 def _known(word: str, names: frozenset[str]) -> bool:

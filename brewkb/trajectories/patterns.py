@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from brewkb.trajectories.names import is_full_name
+from brewkb.trajectories.names import is_full_name, is_person
 
 __all__ = ["DEFAULT_PATTERNS", "VALIDATORS", "PERSON_KEY", "NAME_BESIDE", "whole_name", "date_of", "date_written"]
 
@@ -33,7 +33,9 @@ DEFAULT_PATTERNS: dict[str, str] = {
                    r"\s*[:=]?\s*((?=[\w-]*\d)[\w-]{3,}(?:\s*(?:,|and)\s*(?=[\w-]*\d)[\w-]{3,}){0,5})",
     "password": r"(?i:(?:\b(?:password|passcode|passphrase|passwd|pwd|pw|pin(?: code)?|basic auth|mot de passe|passwort"
                 r"|contraseña|senha|пароль)\b|密码|パスワード|비밀번호))[\"']?\s*(?:(?:(?:is|was|ist|es|est|é|是|は)\s*[:=]?|:|=|：)\s*"
-                r"[\"']?([^\s\"',;<]{3,})|((?=[^\s\"',;<]*[^\sA-Za-z\"',;<])[^\s\"',;<]{6,}))",
+                r"[\"']?(?!(?i:not|no|wrong|incorrect|invalid|expired|correct|right|the|my|same|too|still|also|being"
+                r"|working|accepted|changed|blocked|locked|missing|required|reset)\b)([^\s\"',;<]{3,})"
+                r"|((?=[^\s\"',;<]*[^\sA-Za-z\"',;<])[^\s\"',;<]{6,}))",
     "security_code": r"(?i:\b(?:cvv2?|cvc2?|csc|(?:card )?security code|pin(?: code| number)?|otp|one[- ]time (?:code|pin)"
                      r"|code (?:they|you|that was) (?:texted|sent|emailed)(?: (?:to )?me)?)\b)(?:'s|’s)?(?:\s+(?:is|was))?"
                      r"\s*[:=#]?\s*(\d{3}\s\d{3}|\d(?: \d){3,7}|\d{3,8})(?![\w-])",
@@ -119,8 +121,8 @@ DEFAULT_PATTERNS: dict[str, str] = {
     # capitalised words, two of them in a row a given name and then a given name or a surname (``names``)
     "full_name": r"(?<![\w'’-])(?=[A-ZÀ-ÞА-ЯЁΑ-Ω])[^\W\d_]{2,}(?:-[^\W\d_]{2,})?"
                  r"(?: (?=[A-ZÀ-ÞА-ЯЁΑ-Ω])[^\W\d_]{2,}(?:-[^\W\d_]{2,})?){1,3}(?![\w-])",
-    # a health condition said as one: "diagnosed with …", "recovering from …", "in hospital with …"
-    "health": rf"(?i:\b(?:diagnosed with|suffer(?:s|ing)? from|recover(?:s|ing|ed)? from|(?:being )?treated for"
+    # a health condition said as one: "diagnosed with …", "in hospital with …", "allergic to …"
+    "health": rf"(?i:\b(?:diagnosed with|suffer(?:s|ing)? from|(?:being )?treated for"
               rf"|treatment for|(?:in|to) hospital (?:with|for)|hospitali[sz]ed (?:with|for)|allergic to|medical history of"
               rf"|surgery (?:on|for)|a case of)\s+)({_CONDITION_WORD}(?:\s{_CONDITION_WORD}){{0,4}})",
     "zip": r"(?i:\b(?:zip|postal|post ?code|eircode|plz|código postal|code postal)(?:\s+code)?(?:\s+is)?)[:\s]+"
@@ -161,20 +163,36 @@ DEFAULT_PATTERNS: dict[str, str] = {
 """Placeholder kind → regex. Order matters: earlier patterns win."""
 
 
-def _iban_ok(text: str) -> bool:
+def _iban_ok(text: str, whole: str = "") -> bool:
     """The IBAN check: the number read from its four first characters moved to the end is 1 mod 97."""
     code = text.replace(" ", "")
     digits = "".join(str(int(c, 36)) for c in code[4:] + code[:4])
     return int(digits) % 97 == 1
 
 
-def _phone_ok(text: str) -> bool:
+def _phone_ok(text: str, whole: str = "") -> bool:
     return 8 <= sum(c.isdigit() for c in text) <= 15
 
 
-VALIDATORS = {"iban": _iban_ok, "phone": _phone_ok, "full_name": is_full_name}
-"""Kinds whose matches count only when they pass a check (the IBAN's check digits, a phone's length, a name's
-words among people's names)."""
+_SAYS_NAME = re.compile(r"(?i:\bnamed?\b|\bname's|nome|nombre|зовут|heiße|heisse|appelle|llamo|chiamo|nazywam|naam"
+                        r"|heter|adım|numesc|λένε)|名|叫|이름")
+"""Words that say a name follows ("my name is", "named", "Меня зовут", "我叫"): a name so given is one, known or not."""
+
+
+def _name_ok(text: str, whole: str = "") -> bool:
+    """A name found by the words around it: one said to be a name, one a word of which is a person's name, or one
+    of a script without capitals (``Regards, Travel Desk`` and ``It's Unlimited Plus`` are none)."""
+    return (_SAYS_NAME.search(whole) is not None or is_person(text)
+            or not any(c.isupper() or c.islower() for c in text))
+
+
+def _full_name_ok(text: str, whole: str = "") -> bool:
+    return is_full_name(text)
+
+
+VALIDATORS = {"iban": _iban_ok, "phone": _phone_ok, "name": _name_ok, "full_name": _full_name_ok}
+"""Kinds whose matches count only when they pass a check of the value and the whole match (the IBAN's check
+digits, a phone's length, a name's words among people's names or said to be a name)."""
 
 
 PERSON_KEY = re.compile(r"(?i)(?:^|_)(?:manager|requester|requestor|assignee|approver|owner|contact|author|reporter"

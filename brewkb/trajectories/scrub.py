@@ -70,7 +70,7 @@ from brewkb.trajectories.patterns import (
     date_written,
     whole_name,
 )
-from brewkb.trajectories.names import is_full_name
+from brewkb.trajectories.names import is_full_name, is_person
 from brewkb.trajectories.schema import Trajectory
 from brewkb.trajectories.secrets import SECRET, secret_spans
 
@@ -123,12 +123,13 @@ def _id_value(text: str, keyed: bool) -> bool:
 
 
 def _person_named(key: str, text: str) -> bool:
-    """Whether a tool's value is a person's name: shaped as one under a key that says who someone is to a record
-    (``manager``, ``opened_by``), a given name and a surname under any key (``"third_party": "Tomasz
+    """Whether a tool's value is a person's name: shaped as one, with a word that is a person's name, under a key
+    that says who someone is to a record (``manager``, ``opened_by``; not ``"owner": "Finance Team"``), a given
+    name and a surname under any key (``"third_party": "Tomasz
     Kowalczyk"``), or words of a script without capitals under a key ending in ``name`` (``"driver_name": "طارق
     حداد"``)."""
     if PERSON_NAME.fullmatch(text):
-        return PERSON_KEY.search(key) is not None or is_full_name(text)
+        return (PERSON_KEY.search(key) is not None and is_person(text)) or is_full_name(text)
     words = text.split()
     return (key.lower().endswith("name") and 2 <= len(words) <= 4
             and all(word.isalpha() and word.upper() == word.lower() for word in words))
@@ -266,7 +267,7 @@ class Scrubber:
 
     def _matches(self, kind: str, rx: re.Pattern[str], text: str) -> Iterable[re.Match[str]]:
         check = VALIDATORS.get(kind)
-        return (m for m in rx.finditer(text) if check is None or check(m.group(m.lastindex or 0)))
+        return (m for m in rx.finditer(text) if check is None or check(m.group(m.lastindex or 0), m.group(0)))
 
     # ---------------------------------------------------------------- texts
     def text(self, text: str, values: Mapping[str, str] | None = None) -> str:
@@ -286,7 +287,7 @@ class Scrubber:
             for kind, rx in self.patterns:
                 check = VALIDATORS.get(kind)
                 done = rx.sub(lambda m, k=kind, c=check: _replace(m, k)  # type: ignore[misc]
-                              if c is None or c(m.group(m.lastindex or 0)) else m.group(0), done)
+                              if c is None or c(m.group(m.lastindex or 0), m.group(0)) else m.group(0), done)
             self._done.keep(text, done)
         return NAME_BESIDE.sub(whole_name, done) if "<" in done else done
 
@@ -374,7 +375,8 @@ class Scrubber:
                         found.setdefault(unmarked(text), key.lower())
                         if key.lower() in NAME_KEYS or named:  # "Umar Rossi" → also "Umar" and "Rossi" on their own
                             for part in re.findall(r"\b[A-Z][a-z]{2,}\b", text):
-                                found.setdefault(part, key.lower())
+                                if is_person(part):  # not "The" of "The Palmer House", nor "Team" of "Finance Team"
+                                    found.setdefault(part, key.lower())
                 elif scalar and _id_value(text, is_id_key(key)):
                     found.setdefault(unmarked(text), _kind_of(key))
                 elif isinstance(value, list) and (personal or is_id_key(key)):  # {"order_ids": ["#W1", "#W2"]}
