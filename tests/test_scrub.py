@@ -242,10 +242,17 @@ def test_names_of_teams_places_and_products_are_no_persons() -> None:
             "yesterday's outage. The agent told me parking is free.")
     records = json.dumps({"owner": "Finance Team", "requested_by": "Front Desk", "hotel": "The Palmer House Hilton",
                           "neighborhood": "Stanley Park", "plan": "Team", "manager": "Marcus Webb"})
+    stay = json.dumps([{"rate_code": "AAA9", "name": "AAA Member Rate"},
+                       {"reservation_id": "HB73100Q", "hotel": "Hotel Emma", "city": "Austin"}])
     traj = _traj("Book it", [{"role": "user", "content": said},
                              *_call("get_account", {"account": "x"}, records, 1),
-                             {"role": "user", "content": "Is the Team plan right for Marcus?"}])
+                             {"role": "user", "content": "Is the Team plan right for Marcus?"},
+                             *_call("get_rates", {"city": "Austin"}, stay, 2)])
     out = Scrubber.build().trajectory(traj)
     assert out.messages[0]["content"] == said
     assert json.loads(out.messages[2]["content"]) == {**json.loads(records), "manager": "<manager>"}
     assert out.messages[3]["content"] == "Is the Team plan right for <manager>?"  # a person's name, and only that
+    # a rate's name is no person's, and a hotel's town is no one's home (an address's town is: test_trust)
+    assert json.loads(out.messages[5]["content"]) == [{"rate_code": "<rate_code>", "name": "AAA Member Rate"},
+                                                      {"reservation_id": "<reservation_id>", "hotel": "Hotel Emma",
+                                                       "city": "Austin"}]

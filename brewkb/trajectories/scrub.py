@@ -155,9 +155,12 @@ DEFAULT_KEYS: tuple[str, ...] = (
 """JSON keys whose values in tool calls and results name a person or a booking."""
 
 PERSON_FIELDS = frozenset({"name", "address", "street", "city", "zip_code", "postal_code", "postcode"})
-"""Keys that are personal inside a record that also holds one of the personal keys."""
+"""Keys that are personal inside a record that also holds one of the personal keys (the town and postcode only
+when it holds a street too)."""
 
 NAME_KEYS = frozenset({"name", "full_name"})
+STREET_FIELDS = frozenset({"address", "address1", "address_line1", "street", "street_address"})
+"""Keys of a street: a record with one is an address, and its town and postcode are personal too."""
 PERSON_NAME = re.compile(r"[A-Z][^\W\d_]*(?:[-'’][A-Z]?[^\W\d_]+)*(?:\s+[A-Z][^\W\d_]*(?:[-'’][A-Z]?[^\W\d_]+)*){1,3}")
 """A name shaped like a person's: two to four capitalised words of letters (``O'Donnell`` one of them)."""
 
@@ -352,10 +355,11 @@ class Scrubber:
         return key in self.keys or ("_" in key and key.split("_", 1)[1] in self.keys) or \
             any(key.endswith("_" + k) for k in self.keys if "_" not in k)
 
-    def _collect(self, data: Any, found: dict[str, str], listed: dict[str, str]) -> None:
+    def _collect(self, data: Any, found: dict[str, str], listed: dict[str, str], address: bool = False) -> None:
         """Personal values of a tool's JSON into ``found``; id-shaped items of
         a list no key names as ids (``{"reservations": ["ZQ8W2K"]}``) into
-        ``listed``, which names them only when nothing else does."""
+        ``listed``, which names them only when nothing else does. ``address``:
+        ``data`` is the value of a street's key (``{"address": {"city": …}}``)."""
         if not self.personal:
             return
         if isinstance(data, dict):
@@ -363,13 +367,15 @@ class Scrubber:
             # the name of a record with an id, when it is shaped like a person's ("Maria Gonzalez")
             person = any(str(k).lower() in self.keys for k in data) or (
                 any(is_id_key(str(k)) for k in data) and isinstance(data.get("name"), str)
-                and PERSON_NAME.fullmatch(data["name"].strip()) is not None)
+                and PERSON_NAME.fullmatch(data["name"].strip()) is not None and is_person(data["name"]))
+            # its town and postcode are where someone lives when it holds a street (a hotel's city is no one's)
+            fields = PERSON_FIELDS if address or any(str(k).lower() in STREET_FIELDS for k in data) else NAME_KEYS
             for key, value in data.items():
                 key = str(key)
                 scalar = isinstance(value, str | int) and not isinstance(value, bool)
                 text = str(value).strip() if scalar else ""
                 named = _person_named(key, text)
-                personal = self._personal_key(key) or (person and key.lower() in PERSON_FIELDS) or named
+                personal = self._personal_key(key) or (person and key.lower() in fields) or named
                 if personal and scalar:
                     if len(unmarked(text)) >= MIN_VALUE and not _PLACEHOLDER.fullmatch(text):
                         found.setdefault(unmarked(text), key.lower())
@@ -388,7 +394,7 @@ class Scrubber:
                         else:
                             self._collect(item, found, listed)
                 else:
-                    self._collect(value, found, listed)
+                    self._collect(value, found, listed, key.lower() in STREET_FIELDS)
         elif isinstance(data, list):
             for item in data:
                 if _is_scalar(item) and _id_value(str(item).strip(), False):
