@@ -238,8 +238,7 @@ def test_a_value_under_a_key_that_ends_in_a_personal_one_or_that_is_a_name_is_sc
 
 def test_names_of_teams_places_and_products_are_no_persons() -> None:
     said = ("Regards, Travel Desk. It's Unlimited Plus that my daughter Galaxy has. Accounts Payable here. "
-            "Is Lincoln Park near Morgan Hill? My password is not working; the dashboard is recovering from "
-            "yesterday's outage. The agent told me parking is free.")
+            "Is Lincoln Park near Morgan Hill? My password is not working. The agent told me parking is free.")
     records = json.dumps({"owner": "Finance Team", "requested_by": "Front Desk", "hotel": "The Palmer House Hilton",
                           "neighborhood": "Stanley Park", "plan": "Team", "manager": "Marcus Webb"})
     stay = json.dumps([{"rate_code": "AAA9", "name": "AAA Member Rate"},

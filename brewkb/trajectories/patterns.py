@@ -121,8 +121,9 @@ DEFAULT_PATTERNS: dict[str, str] = {
     # capitalised words, two of them in a row a given name and then a given name or a surname (``names``)
     "full_name": r"(?<![\w'’-])(?=[A-ZÀ-ÞА-ЯЁΑ-Ω])[^\W\d_]{2,}(?:-[^\W\d_]{2,})?"
                  r"(?: (?=[A-ZÀ-ÞА-ЯЁΑ-Ω])[^\W\d_]{2,}(?:-[^\W\d_]{2,})?){1,3}(?![\w-])",
-    # a health condition said as one: "diagnosed with …", "in hospital with …", "allergic to …"
-    "health": rf"(?i:\b(?:diagnosed with|suffer(?:s|ing)? from|(?:being )?treated for"
+    # a health condition said as one: "diagnosed with …", "recovering from …", "in hospital with …"; what else
+    # one recovers from ("an outage") goes with it: a condition kept is worse than a word lost
+    "health": rf"(?i:\b(?:diagnosed with|suffer(?:s|ing)? from|recover(?:s|ing|ed)? from|(?:being )?treated for"
               rf"|treatment for|(?:in|to) hospital (?:with|for)|hospitali[sz]ed (?:with|for)|allergic to|medical history of"
               rf"|surgery (?:on|for)|a case of)\s+)({_CONDITION_WORD}(?:\s{_CONDITION_WORD}){{0,4}})",
     "zip": r"(?i:\b(?:zip|postal|post ?code|eircode|plz|código postal|code postal)(?:\s+code)?(?:\s+is)?)[:\s]+"
