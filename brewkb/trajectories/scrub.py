@@ -123,11 +123,10 @@ def _id_value(text: str, keyed: bool) -> bool:
 
 
 def _person_named(key: str, text: str) -> bool:
-    """Whether a tool's value is a person's name: shaped as one, with a word that is a person's name, under a key
-    that says who someone is to a record (``manager``, ``opened_by``; not ``"owner": "Finance Team"``), a given
-    name and a surname under any key (``"third_party": "Tomasz
-    Kowalczyk"``), or words of a script without capitals under a key ending in ``name`` (``"driver_name": "طارق
-    حداد"``)."""
+    """Whether a tool's value is a person's name: shaped as one, with a word that is a person's name, under a
+    key that says who someone is to a record (``manager``, ``opened_by``; not ``"owner": "Finance Team"``); a
+    given name and a surname under any key (``"third_party": "Tomasz Kowalczyk"``); or words of a script
+    without capitals under a key ending in ``name`` (``"driver_name": "طارق حداد"``)."""
     if PERSON_NAME.fullmatch(text):
         return (PERSON_KEY.search(key) is not None and is_person(text)) or is_full_name(text)
     words = text.split()
@@ -352,8 +351,7 @@ class Scrubber:
     def _personal_key(self, key: str) -> bool:
         """A personal key, or one that ends in one after an underscore (``vehicle_plate``, ``home_postcode``)."""
         key = key.lower()
-        return key in self.keys or ("_" in key and key.split("_", 1)[1] in self.keys) or \
-            any(key.endswith("_" + k) for k in self.keys if "_" not in k)
+        return key in self.keys or any(key.endswith("_" + k) for k in self.keys)
 
     def _collect(self, data: Any, found: dict[str, str], listed: dict[str, str], address: bool = False) -> None:
         """Personal values of a tool's JSON into ``found``; id-shaped items of

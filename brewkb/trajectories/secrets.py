@@ -52,7 +52,8 @@ _PLACEHOLDER = re.compile(r"<[a-z][a-z0-9_]*>")
 _NAMED = re.compile(
     r"(?i:\b(?:bearer|basic|digest|token)\s+|\b(?:api[_ -]?key|apikey|access[_ -]?key(?:[_ -]?id)?"
     r"|(?:client[_ -]?|aws[_ -]?)?secret(?:[_ -]?(?:access[_ -]?)?key)?"
-    r"|(?:auth|access|refresh|session|id|api)?[_ -]?token|credentials?|(?:licen[cs]e|product|activation|serial)[_ -]?key)\b[\"']?\s*(?:(?:is|was)\s*|[:=]|=>)\s*[\"']?)"
+    r"|(?:auth|access|refresh|session|id|api)?[_ -]?token|credentials?"
+    r"|(?:licen[cs]e|product|activation|serial)[_ -]?key)\b[\"']?\s*(?:(?:is|was)\s*|[:=]|=>)\s*[\"']?)"
     r"((?=[^\s\"',;<>]*\d)[^\s\"',;<>]{6,}|(?:(?<=[:=>])|(?<=[:=>]\s)|(?<=[:=>]\s[\"'])|(?<=[:=>][\"']))"
     r"[^\s\"',;<>]{8,}|[A-Za-z0-9]+(?:[-_][A-Za-z0-9]+){2,})")
 """A credential's value after its auth scheme or its name: one with a digit ("the token is expired" has none),
@@ -70,7 +71,8 @@ _PREFIXED = re.compile(
 key of a made-up or an expired service is still shaped as one, and a key's shape is enough to keep it out."""
 _QUICK = re.compile(r"(?i)pass|pwd|secret|token|key|auth|bearer|cred|private|-----|://|[A-Za-z0-9+/=_\-]{20}"
                     r"|\b(?:[srp]k[-_]|gh[pousr]_|github_pat_|hf_|glpat-|xox[abprs]-|AKIA|ASIA|AIza|SG\.)"
-                    r"|\b(?:\d{1,3}\.){3}\d{1,3}\b|(?<!\S)\S \S \S \S |\b[A-Za-z0-9]{4,6} [A-Za-z0-9]{4,6} [A-Za-z0-9]{4,6}\b")
+                    r"|\b(?:\d{1,3}\.){3}\d{1,3}\b"
+                    r"|(?<!\S)\S \S \S \S |\b[A-Za-z0-9]{4,6} [A-Za-z0-9]{4,6} [A-Za-z0-9]{4,6}\b")
 """Text with none of these cannot hold a finding of any plugin: most texts are skipped at once."""
 
 
