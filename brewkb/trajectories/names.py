@@ -1,5 +1,6 @@
-"""People's names of many countries, from Faker's person providers (given
-names and surnames of about eighty locales, in their own scripts).
+"""People's names: whether words are a person's name, by Faker's person
+providers (given names and surnames of about eighty locales, in their own
+scripts), and whether a tool's value is one (``person_named``).
 
 Why a library: a name said with no word around it that says so ("upgrade
 Noah Hernandez to business") is told only by knowing names, and Faker keeps
@@ -12,11 +13,22 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import re
 from collections.abc import Iterator
 from functools import cache
 from typing import Any
 
-__all__ = ["is_full_name", "is_person"]
+__all__ = ["PERSON_KEY", "PERSON_NAME", "is_full_name", "is_person", "person_named"]
+
+
+PERSON_KEY = re.compile(r"(?i)(?:^|_)(?:manager|requester|requestor|assignee|approver|owner|contact|author|reporter"
+                        r"|creator|recipient|sender|patient|doctor|physician|employee|customer|member|holder|guest"
+                        r"|technician|supervisor|spouse|beneficiary|signer|passenger|travell?er|person)$|_(?:by|to)$")
+"""Keys that name who someone is to a record (``manager``, ``assignee``, ``opened_by``, ``assigned_to``): a
+value under one shaped like a person's name (``PERSON_NAME``) is personal."""
+
+PERSON_NAME = re.compile(r"[A-Z][^\W\d_]*(?:[-'’][A-Z]?[^\W\d_]+)*(?:\s+[A-Z][^\W\d_]*(?:[-'’][A-Z]?[^\W\d_]+)*){1,3}")
+"""A name shaped like a person's: two to four capitalised words of letters (``O'Donnell`` one of them)."""
 
 
 @cache
@@ -70,3 +82,15 @@ def is_person(text: str) -> bool:
 def _known(word: str, names: frozenset[str]) -> bool:
     """A word is a known name, or each part of it is (``Jean-Luc``, ``Running-Water``)."""
     return word in names or ("-" in word and all(part in names for part in word.split("-")))
+
+
+def person_named(key: str, text: str) -> bool:
+    """Whether a tool's value is a person's name: shaped as one, with a word that is a person's name, under a
+    key that says who someone is to a record (``manager``, ``opened_by``; not ``"owner": "Finance Team"``); a
+    given name and a surname under any key (``"third_party": "Tomasz Kowalczyk"``); or words of a script
+    without capitals under a key ending in ``name`` (``"driver_name": "طارق حداد"``)."""
+    if PERSON_NAME.fullmatch(text):
+        return (PERSON_KEY.search(key) is not None and is_person(text)) or is_full_name(text)
+    words = text.split()
+    return (key.lower().endswith("name") and 2 <= len(words) <= 4
+            and all(word.isalpha() and word.upper() == word.lower() for word in words))

@@ -8,9 +8,9 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from brewkb.trajectories.names import is_full_name, is_person
+from brewkb.trajectories.names import PERSON_KEY, is_full_name, is_person
 
-__all__ = ["DEFAULT_PATTERNS", "VALIDATORS", "PERSON_KEY", "NAME_BESIDE", "whole_name", "date_of", "date_written"]
+__all__ = ["DEFAULT_PATTERNS", "VALIDATORS", "NAME_BESIDE", "whole_name", "date_of", "date_written"]
 
 _AT = r"(?:\s*[(\[{<]\s*(?i:at)\s*[)\]}>]\s*)"
 _DOT = r"(?:\s*[(\[{<]\s*(?i:dot)\s*[)\]}>]\s*|\s+(?i:dot)\s+)"
@@ -194,13 +194,6 @@ def _full_name_ok(text: str, whole: str = "") -> bool:
 VALIDATORS = {"iban": _iban_ok, "phone": _phone_ok, "name": _name_ok, "full_name": _full_name_ok}
 """Kinds whose matches count only when they pass a check of the value and the whole match (the IBAN's check
 digits, a phone's length, a name's words among people's names or said to be a name)."""
-
-
-PERSON_KEY = re.compile(r"(?i)(?:^|_)(?:manager|requester|requestor|assignee|approver|owner|contact|author|reporter"
-                        r"|creator|recipient|sender|patient|doctor|physician|employee|customer|member|holder|guest"
-                        r"|technician|supervisor|spouse|beneficiary|signer|passenger|travell?er|person)$|_(?:by|to)$")
-"""Keys that name who someone is to a record (``manager``, ``assignee``, ``opened_by``, ``assigned_to``): a
-value under one shaped like a person's name (``scrub.PERSON_NAME``) is personal."""
 
 
 MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",

@@ -61,16 +61,15 @@ from typing import Any
 
 from brewkb.config import ScrubConfig
 from brewkb.errors import ConfigError
+from brewkb.trajectories.names import PERSON_NAME, is_person, person_named
 from brewkb.trajectories.patterns import (
     DEFAULT_PATTERNS,
     NAME_BESIDE,
-    PERSON_KEY,
     VALIDATORS,
     date_of,
     date_written,
     whole_name,
 )
-from brewkb.trajectories.names import is_full_name, is_person
 from brewkb.trajectories.schema import Trajectory
 from brewkb.trajectories.secrets import SECRET, secret_spans
 
@@ -122,18 +121,6 @@ def _id_value(text: str, keyed: bool) -> bool:
     return ID_SHAPE.fullmatch(text) is not None
 
 
-def _person_named(key: str, text: str) -> bool:
-    """Whether a tool's value is a person's name: shaped as one, with a word that is a person's name, under a
-    key that says who someone is to a record (``manager``, ``opened_by``; not ``"owner": "Finance Team"``); a
-    given name and a surname under any key (``"third_party": "Tomasz Kowalczyk"``); or words of a script
-    without capitals under a key ending in ``name`` (``"driver_name": "طارق حداد"``)."""
-    if PERSON_NAME.fullmatch(text):
-        return (PERSON_KEY.search(key) is not None and is_person(text)) or is_full_name(text)
-    words = text.split()
-    return (key.lower().endswith("name") and 2 <= len(words) <= 4
-            and all(word.isalpha() and word.upper() == word.lower() for word in words))
-
-
 def _is_scalar(value: Any) -> bool:
     return isinstance(value, str | int) and not isinstance(value, bool)
 
@@ -160,9 +147,6 @@ when it holds a street too)."""
 NAME_KEYS = frozenset({"name", "full_name"})
 STREET_FIELDS = frozenset({"address", "address1", "address_line1", "street", "street_address"})
 """Keys of a street: a record with one is an address, and its town and postcode are personal too."""
-PERSON_NAME = re.compile(r"[A-Z][^\W\d_]*(?:[-'’][A-Z]?[^\W\d_]+)*(?:\s+[A-Z][^\W\d_]*(?:[-'’][A-Z]?[^\W\d_]+)*){1,3}")
-"""A name shaped like a person's: two to four capitalised words of letters (``O'Donnell`` one of them)."""
-
 ADMITTED = "admitted"
 """The ``meta`` key ``boundary.admit`` sets on a trajectory it scrubbed: scrubbing it again changes nothing."""
 
@@ -372,7 +356,7 @@ class Scrubber:
                 key = str(key)
                 scalar = isinstance(value, str | int) and not isinstance(value, bool)
                 text = str(value).strip() if scalar else ""
-                named = _person_named(key, text)
+                named = person_named(key, text)
                 personal = self._personal_key(key) or (person and key.lower() in fields) or named
                 if personal and scalar:
                     if len(unmarked(text)) >= MIN_VALUE and not _PLACEHOLDER.fullmatch(text):
