@@ -332,10 +332,14 @@ class Scrubber:
             said = self._said.keep(text, tuple(found))
         return said
 
+    @cached_property
+    def _ending(self) -> re.Pattern[str]:
+        return re.compile("_(?:" + "|".join(map(re.escape, sorted(self.keys))) + ")$") if self.keys else re.compile("$^")
+
     def _personal_key(self, key: str) -> bool:
         """A personal key, or one that ends in one after an underscore (``vehicle_plate``, ``home_postcode``)."""
         key = key.lower()
-        return key in self.keys or any(key.endswith("_" + k) for k in self.keys)
+        return key in self.keys or self._ending.search(key) is not None
 
     def _collect(self, data: Any, found: dict[str, str], listed: dict[str, str], address: bool = False) -> None:
         """Personal values of a tool's JSON into ``found``; id-shaped items of
