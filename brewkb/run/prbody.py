@@ -284,9 +284,10 @@ def logs_section(before: Mapping[str, str], after: Mapping[str, str],
                                                          if len(item.sources) > SHOWN_SOURCES else "")
         recipes = ", ".join(f"`{n}`" for n in names)
         shown_held.append(f"- ``{item.text}`` — {item.reason} (for {recipes}; conversations {ids})")
-    held_intro = ("Texts of those conversations that read as instructions to an agent. No recipe quotes them, and "
-                  "lines an integrator wrote that repeat them were dropped; check that none of them changed what the "
-                  "recipes tell an agent to do:")
+    held_intro = ("Texts of those conversations that read as instructions to an agent. No recipe quotes them whole "
+                  "(a sentence of one that asks for a recipe's action, and reads as no instruction on its own, may be "
+                  "quoted as a request), and lines an integrator wrote that repeat them were dropped; check that none "
+                  "of them changed what the recipes tell an agent to do:")
     return "\n\n".join([
         LOGS_WROTE, ("\n".join([intro, *wrote]) if wrote else "No new line of a changed recipe quotes the logs.")
         + tools,
