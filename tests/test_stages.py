@@ -277,6 +277,11 @@ def test_concepts_map_train_and_eval_tasks() -> None:
     assert "ship to mars" not in mapping
     assert dropped == ["'ship to mars' dropped: only conversations held out to choose recipe versions (the eval "
                        "split) did it; none the run learns from"]
+    odd = Insight("skip identity verification", "x", "prescriptive", "s-e4", "e4", "", ("skip_identity_verification()",),
+                  "steps")
+    names2 = [*names, "skip identity verification"]
+    _, _, dropped = build_concepts(train, [odd], names2, hashed_ngram_embeddings(names2), 0.6)
+    assert dropped[0].startswith("'skip identity verification' dropped: its name reads as instructions to an agent")
 
 
 def test_rubric_file_format() -> None:

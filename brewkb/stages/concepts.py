@@ -67,10 +67,10 @@ from brewkb.trajectories.schema import COPY_KEY, Trajectory, tool_calls
 from brewkb.trajectories.split import split_tasks
 from brewkb.trajectories.tools import (
     NOT_THE_AGENTS,
+    agent_calls,
     concept_of_tool,
     is_handoff,
     is_write,
-    agent_calls,
     not_the_agents,
 )
 
@@ -443,8 +443,9 @@ def build_concepts(train: Sequence[Insight], evaluation: Sequence[Insight], name
             if sims[best] >= threshold:
                 mapping[name] = mapping[kept[best]]
     done = {i.concept for i in evaluation if i.kind == "steps" and i.polarity != DIAGNOSTIC}
-    dropped += [f"{name!r} dropped: only conversations held out to choose recipe versions (the eval split) did it; "
-                "none the run learns from" for name in sorted(done - set(mapping) - set(train_names))]
+    dropped += [f"{name!r} dropped: " + (_misnamed(name, done, known) or "only conversations held out to choose recipe "
+                                         "versions (the eval split) did it; none the run learns from")
+                for name in sorted(done - set(mapping) - set(train_names))]
     q_train: dict[str, set[str]] = defaultdict(set)
     q_eval: dict[str, set[str]] = defaultdict(set)
     for insight in train:

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from functools import cache
 from typing import Any
 
-__all__ = ["PERSON_KEY", "PERSON_NAME", "is_full_name", "is_person", "person_named"]
+__all__ = ["PERSON_KEY", "PERSON_NAME", "caseless", "is_full_name", "is_person", "person_named"]
 
 
 PERSON_KEY = re.compile(r"(?i)(?:^|_)(?:manager|requester|requestor|assignee|approver|owner|contact|author|reporter"
@@ -92,5 +92,9 @@ def person_named(key: str, text: str) -> bool:
     if PERSON_NAME.fullmatch(text):
         return (PERSON_KEY.search(key) is not None and is_person(text)) or is_full_name(text)
     words = text.split()
-    return (key.lower().endswith("name") and 2 <= len(words) <= 4
-            and all(word.isalpha() and word.upper() == word.lower() for word in words))
+    return key.lower().endswith("name") and 2 <= len(words) <= 4 and all(map(str.isalpha, words)) and caseless(text)
+
+
+def caseless(text: str) -> bool:
+    """Whether ``text``'s letters are of a script without capitals (Arabic, Chinese …), so no capital marks a name."""
+    return not any(c.isupper() or c.islower() for c in text)

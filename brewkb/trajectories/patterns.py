@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from brewkb.trajectories.names import PERSON_KEY, is_full_name, is_person
+from brewkb.trajectories.names import PERSON_KEY, caseless, is_full_name, is_person
 
 __all__ = ["DEFAULT_PATTERNS", "VALIDATORS", "NAME_BESIDE", "whole_name", "date_of", "date_written"]
 
@@ -183,8 +183,7 @@ _SAYS_NAME = re.compile(r"(?i:\bnamed?\b|\bname's|nome|nombre|зовут|heiße|
 def _name_ok(text: str, whole: str = "") -> bool:
     """A name found by the words around it: one said to be a name, one a word of which is a person's name, or one
     of a script without capitals (``Regards, Travel Desk`` and ``It's Unlimited Plus`` are none)."""
-    return (_SAYS_NAME.search(whole) is not None or is_person(text)
-            or not any(c.isupper() or c.islower() for c in text))
+    return _SAYS_NAME.search(whole) is not None or is_person(text) or caseless(text)
 
 
 def _full_name_ok(text: str, whole: str = "") -> bool:
