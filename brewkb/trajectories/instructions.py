@@ -17,8 +17,9 @@ recipe's lines with them; ``name_reason`` reads a name a log gave as words.
    identity / eligibility …"; "set aside / drop / pay no attention to …";
    "disregard what the policy says", "whatever the rules say"; a pretence
    ("act as if you never received …", "treat the guidance as obsolete");
-   the same in other languages (a verb of ignoring before instructions, rules or checks;
-   the noun first in Chinese, Japanese, Korean, Turkish and Hindi);
+   the same in other languages (``brewkb.trajectories.languages``: a verb of
+   ignoring before instructions, rules or checks; the noun first in Chinese,
+   Japanese, Korean, Turkish and Hindi);
 3. *claims a policy or rule*: "new / updated / revised / official /
    internal … policy / rule / instructions", "policy update", "system
    prompt", "per the current guidance", "without exception", "… are always
@@ -68,11 +69,13 @@ from collections.abc import Iterable
 from functools import cache, lru_cache
 
 from brewkb.trajectories.boundary import normalise
+from brewkb.trajectories.languages import INTERNAL_NOTE, NEW_RULE, NOTE_TO_THE_ASSISTANT, OVERRIDE
 
 __all__ = ["instruction_reason", "name_reason", "is_html", "RULE_FOR_READER", "TO_THE_AGENT", "DIRECTS_A_CALL",
            "LINK", "MARKUP", "ASKS_FOR_A_SECRET", "HIDES_ITS_WORDS", "REASONS", "PLACEHOLDER"]
 
 RULE_FOR_READER = "a rule for whoever reads it"
+OVERRIDES = "overrides its instructions"
 TO_THE_AGENT = "tells an agent what to do"
 """Part of rule 3 for log text only: a recipe's own lines tell the agent what to do."""
 DIRECTS_A_CALL = "directs a tool call"
@@ -86,29 +89,13 @@ ASKS_FOR_A_SECRET = "asks for a secret"
 """Rule 7: someone asked to say a card number, a security code or a password (a recipe's line may warn against it)."""
 HIDES_ITS_WORDS = "hides its words"
 """Rule 8: ten letters or more each standing alone ("i g n o r e …"), a way to slip words past the others."""
-_ROLE = r"(?:ai|assistant|agent|model|llm|chatbot|bot|system|gpt|chatgpt|copilot|gemini|claude|language model)"
+_ROLE = (r"(?:ai|assistant|agent|model|llm|chatbot|bot|system|gpt|chatgpt|copilot|gemini|claude|siri|alexa|cortana"
+         r"|language model)")
 _TLD = (r"(?:com|net|org|info|biz|io|co|ai|app|dev|xyz|top|site|online|shop|store|link|click|live|ly|gl|cc|ws|tk"
         r"|ru|cn|uk|de|fr|nl|eu|us|ca|au|in|br|jp|su|pw|icu|club|vip|example|test|invalid|local|internal|onion|corp"
         r"|lan|localhost|help|support|pro|travel|me|tv|cloud|tech|page|world|email|services|center|solutions|zone"
         r"|network|digital|agency|global|bank|pay|money|finance|systems|company|business|group|care|express)")
 """Endings of host names that a bare one is read by (a link needs no scheme to be followed)."""
-_OVERRIDE_VERB = (r"(?i:ignorier(?:e|en|t)?|vergiss|vergessen|missachte|umgehe|überspringe|ignore[rz]?|oublie[rz]?"
-                  r"|contourne[rz]?|ignora[rn]?|olvida[rn]?|omite|omitir|salta[rn]?|dimentica(?:re)?|ignorare"
-                  r"|esque[çc]a|pule|negeer|vergeet|omzeil|игнорируй(?:те)?|проигнорируй(?:те)?|забудь(?:те)?"
-                  r"|пропусти(?:те)?|zignoruj|ignoruj|pomiń|zapomnij|ignorera|ignorer|glöm|glem|abaikan|lupakan"
-                  r"|zapomeň|bỏ qua|تجاهل|انس|ігноруй(?:те)?|проігноруй(?:те)?|забудь(?:те)?|αγνόησε|αγνοήστε|ξέχνα"
-                  r"|התעלם|התעלמו|שכח|puuza|ohita|unohda|ignoră|ignorați|uitați|abaikan|ignorē|aizmirsti"
-                  r"|huwag pansinin|glem|hopp over)")
-_RULE_NOUN = (r"(?i:anweisungen|hinweise|regeln|richtlinien|vorgaben|prüfung(?:en)?|überprüfung(?:en)?|verifizierung"
-              r"|instructions|règles|consignes|vérifications?|politiques?|instrucciones|reglas|verificaci[oó]n|pol[ií]ticas?"
-              r"|istruzioni|regole|verifica|instru[çc][õo]es|regras|verifica[çc][ãa]o|instructies|regels|richtlijnen"
-              r"|verificatie|controles?|инструкци[а-я]*|правил[а-я]*|указани[а-я]*|провер[а-я]*|instrukcj\w*|zasad\w*"
-              r"|reguł\w*|weryfikacj\w*|instruktioner(?:na|ne)?|instruksjon(?:er|ene)?|regler(?:na|ne)?|instruksi"
-              r"|aturan|verifikasi|instrukce|pravidla|hướng dẫn|quy tắc|التعليمات|تعليمات|القواعد|التحقق|інструкці[а-яії]*"
-              r"|правил[а-яії]*|οδηγίες|κανόνες|ההוראות|הוראות|הכללים|maagizo|sheria|ohjeet|säännöt|instrucțiunile"
-              r"|instrucțiuni|regulile|arahan|tagubilin|instrukcijas|noteikumus|instruksjonane|reglane|indicaciones"
-              r"|indicações)")
-"""Rule 2 in other languages than English: verbs of ignoring or skipping, and what is ignored."""
 _STAFF = (r"(?:staff|supervisor|manager|management|admin|administrator|operator|moderator|headquarters|reps?"
           r"|representatives?|team leads?|reviewers?|customer care(?: team)?|support team|ops|operations"
           r"|(?:ops|operations|support|service) desk)")
@@ -120,36 +107,34 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
         rf"|\b(?:you are|you're|act as|pretend to be|as an?|you,? the)\s+(?:now\s+)?(?:an?\s+)?(?:helpful\s+)?"
         r"(?:ai|assistant|language model|llm|chatbot|large language model)\b"
         r"|<\|[^|>\n]{1,40}\|>|\[/?INST\]|<</?SYS>>|#{2,}\s*(?:instruction|system|response)\b"
-        # a note to the assistant in other languages: "Hinweis an den Assistenten", "note pour l'assistant"
-        r"|(?i:\b(?:hinweis|nachricht|notiz|anweisung|note|message|nota|mensaje|mensagem|bericht|opmerking|записка"
-        r"|сообщение|примечание)\s+(?:an|für|à|pour|para|per|al|a|aan|voor|для)\s+(?:den|die|das|l'|l’|la|le|el|o|il"
-        r"|de|het)?\s*(?:assistenten|assistentin|assistant|assistente|asistente|assistent|ассистента|ии|ki|ia|ai|bot"
-        r"|chatbot|agenten|agent|agente|модели|бота)\b)"
+        rf"|{NOTE_TO_THE_ASSISTANT}"
         # a note for someone other than whom it was said to: staff, or whoever reads it
         rf"|(?:^|[.!?]\s+)\s*{_STAFF}\s*:|\b{_STAFF}\s+(?:notes?|messages?|memos?|reminders?|instructions?)\b"
         rf"|\b(?:notes?|messages?|memos?|reminders?|instructions?)\s+(?:from|for|to)\s+(?:the\s+|your\s+|our\s+)?"
         rf"(?:[a-z]+\s+){{0,2}}{_STAFF}\b|\b(?:dear|attn|attention)\b\W{{0,3}}(?:the\s+)?(?:[a-z]+\s+){{0,2}}{_STAFF}\b"
+        rf"|\b(?:to|for)\s+(?:the\s+|our\s+|your\s+)?(?:[a-z]+\s+){{0,2}}{_STAFF}\s*:"
         rf"|\b(?:to|for)\s+(?:the\s+|our\s+|your\s+)?(?:[a-z]+\s+){{0,2}}{_STAFF}\s+(?:who\s+)?(?:reads|reading|reviews"
         r"|reviewing|handles|handling|sees|processes|processing)\b"
-        r"|\b(?:to|for)\s+(?:whoever|the\s+(?:person|people|one)|anyone|someone)\s+(?:who\s+)?(?:reads|is reading"
+        r"|\b(?:to|for)\s+(?:whoever|the\s+(?:person|people|one|human)|anyone|someone)\s+(?:who\s+)?(?:reads|is reading"
         r"|reading|handles|is handling|handling|sees|gets|processes|picks up|reviews|is reviewing|reviewing)\b"
         # whoever reads it, named in the third person: "Whoever handles this: …", "assistants reading this should"
         r"|(?:^|[.!?:;]\s+|\bp\.?\s?s\.?\s*[:,-]?\s*)(?:whoever|anyone who|the person who)\s+(?:reads|handles"
         r"|is handling|processes|sees|gets|picks up|reviews)\s+this\b"
-        rf"|(?:^|[.!?]\s+)\s*{_ROLE}\s*,\s+(?:please\s+)?[a-z]+|\b(?:message|note|memo|instructions?)\s+(?:for|to)\s+"
+        rf"|(?:^|[.!?]\s+)\s*{_ROLE}\s*(?:,\s+(?:please\s+)?[a-z]+|\s+please\b)"
+        r"|\breset\s+your\s+(?:configuration|memory|instructions|programming|prompt|context)\b|\b(?:message|note|memo|instructions?)\s+(?:for|to)\s+"
         rf"(?:the\s+)?{_ROLE}\b|\[\s*(?:system|admin|assistant|instructions?)\s*\]"
         r"|(?:^|[.!?]\s+)\s*(?:instructions?|internal (?:memo|note)|system (?:note|message)|admin override)\s*:"
-        r"|(?:^|[.!?]\s+)\s*(?i:note interne|m[ée]mo interne|nota interna|memo interno|mensaje interno|interne (?:notiz"
-        r"|mitteilung|anweisung)|interne notitie|служебная записка|внутренняя записка)\s*:"
+        rf"|{INTERNAL_NOTE}"
         rf"|\b{_ROLE}s?\s+(?:who\s+(?:are|is)\s+|that\s+(?:are|is)\s+)?(?:reading|handling|processing|seeing"
         r"|reviewing)\s+this\b|\btold me to (?:tell|say to|ask|remind) you\b")),
-    ("overrides its instructions", re.compile(
+    (OVERRIDES, re.compile(
         r"(?i)\b(?:ignore|disregard|forget|override|bypass|circumvent|skip|drop|discard|set aside|put aside|abandon"
-        r"|scrap|never mind|pay no (?:attention|heed|mind) to|stop following|(?:do not|don't) follow)\s+(?:all\s+|any\s+"
+        r"|scrap|waive|never mind|pay no (?:attention|heed|mind) to|stop following|(?:do not|don't) follow)\s+(?:all\s+|any\s+"
         r"|every\s+|the\s+|your\s+|these\s+|those\s+|of\s+)*(?:(?:previous|prior|above|earlier|preceding|original"
         r"|system|safety|usual)\b(?!\s+(?:request|message|one|answer|question|reply|text|note|comment|e-?mail|number"
         r"|mistake))|prev\b|(?:[a-z]+[\s-]+){0,2}(?:instructions?|rules?|prompts?|polic(?:y|ies)"
-        r"|guidelines?|guidance|directives?|directions|orders|checks?|verifications?|authentications?)\b)"
+        r"|guidelines?|guidance|directives?|directions|orders|checks?|verifications?|authentications?|constraints?"
+        r"|sops?|protocols?|safeguards?|conditions)\b)"
         # what someone or something said, set aside: "disregard what the policy says", "whatever the rules say"
         r"|\b(?:ignore|disregard|forget|set aside|never mind)\s+(?:everything|anything|whatever|what)\s+(?:[\w']+\s+)"
         r"{0,4}?(?:says?|said|told|tells|wrote|writes)\b"
@@ -165,8 +150,9 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"|\b(?:instructions|rules|guidelines|directions|directives|polic(?:y|ies)|restrictions|guardrails|checks)\s+"
         r"(?:no longer apply|(?:are|is|have been|has been)\s+(?:hereby\s+|now\s+)?(?:void|revoked|cancell?ed|lifted"
         r"|suspended|removed|disabled|off|overridden|waived))\b"
-        r"|\b(?:verification|authentication|identity (?:checks?|verification)|checks?)\s+(?:is|are)\s+(?:no longer|not)"
-        r"\s+(?:required|needed|necessary)\b"
+        r"|\b(?:verification|authentication|identity (?:checks?|verification)|checks?)\s+(?:(?:is|are)\s+(?:no longer|not)"
+        r"|isn't|aren't|isn’t|aren’t)\s+(?:required|needed|necessary)\b"
+        r"|\b(?:nobody|no one|no-one)\s+(?:needs?|has|have)\s+to\s+(?:check|verify|confirm|validate|authenticate)\b"
         r"|\b(?:don't|do not) bother\s+(?:verifying|checking|confirming)\b"
         r"|\bno need to\s+(?:check|verify|confirm)\s+(?:who i am|my identity)\b"
         r"|\b(?:developer|maintenance|debug|god|jailbreak|unrestricted)\s+mode\b"
@@ -179,22 +165,9 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"|identity|id|verification|eligibility|requirements?|restrictions?|conditions?|checks?)\b"
         r"|\b(?:ignore|disregard|forget)\s+(?:what|everything|anything|all)\s+(?:that\s+)?(?:you|you've|you'?ve)\s+"
         r"(?:were|was|have been|had been|'ve been|are|got)?\s*(?:told|instructed|given|taught|asked)\b"
-        # the same in other languages: a verb of ignoring or skipping, then instructions, rules or checks
-        rf"|\b{_OVERRIDE_VERB}\s+(?:[^\W\d_]+[\s,]+){{0,4}}?[^\W\d_]*?{_RULE_NOUN}\b"  # a compound: Kautionsregeln
-        rf"|\b{_RULE_NOUN}\s+(?:[^\W\d_]+\s+){{0,2}}?(?i:ignorieren|vergessen|überspringen|umgehen|missachten)\b"
-        rf"|(?:忽略|无视|忽视|忘记|跳过|無視|忘れ)[^。.!?]{{0,12}}(?:指示|指令|规则|規則|规定|验证|核实|检查|ルール|確認)"
-        # the noun first: 指示を無視, 지시를 무시, talimatları yok say, निर्देशों को अनदेखा
-        r"|(?:指示|指令|规则|規則|ルール|確認|命令|지시|지침|규칙|명령|확인)[^。.!?]{0,12}(?:無視|忘れ|スキップ|忽略|无视|忘记|무시|잊)"
-        r"|(?i:\b(?:talimat|kural|doğrulama|kontrol)\w*\s+(?:\w+\s+){0,3}?(?:yok say|görmezden gel|unut|atla))"
-        r"|(?:निर्देश|नियम)\S*\s+(?:\S+\s+){0,3}?(?:अनदेखा|नज़रअंदाज़|नजरअंदाज|भूल|परवाह मत)"
-        # the noun first, or where no word boundary reads: Thai, Persian, Bengali, Hungarian
-        r"|(?:คำสั่ง|กฎ)[^.!?]{0,20}?(?:เพิกเฉย|ไม่ต้องสนใจ|ละเว้น)|(?:เพิกเฉย|ไม่ต้องสนใจ|ละเว้น)[^.!?]{0,20}?(?:คำสั่ง|กฎ)"
-        r"|(?:دستورالعمل|دستورات|قوانین)[^.!?]{0,30}?(?:نادیده|فراموش)|(?:নির্দেশ|নিয়ম)[^।.!?]{0,30}?(?:উপেক্ষা|ভুলে)"
-        r"|(?i:figyelmen kívül\s+(?:\w+\s+){0,3}?(?:utasítás|szabály)\w*|(?:utasítás|szabály)\w*\s+(?:\w+\s+){0,3}?"
-        r"figyelmen kívül)"
-        r"|(?:规则|規則|ルール|규칙)[^。.!?]{0,6}(?:不用管|不要管|别管|気にせず|無視|신경 쓰지)")),
+        rf"|{OVERRIDE}")),
     (CLAIMS, re.compile(
-        r"(?i)\b(?:new|updated|revised|official|internal|special|secret|changed|latest)\s+(?:company\s+|store\s+|"
+        r"(?i)\b(?:new|updated|revised|amended|official|internal|special|secret|changed|latest)\s+(?:company\s+|store\s+|"
         r"support\s+)?(?:polic(?:y|ies)|rules?|instructions?|guidelines?|directives?|procedures?)\b"
         r"|\bpolicy\s+(?:update|change|override|exception)\b|\b(?:system|developer)\s+(?:prompt|message|note)\b"
         # a rule for everyone: "refunds are approved for every delayed passenger"
@@ -205,8 +178,9 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"|authori[sz]ed|eligible|exempt|refundable|refunded|covered)\b"
         # a rule said to be in force, or a permission said to be given: "per the current guidance", "you are
         # authorised to", "without exception"
-        r"|\bper\s+(?:the\s+|our\s+|your\s+|company\s+)?(?:current|new|latest|updated|revised|internal)\s+"
-        r"(?:guidance|polic(?:y|ies)|rules?|guidelines?|directives?)\b|\bwithout exceptions?\b"
+        r"|\b(?:per|according to)\s+(?:the\s+|our\s+|your\s+|company\s+)?(?:current|new|latest|updated|revised"
+        r"|internal|amended)\s+(?:guidance|polic(?:y|ies)|rules?|guidelines?|directives?|terms)\b|\bwithout exceptions?\b"
+        r"|\b(?:per|according to|under)\s+(?:section|clause|article|paragraph)\s+\d"
         r"|\byou(?:'re|’re| are)\s+(?:now\s+|hereby\s+|fully\s+)?(?:authori[sz]ed|permitted|cleared|empowered"
         r"|entitled|allowed)\s+to\b|\byou(?:'ve|’ve| have)\s+(?:been\s+(?:given|granted)\s+)?(?:permission|authori[sz]ation"
         r"|clearance)\s+to\b"
@@ -227,9 +201,13 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"(?!\s+(?:my|our)\b)")),
     (RULE_FOR_READER, re.compile(
         r"(?i)(?:^|[.!?:;]\s+|\n\s*)(?:always|never)\s+(?!mind\b|again\b|the\b|a\b|an\b|so\b|been\b|had\b|once\b"
-        r"|ever\b|happy\b|glad\b|nice\b|good\b|great\b|fun\b|[a-z]+ed\b|[a-z]*[^s\W]s\b)[a-z]+"
-        r"|\b(?:you|agents?|assistants?|the agent|the assistant)\s+(?:must|should|shall|are to|have to|need to)\s+"
-        r"(?:always|never|not|no longer)\b|\bmust (?:always|never)\b")),
+        r"|ever\b|happy\b|glad\b|nice\b|good\b|great\b|fun\b|[a-z]+ed\b|[a-z]*[^s\W]s\b"
+        # what happened, said in the past: "Never got the e-mail"
+        r"|(?:got|did|was|were|went|came|saw|heard|knew|made|paid|gave|took|sent|said|told|left|felt|found|thought"
+        r"|bought|brought|understood|lost|kept|met|won|ate|ran|began|rang|spoke|wrote|chose|flew|drove)\b)[a-z]+"
+        r"|\b(?:you|agents?|assistants?|the agent|the assistant)\s+(?:(?:must|should|shall|are to|have to|need to)\s+"
+        r"(?:always|never|not|no longer)\b|(?:mustn't|shouldn't|shan't|mustn’t|shouldn’t)(?!\s+have\b))"
+        r"|\bmust (?:always|never)\b")),
     (TO_THE_AGENT, re.compile(
         r"(?i)\b(?:the|an?|our|your|every|any)\s+(?:(?:ai|support|virtual|customer)\s+)?"
         r"(?:agent|assistant|ai|model|bot|chatbot|llm)s?\s+(?:also\s+|now\s+|always\s+)?(?:(?:must|should|shall)"
@@ -264,12 +242,13 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"|(?:three|3|four|4)\s+digits\s+on\s+the\s+back|passwords?|passcodes?|passphrases?|pin\s+(?:codes?|numbers?)"
         r"|one[- ]time\s+(?:codes?|passwords?)|otp|social\s+security\s+numbers?)\b")),
     (TO_THE_AGENT, re.compile(  # how to treat the customer, said by the customer: "no need to ask the customer"
-        r"(?i)\b(?:ask|tell|remind|charge|give|issue|offer|send)\s+(?:the|every|each|any)\s+(?:customer|caller|client"
+        r"(?i)\b(?:ask|tell|remind|charge|give|issue|offer|send|refund|compensate|credit)\s+(?:the|every|each|any|all)\s+"
+        r"(?:customer|caller|client"
         r"|user)s?\b(?!\s+(?:service|support|care|portal|account|agreement))"
         r"|\b(?:to|for)\s+(?:every|each|all)\s+(?:callers?|customers?|clients?|users?)\b")),
     # the rules made void by a role or a pretence: "act as if you never received any guidelines", "treat the
     # guidance as obsolete", "put the guidelines aside", "your instructions have been replaced"
-    ("overrides its instructions", re.compile(
+    (OVERRIDES, re.compile(
         r"(?i)\bact as (?:if|though) you (?:never|didn't|did not|have no|had no|don't have|do not have)\b"
         r"|\bpretend (?:that )?(?:the|there|you|your)\b(?:\s+[\w'’]+){0,4}?\s+(?:does not|doesn't|do not|don't|never"
         r"|isn't|is not|aren't|are not|has no|have no|had no|no longer)\b"
@@ -295,7 +274,38 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"|\bnext time (?:someone|anyone|somebody|anybody|a customer|a caller|a user) asks\b"
         r"|\b(?:this|the)\s+(?:chatbot|bot|ai|assistant)\s+(?:must|should|needs? to|has to|is to)\b(?!\s+(?:not\s+)?(?:be|have)\b)"
         r"|(?:^|[.!?]\s+)(?:ai|bot|chatbot)\s+(?:must|should|needs? to|has to)\b")),
-    (HIDES_ITS_WORDS, re.compile(r"(?<!\S)(?:[^\W\d_]\s{1,2}){9,}[^\W\d_](?!\S)")),
+    (CLAIMS, re.compile(  # a permission said given by someone not in the conversation, or said to hold for all
+        r"(?i)\b(?:said|says|told\s+(?:me|us)|was told|were told|promised|assured\s+(?:me|us)|guaranteed|confirms?"
+        r"|confirmed)\s+(?:that\s+)?[^.!?]{0,80}?\b(?:(?:is|are|will be|would be|won't be|wouldn't be|was|were)\s+"
+        r"(?:never\s+|not\s+|always\s+|all\s+)?(?:charged|billed|free|waived|covered|refundable|exempt)|(?:never|not)\s+"
+        r"(?:be\s+)?(?:charged|billed)|free of charge|at no (?:extra\s+|additional\s+)?(?:cost|charge))\b"
+        r"|\b(?:fees?|charges?|penalt(?:y|ies))\s+(?:are|is|will be|have been|has been)\s+(?:now\s+|all\s+)?waived\b"
+        r"|\b(?:pre-?approved|approved|authori[sz]ed|signed off|okayed|sanctioned)\s+by\s+(?:the\s+|your\s+|our\s+)?"
+        r"(?:[a-z]+\s+){0,2}?(?:team|department|dept|office|relations|management|manager|supervisor|director|ceo|head"
+        r"|boss|staff|desk|headquarters)\b"
+        r"|\b(?:your|the)\s+(?:[a-z]+\s+){0,2}?(?:ceo|cfo|coo|boss|director|president|owner|manager|supervisor"
+        r"|head of [a-z]+(?:\s+[a-z]+)?)\s+(?:has\s+|have\s+)?(?:already\s+)?(?:approved|okayed|authori[sz]ed"
+        r"|signed off|said yes|agreed)\b(?!\s+(?:my|our)\s+(?:trip|travel|budget|leave))"
+        r"|\b(?:everybody|everyone|anyone|anybody|whoever\s+[a-z]+|(?:every|any|each)\s+[a-z]+(?:\s+who\s+[a-z]+)?"
+        r"|all\s+[a-z]+)\s+(?:gets?|may|can|receives?|(?:is|are)\s+entitled\s+to|qualif(?:y|ies)\s+for)\s+"
+        r"(?:an?\s+)?(?:[a-z]+\s+){0,2}?(?:for\s+free|free|full\s+refund|refund|complimentary|compensation)\b"
+        r"|\b(?:that|this|it)(?:'s|’s|\s+is)\s+(?:the\s+(?:rule|law)|mandatory|compulsory|(?:your|the agent's)\s+"
+        r"(?:duty|obligation)|required\s+that\s+you)\b|\bthe\s+law\s+says\b"
+        r"|\b(?:is|are)\s+(?:now\s+(?:fully\s+)?refundable|(?:fully\s+)?refundable\s+(?:now|at any time))\b"
+        r"|\bcan\s+be\s+(?:refunded|cancell?ed|changed)\s+(?:in full\s+)?(?:at any time|for free|free of charge)\b"
+        r"|\b(?:guidance|polic(?:y|ies)|rules|terms)\s+(?:has\s+|have\s+|was\s+|were\s+)?changed\b"
+        r"|\b(?:(?:don't|doesn't|do not|does not)\s+require\b[^.!?]{0,40}?\b(?:anymore|any more)|no longer\s+requires?)\b"
+        r"|\b(?:do(?:es)?n't|do(?:es)? not|no longer)\s+appl(?:y|ies)\s+to\s+you\b"
+        # a permission said given, by someone who is not the speaker; a rule said changed for some kind of people
+        r"|\b(?!(?:i|we|i've|we've|i'd|we'd)\b)[a-z]+\s+(?:has\s+|have\s+)?already\s+(?:pre-?)?(?:approved|authori[sz]ed"
+        r"|okayed|cleared|signed off)\b"
+        r"|\b(?!(?:i|we|you|they)\b)[a-z]+s\s+no\s+longer\s+(?:need|require|have to|must)\b"
+        rf"|{NEW_RULE}")),
+    (TO_THE_AGENT, re.compile(  # staff told what to do, or the agent told what it is bound to
+        r"(?i)\b(?:staff|employees?|reps|representatives|agents|personnel|workers|clerks)\s+(?:must|should|shall|are to"
+        r"|need to|have to|are required to|ought to)\b(?!\s+(?:not\s+)?(?:have|be)\b)"
+        r"|\byou(?:'re|’re|\s+are)\s+(?:legally\s+)?(?:required|obliged|obligated)\s+to\b|\byou\s+ought\s+to\b")),
+    (HIDES_ITS_WORDS, re.compile(r"(?<!\S)(?:[^\W\d_]\s{1,3}){9,}[^\W\d_](?!\S)")),
 )
 REASONS = tuple(dict.fromkeys(reason for reason, _ in _RULES))
 """Every reason ``instruction_reason`` may give, in the order it tries them."""
@@ -308,9 +318,11 @@ _LATIN_LOOK = str.maketrans(_CYRILLIC + _GREEK, "aABBeEhhiIjJkKMMHHoOpPcCTTyYxXs
 read as the Latin letter they look like; NFKC has already folded fullwidth and
 mathematical forms."""
 _SMALL_CAPITALS = str.maketrans({chr(c): unicodedata.name(chr(c))[-1].lower() for c in (
-    *range(0x0250, 0x02B0), *range(0x1D00, 0x1D80), *range(0xA720, 0xA800))
-    if re.fullmatch(r"LATIN LETTER SMALL CAPITAL [A-Z]", unicodedata.name(chr(c), ""))})
-"""Small capital letters (``ɪɢɴᴏʀᴇ``), which NFKC leaves as they are, read as the letters they are."""
+    *range(0x0250, 0x02B0), *range(0x1D00, 0x1D80), *range(0xA720, 0xA800), *range(0x1F130, 0x1F1FF))
+    if re.fullmatch(r"LATIN LETTER SMALL CAPITAL [A-Z]|(?:NEGATIVE )?(?:SQUARED|CIRCLED) LATIN CAPITAL LETTER [A-Z]"
+                    r"|REGIONAL INDICATOR SYMBOL LETTER [A-Z]", unicodedata.name(chr(c), ""))})
+"""Small capital letters (``ɪɢɴᴏʀᴇ``) and letters in a square or circle (``🅸🅶🅽🅾🆁🅴``), which NFKC leaves as they
+are, read as the letters they are."""
 PLACEHOLDER = re.compile(r"<[a-z][a-z0-9_]*>")
 """A placeholder brewkb writes in place of a value (``<email>``)."""
 _DANGEROUS_TAGS = frozenset("""script style iframe frame frameset object embed applet svg math form input button
@@ -343,15 +355,24 @@ def _is_html(text: str) -> bool:
 
 def _folded(text: str) -> str:
     """``text`` as the rules of words read it through a disguise: accents dropped (``ïgnörë`` → ``ignore``), letters
-    spelled out joined (``i-g-n-o-r-e``, ``I.g.n.o.r.e``), a word's hyphens dropped (``ign-ore``), and ``/ | ! 1``
-    between letters read as ``i`` (``/gnore prev/ous``)."""
+    spelled out joined (``i-g-n-o-r-e``, ``I.g.n.o.r.e``, ``i🔥g🔥n``), a word's hyphens and underscores dropped
+    (``ign-ore``, ``Ig_nore``), the stops between words that go on in small letters dropped, and ``/ | ! 1`` between
+    letters read as ``i`` (``/gnore prev/ous``)."""
     text = "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))
-    text = re.sub(r"(?<![^\W\d_])(?:[^\W\d_][-.·*_]){2,}[^\W\d_](?![^\W\d_])",
-                  lambda m: re.sub(r"[-.·*_]", "", m.group(0)), text)
-    text = re.sub(r"(?<=[^\W\d_])-(?=[^\W\d_])", "", text)
+    text = re.sub(r"(?<![^\W\d_])(?:[^\W\d_](?:[^\w\s]|_)){2,}[^\W\d_](?![^\W\d_])",
+                  lambda m: re.sub(r"[^\w\s]|_", "", m.group(0)), text)
+    text = re.sub(r"(?<=[^\W\d_])[-_](?=[^\W\d_])", "", text)
+    text = re.sub(r"[.,;:]+(?=\s+[a-z])", "", text)  # words cut into sentences: "ignore. previous. instructions."
     return re.sub(r"(?<![^\W\d_])[/|!1](?=[^\W\d_]{2})|(?<=[^\W\d_])[/|!1](?=[^\W\d_])", "i", text)
 
 
+_SPACELESS = re.compile(
+    r"(?:ig?nor+e|disregard|bypass|overrid?e)(?:all|the|your|any|of|every|these|those)*(?:previ?o?u?s|prior|above"
+    r"|earlier|system|original)?(?:instruc?t?i?o?ns?|rules|prompts?|guidelines|directives)"
+    r"|forget(?:all|the|your|any|of|every|these|those)*(?:previ?o?u?s|prior|above|earlier|system|original)"
+    r"(?:instruc?t?i?o?ns?|rules|prompts?|guidelines|directives)")
+"""Rule 2 read in a text's letters alone, its spaces and signs dropped: words cut apart ("ig nore prev ious
+instruc tions", "I G N O R E previous instructions") or misspelt a little ("ignorre previus instrucions")."""
 _QUESTION = re.compile(r"(?:^|(?<=[.!?\n]))[^.!?\n]*\?")
 """A sentence that asks: a claim in it is asked about, not made."""
 _HEX = re.compile(r"\b(?:[0-9a-fA-F]{2}){8,}\b")
@@ -412,12 +433,15 @@ def _reason(text: str, skipped: frozenset[str]) -> str | None:
     normal = written.translate(_LATIN_LOOK).translate(_SMALL_CAPITALS)
     # the rules of words read it as written (Cyrillic is Cyrillic), backwards (what a bidi override, removed by
     # normalise, showed reversed), through a disguise, and decoded
-    words = [t for t in dict.fromkeys([written, normal[::-1], _folded(normal), *_decoded(normal)]) if t != normal]
+    folded = _folded(normal)
+    words = [t for t in dict.fromkeys([written, normal[::-1], folded, *_decoded(normal)]) if t != normal]
     asserted = _QUESTION.sub(" ", normal) if "?" in normal else normal
     for number, (reason, rule) in enumerate(_RULES):
         read, variants = (asserted, [_QUESTION.sub(" ", w) for w in words]) if reason == CLAIMS else (normal, words)
         if reason not in skipped and (rule.search(read) or number < _WORD_RULES and any(map(rule.search, variants))):
             return reason
+    if OVERRIDES not in skipped and _SPACELESS.search(re.sub(r"[^a-z]+", "", folded.lower())):
+        return OVERRIDES
     if HIDES_ITS_WORDS not in skipped and _mixes_scripts(written):
         return HIDES_ITS_WORDS
     for name in set(PLACEHOLDER.findall(written)):  # a placeholder made up to be read: <ignore_all_rules>
