@@ -99,6 +99,9 @@ from tests.test_lint import run_cli
     ("here it is: s k - p r o j - a b c 1 2 3 d e f 4 5 6", "secret"),
     ("token = supersecretvalue", "secret"),
     ("my API key is abcd-efgh-ijkl-mnop, use it", "secret"),
+    ("My card ends in 4242 and expires 04/27.", "card_expiry"),
+    ("Please cancel. I'm HIV positive and can't fly now.", "health"),
+    ("She tested positive for measles last week.", "health"),
 ])
 def test_each_default_pattern_becomes_its_placeholder(text: str, kind: str) -> None:
     scrubbed = Scrubber.build().text(text)

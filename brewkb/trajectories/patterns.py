@@ -64,6 +64,9 @@ DEFAULT_PATTERNS: dict[str, str] = {
     "iban": r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?\b",
     "card_number": r"(?<![\w-])(?:\d{4}[ .-]){3}\d{1,7}(?![\w-])|(?<![\w-])\d{4}[ .-]\d{6}[ .-]\d{5}(?![\w-])"
                    r"|(?<![\w-])\d{15,16}(?![\w-])",
+    # a card's expiry, given as one: "expires 04/27", "exp. 04/2027", "valid thru 11/26"
+    "card_expiry": r"(?i:\b(?:exp(?:ires|iry|iration)?(?: date)?|valid (?:thru|through|until))\.?:?\s*(?:on\s+|is\s+)?)"
+                   r"(\d{1,2}\s?/\s?(?:\d{4}|\d{2}))(?![\w/])",
     "phone": r"(?<![\w-])(?:\+\d{1,3}[ .-]?)?(?:\(\d{3}\)[ .-]?|\d{3}[ .-])(?:\d{3}[ .-]\d{4}|\d{7})(?![\w-])"
              r"|(?<![\w-])\(?0\d{1,4}\)?[ .-]\d{3,4}[ .-]?\d{3,4}(?![\w-])"
              r"|(?i:\b(?:phone|call|cell|mobile|tel|telephone|text|reach|number)\b)\D{0,20}?(?<![\w-])(\d{10,11})(?![\w-])"
@@ -125,7 +128,9 @@ DEFAULT_PATTERNS: dict[str, str] = {
     # one recovers from ("an outage") goes with it: a condition kept is worse than a word lost
     "health": rf"(?i:\b(?:diagnosed with|suffer(?:s|ing)? from|recover(?:s|ing|ed)? from|(?:being )?treated for"
               rf"|treatment for|(?:in|to) hospital (?:with|for)|hospitali[sz]ed (?:with|for)|allergic to|medical history of"
-              rf"|surgery (?:on|for)|a case of)\s+)({_CONDITION_WORD}(?:\s{_CONDITION_WORD}){{0,4}})",
+              rf"|surgery (?:on|for)|a case of|tested positive for)\s+)({_CONDITION_WORD}(?:\s{_CONDITION_WORD}){{0,4}})"
+              # a condition in capitals said positive: "I'm HIV positive", "COVID-positive"
+              r"|\b[A-Z][A-Z0-9]{1,9}(?:-\d{1,2})?[- ]positive\b",
     "zip": r"(?i:\b(?:zip|postal|post ?code|eircode|plz|código postal|code postal)(?:\s+code)?(?:\s+is)?)[:\s]+"
            r"((?=[A-Z0-9 -]{0,9}\d)[A-Z0-9]{2,5}(?:[ -][A-Z0-9]{3,4})?)(?![\w-])"
            # a British postcode on its own: LS1 4AP, SW1A 1AA
