@@ -100,6 +100,7 @@ from tests.test_lint import run_cli
     ("token = supersecretvalue", "secret"),
     ("my API key is abcd-efgh-ijkl-mnop, use it", "secret"),
     ("My card ends in 4242 and expires 04/27.", "card_expiry"),
+    ("Mi hijo Santiago recogerá el pedido.", "name"),
     ("Please cancel. I'm HIV positive and can't fly now.", "health"),
     ("She tested positive for measles last week.", "health"),
 ])
@@ -229,14 +230,30 @@ def test_lint_warns_about_personal_data_in_any_recipe(tmp_path: Path) -> None:
 
 def test_a_value_under_a_key_that_ends_in_a_personal_one_or_that_is_a_name_is_scrubbed_everywhere() -> None:
     policy = json.dumps({"vehicle_plate": "8717 NFZ", "home_postcode": "D04 Y2R8", "third_party": "Tomasz Kowalczyk",
-                         "national_id": "PR 55 39 43 B", "excess": 250, "claim_type": "Collision Damage"})
+                         "national_id": "PR 55 39 43 B", "excess": 250, "claim_type": "Collision Damage",
+                         "account_holder": "Siobhán Ní Bhriain", "allergy_notes": "HIV positive, on ARVs",
+                         "household": ["Wanjiru"], "service_health": "degraded"})
     traj = _traj("Open a claim", [
         {"role": "user", "content": "My car 8717 NFZ was hit near D04 Y2R8 by Tomasz Kowalczyk; my NI is PR 55 39 43 B"},
-        *_call("get_policy", {"policy_number": "HRP-1"}, policy, 1)])
-    text = json.dumps(list(Scrubber.build().trajectory(traj).messages))
-    for value in ("8717 NFZ", "D04 Y2R8", "Tomasz", "Kowalczyk", "PR 55 39 43 B"):
+        *_call("get_policy", {"policy_number": "HRP-1"}, policy, 1),
+        {"role": "user", "content": "I'm Siobhán Ní Bhriain, and Wanjiru can sign for it. The app was degraded."}])
+    text = json.dumps(list(Scrubber.build().trajectory(traj).messages), ensure_ascii=False)
+    for value in ("8717 NFZ", "D04 Y2R8", "Tomasz", "Kowalczyk", "PR 55 39 43 B", "Siobhán", "HIV", "Wanjiru"):
         assert value not in text
-    assert "Collision Damage" in text and "250" in text  # what is no person's stays
+    # what is no person's stays, and a service's health is no one's
+    assert "Collision Damage" in text and "250" in text and "The app was degraded." in text
+
+
+def test_the_name_of_a_record_of_things_is_no_persons() -> None:
+    menu = json.dumps([{"item_id": "I-1203", "name": "Mango Lassi"}, {"station_id": "ST-0091", "name": "Lincoln Park"},
+                       {"campus_id": "C-0042", "name": "Grace Hopper Campus"},
+                       {"patient_id": "P-48213", "name": "Tomás Ó Briain"}], ensure_ascii=False)
+    said = "Swap the Mango Lassi; I'm at Lincoln Park near Grace Hopper Campus. Tomás Ó Briain eats too."
+    traj = _traj("Fix my order", [{"role": "user", "content": said}, *_call("get_items", {"q": "x"}, menu, 1)])
+    out = Scrubber.build().trajectory(traj).messages
+    assert out[0]["content"] == "Swap the Mango Lassi; I'm at Lincoln Park near Grace Hopper Campus. <name> eats too."
+    assert [r["name"] for r in json.loads(out[2]["content"])] == ["Mango Lassi", "Lincoln Park", "Grace Hopper Campus",
+                                                                   "<name>"]
 
 
 def test_names_of_teams_places_and_products_are_no_persons() -> None:

@@ -561,7 +561,8 @@ PLANTED = ["Tr0ub4dor", "123-45-6789", "GB82", "4111.1111", "jane.roe", "7946 09
            OPENAI_KEY[8:30], AWS_ID, AWS_SECRET[:20], GITHUB[4:], JWT[:30], JWT[-20:], "MIIEpAIBAAKCAQEA",
            "Kowalski", "Okafor", "correct-horse", "555-0132", "4155550132", "07700 900123", "822463", "March 1980",
            "jo.ann", "li . mei", "door code is 4821", "gate code 7731", "bluebird-otter", "8841-2290", "1177-5532",
-           "me is 482913", "horse battery", "Hernandez", "IOSF ODNN", "p r o j", "supersecret", "QQ 12 34", "KA 01 AB"]
+           "me is 482913", "horse battery", "Hernandez", "IOSF ODNN", "p r o j", "supersecret", "QQ 12 34", "KA 01 AB",
+           "Siobhán", "Siob\\u00e1n", "Bhriain", "Wanjiru", "lactose"]
 
 
 def planted_logs(folder: Path) -> tuple[Path, list[str]]:
@@ -576,8 +577,10 @@ def planted_logs(folder: Path) -> tuple[Path, list[str]]:
             spaced, number = f"{order[1]} {order[2:5]}-{order[5:]}", order[2:]
             ids += [order[1:], order[1:].lower(), spaced, f"number {number}"]
             secrets = {"aws_access_key_id": AWS_ID, "aws_secret_access_key": AWS_SECRET, "token": GITHUB,
-                       "session": JWT, "key": PEM, "ssn": "123-45-6789"}
-            said = f"{SAID} It is order {order[1:]} ({order[1:].lower()}, {spaced}), customer number {number}."
+                       "session": JWT, "key": PEM, "ssn": "123-45-6789", "account_holder": "Siobhán Ní Bhriain",
+                       "allergy_notes": "lactose intolerance", "household": ["Wanjiru"]}
+            said = (f"{SAID} It is order {order[1:]} ({order[1:].lower()}, {spaced}), customer number {number}. "
+                    "Siobhán Ní Bhriain or Wanjiru will sign for it.")
             messages = [*messages[:2], {"role": "user", "content": said},
                         *_call(9, "get_account_settings", {"order_id": order}, secrets), *messages[2:]]
             lines.append({"task_id": f"t{task}", "messages": messages, "success": ok})

@@ -40,8 +40,9 @@ send set subscribe switch transfer unsubscribe update upgrade""".split())
 """Verbs of requests that change something ("order" is left out: in requests it is mostly a noun)."""
 ASSENT = frozenset("""yes yeah yep yup no nope ok okay sure fine great good perfect excellent wonderful awesome
 alright right correct exactly absolutely definitely certainly indeed agree agreed go ahead proceed confirm confirmed
-thanks thank cheers appreciate appreciated welcome bye goodbye much lot""".split())
-"""Words that assent, refuse or thank: a turn made of them (and stopwords) asks for nothing."""
+thanks thank cheers appreciate appreciated welcome bye goodbye much lot
+morning afternoon evening day hope hoping well bother bothering disturb disturbing hiya howdy greetings""".split())
+"""Words that assent, refuse, thank or greet: a turn made of them (and stopwords) asks for nothing."""
 _FUNCTION = frozenset("am im its let us don doesn didn isn aren wasn weren won wouldn couldn shouldn ll ve re".split())
 MAX_REQUEST = 500
 """Characters of a conversation's request (``request_text``) kept."""

@@ -120,7 +120,9 @@ def _normal_json(value: Any, limit: int) -> Any:
 
 
 def _normal_text(text: str, limit: int) -> str:
-    """A text normalised; JSON (an object or an array) value by value, kept as written when nothing changes."""
+    """A text normalised; JSON (an object or an array) value by value, kept as written when nothing changes and
+    no ``\\u`` escape hides a letter (``"Tom\\u00e1s"`` is written ``"Tomás"``, so that scrubbing and the rules read
+    what it says)."""
     head = text.lstrip()[:1]
     if head in ("{", "["):
         try:
@@ -129,7 +131,7 @@ def _normal_text(text: str, limit: int) -> str:
             value = None
         if isinstance(value, dict | list):
             normal = _normal_json(value, limit)
-            return text if normal == value else json.dumps(normal, ensure_ascii=False)
+            return text if normal == value and "\\u" not in text else json.dumps(normal, ensure_ascii=False)
     return normalise(text, limit)
 
 

@@ -104,6 +104,9 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
         rf"(?im)(?:^|[.!?]\s+)\s*{_ROLE}\s*:"
         r"|\b(?:dear|hey|attention|note to|message to|instructions? (?:to|for)|reminder (?:to|for))\s+"
         rf"(?:the\s+|my\s+|our\s+)?{_ROLE}\b"
+        rf"|\b(?:note|message|instructions?|reminder)\s+(?:to|for)\s+(?:the\s+|my\s+|our\s+)?[a-z]+\s+{_ROLE}\b"
+        r"|\b(?:write|put|add|save|note|store|keep)\s+(?:this|that|it)\s+(?:down\s+)?(?:in|to|into)\s+(?:your|the)\s+"
+        r"(?:notes|memory|records|knowledge(?: base)?)\b"
         rf"|\b(?:you are|you're|act as|pretend to be|as an?|you,? the)\s+(?:now\s+)?(?:an?\s+)?(?:helpful\s+)?"
         r"(?:ai|assistant|language model|llm|chatbot|large language model)\b"
         r"|<\|[^|>\n]{1,40}\|>|\[/?INST\]|<</?SYS>>|#{2,}\s*(?:instruction|system|response)\b"
@@ -153,6 +156,8 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"|\b(?:verification|authentication|identity (?:checks?|verification)|checks?)\s+(?:(?:is|are)\s+(?:no longer|not)"
         r"|isn't|aren't|isn’t|aren’t)\s+(?:required|needed|necessary)\b"
         r"|\b(?:nobody|no one|no-one)\s+(?:needs?|has|have)\s+to\s+(?:check|verify|confirm|validate|authenticate)\b"
+        r"|\bneeds?\s+no\s+(?:[a-z]+\s+){0,4}?(?:checks?|verification|authentication)\b"
+        r"|\bwithout\s+asking\s+(?:any\s+)?questions\b"
         r"|\b(?:don't|do not) bother\s+(?:verifying|checking|confirming)\b"
         r"|\bno need to\s+(?:check|verify|confirm)\s+(?:who i am|my identity)\b"
         r"|\b(?:developer|maintenance|debug|god|jailbreak|unrestricted)\s+mode\b"
@@ -278,7 +283,12 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"(?i)\b(?:said|says|told\s+(?:me|us)|was told|were told|promised|assured\s+(?:me|us)|guaranteed|confirms?"
         r"|confirmed)\s+(?:that\s+)?[^.!?]{0,80}?\b(?:(?:is|are|will be|would be|won't be|wouldn't be|was|were)\s+"
         r"(?:never\s+|not\s+|always\s+|all\s+)?(?:charged|billed|free|waived|covered|refundable|exempt)|(?:never|not)\s+"
-        r"(?:be\s+)?(?:charged|billed)|free of charge|at no (?:extra\s+|additional\s+)?(?:cost|charge))\b"
+        r"(?:be\s+)?(?:charged|billed)|(?:never|don't|do not|doesn't|does not|won't|will not)\s+(?:have|need)\s+to\s+pay"
+        r"|free of charge|for free|comes? with a free|at no (?:extra\s+|additional\s+)?(?:cost|charge))\b"
+        r"|\b(?:confirmed|promised|said|agreed)\s+(?:that|this|so)\s*(?:[.!]|$)"
+        r"|\bfor\s+(?:anyone|everyone|anybody|everybody|whoever)\s+(?:who\s+)?(?:asks|wants|calls|requests|needs)\b"
+        r"|\bit(?:'s|’s|\s+is)\s+in\s+(?:the|your)\s+(?:terms|contract|policy|rules|handbook|conditions)\b"
+        r"|\b(?:section|clause|article|paragraph|§)\s*\d+\.\d+"
         r"|\b(?:fees?|charges?|penalt(?:y|ies))\s+(?:are|is|will be|have been|has been)\s+(?:now\s+|all\s+)?waived\b"
         r"|\b(?:pre-?approved|approved|authori[sz]ed|signed off|okayed|sanctioned)\s+by\s+(?:the\s+|your\s+|our\s+)?"
         r"(?:[a-z]+\s+){0,2}?(?:team|department|dept|office|relations|management|manager|supervisor|director|ceo|head"
@@ -304,7 +314,8 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
     (TO_THE_AGENT, re.compile(  # staff told what to do, or the agent told what it is bound to
         r"(?i)\b(?:staff|employees?|reps|representatives|agents|personnel|workers|clerks)\s+(?:must|should|shall|are to"
         r"|need to|have to|are required to|ought to)\b(?!\s+(?:not\s+)?(?:have|be)\b)"
-        r"|\byou(?:'re|’re|\s+are)\s+(?:legally\s+)?(?:required|obliged|obligated)\s+to\b|\byou\s+ought\s+to\b")),
+        r"|\byou(?:'re|’re|\s+are)\s+(?:legally\s+)?(?:required|obliged|obligated|supposed)\s+to\b(?!\s+be\b)"
+        r"|\byou\s+ought\s+to\b")),
     (HIDES_ITS_WORDS, re.compile(r"(?<!\S)(?:[^\W\d_]\s{1,3}){9,}[^\W\d_](?!\S)")),
 )
 REASONS = tuple(dict.fromkeys(reason for reason, _ in _RULES))

@@ -25,7 +25,8 @@ _VERB = (r"(?i:ignorier(?:e|en|t)?|vergiss|vergessen|missachte|umgehe|übersprin
          r"|пропусти(?:те)?|не обращай(?:те)? внимания на|zignoruj|ignoruj|pomiń|zapomnij|ignorera|ignorer|glöm|glem"
          r"|hunsa|abaikan|lupakan|zapomeň|bỏ qua|تجاهل|انس|ігноруй(?:те)?|проігноруй(?:те)?|αγνόησε|αγνοήστε|ξέχνα"
          r"|התעלם|התעלמו|שכח|puuza|ohita|unohda|ignoruokaa|ignoroi|ignoră|ignorați|uitați|ignorē\w*|aizmirsti"
-         r"|huwag pansinin|hopp over)")
+         r"|huwag pansinin|hopp over|ne (?:tenez|tiens|tenir) pas compte (?:des|de la|du|de)|no (?:tengas|tenga|tengan)"
+         r" en cuenta|non (?:tenere|tenete|tenga) conto (?:delle|dei|di)|não (?:leve|levem) em conta)")
 """Verbs of ignoring or skipping."""
 _NOUN = (r"(?i:anweisungen|hinweise|regeln|richtlinien|vorgaben|prüfung(?:en)?|überprüfung(?:en)?|verifizierung"
          r"|instructions|règles|consignes|vérifications?|politiques?|instrucciones|reglas|verificaci[oó]n|pol[ií]ticas?"
@@ -43,7 +44,9 @@ NOTE_TO_THE_ASSISTANT = _nfkc(
     r"(?i:\b(?:hinweis|nachricht|notiz|anweisung|note|message|nota|mensaje|mensagem|bericht|opmerking|записка"
     r"|сообщение|примечание)\s+(?:an|für|à|pour|para|per|al|a|aan|voor|для)\s+(?:den|die|das|l'|l’|la|le|el|o|il"
     r"|de|het)?\s*(?:assistenten|assistentin|assistant|assistente|asistente|assistent|ассистента|ии|ki|ia|ai|bot"
-    r"|chatbot|agenten|agent|agente|модели|бота)\b)")
+    r"|chatbot|agenten|agent|agente|модели|бота|bearbeiter(?:in)?|sachbearbeiter(?:in)?|mitarbeiter(?:in)?|kundendienst"
+    r"|support|conseill(?:er|ère)|opérat(?:eur|rice)|service client|operador(?:a)?|emplead[oa]|operatore|medewerker"
+    r"|сотрудника|оператора)\b)")
 INTERNAL_NOTE = _nfkc(
     r"(?:^|[.!?]\s+)\s*(?i:note interne|m[ée]mo interne|nota interna|memo interno|mensaje interno|interne (?:notiz"
     r"|mitteilung|anweisung)|interne notitie|служебная записка|внутренняя записка)\s*:")
@@ -60,7 +63,12 @@ OVERRIDE = _nfkc(
     r"|(?:دستورالعمل|دستورات|قوانین)[^.!?]{0,30}?(?:نادیده|فراموش)|(?:নির্দেশ|নিয়ম)[^।.!?]{0,30}?(?:উপেক্ষা|ভুলে)"
     r"|(?i:figyelmen kívül\s+(?:\w+\s+){0,3}?(?:utasítás|szabály)\w*|(?:utasítás|szabály)\w*\s+(?:\w+\s+){0,3}?"
     r"figyelmen kívül)"
-    r"|(?:规则|規則|ルール|규칙)[^。.!?]{0,6}(?:不用管|不要管|别管|気にせず|無視|신경 쓰지)")
+    r"|(?:规则|規則|ルール|규칙)[^。.!?]{0,6}(?:不用管|不要管|别管|気にせず|無視|신경 쓰지)"
+    # a check said no longer needed: "Die Identitätsprüfung ist … nicht mehr nötig"
+    r"|(?i:(?:prüfung|verifizierung|kontrolle|vérification|contrôle|verificación|comprobación|verifica|controllo"
+    r"|verificação|controle|controlo)\w*\s+(?:\S+\s+){0,8}?(?:nicht mehr|n'est plus|ya no es|non è più|não é mais"
+    r"|niet meer)\s+(?:nötig|erforderlich|notwendig|nécessaire|requise?|necesari[ao]|necessari[ao]|necessári[ao]|nodig"
+    r"|vereist))")
 """Rule 2: a verb of ignoring or skipping before instructions, rules or checks, or the noun first."""
 NEW_RULE = _nfkc(
     r"(?i:\b(?:nueva|nuevas|nuevo|nuevos|neue|neuen|neuer|nouvelle|nouvelles|nouveau|nova|novas|novo|nuova|nuove"

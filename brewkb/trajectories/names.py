@@ -18,16 +18,25 @@ from collections.abc import Iterator
 from functools import cache
 from typing import Any
 
-__all__ = ["PERSON_KEY", "PERSON_NAME", "caseless", "is_full_name", "is_person", "person_named"]
+__all__ = ["PEOPLE_KEY", "PERSON_KEY", "PERSON_NAME", "caseless", "is_full_name", "is_person", "person_named"]
 
 
+PEOPLE_KEY = re.compile(r"(?i)(?:^|_)(?:holder|cardholder|policyholder|patient|customer|client|member|guest|spouse"
+                        r"|beneficiary|signer|passenger|travell?er|person|user|student|patron|rider|subscriber"
+                        r"|tenant|resident|applicant|caller|insured)$")
+"""Keys that say their record is a person (``holder``, ``patient``, ``account_holder``): a value under one shaped
+like a person's name (``PERSON_NAME``) is personal, known to the name lists or not (``Siobhán Ní Bhriain``)."""
 PERSON_KEY = re.compile(r"(?i)(?:^|_)(?:manager|requester|requestor|assignee|approver|owner|contact|author|reporter"
-                        r"|creator|recipient|sender|patient|doctor|physician|employee|customer|member|holder|guest"
-                        r"|technician|supervisor|spouse|beneficiary|signer|passenger|travell?er|person)$|_(?:by|to)$")
-"""Keys that name who someone is to a record (``manager``, ``assignee``, ``opened_by``, ``assigned_to``): a
-value under one shaped like a person's name (``PERSON_NAME``) is personal."""
+                        r"|creator|recipient|sender|doctor|physician|employee|technician|supervisor|driver)$|_(?:by|to)$|"
+                        + PEOPLE_KEY.pattern[4:])
+"""Keys that name who someone is to a record (``manager``, ``assignee``, ``opened_by``, ``assigned_to``), and
+``PEOPLE_KEY``: a value under one shaped like a person's name, with a word that is a person's name, is personal
+(not ``"owner": "Finance Team"``)."""
 
-PERSON_NAME = re.compile(r"[A-Z][^\W\d_]*(?:[-'’][A-Z]?[^\W\d_]+)*(?:\s+[A-Z][^\W\d_]*(?:[-'’][A-Z]?[^\W\d_]+)*){1,3}")
+_UPPER = "[" + "".join(c for c in map(chr, range(0x41, 0x530)) if c.isupper()) + "]"
+"""A capital letter of the Latin, Greek or Cyrillic alphabets (``Ó``, ``Ł``, ``Ж``)."""
+PERSON_NAME = re.compile(rf"{_UPPER}[^\W\d_]*(?:[-'’]{_UPPER}?[^\W\d_]+)*(?:\s+{_UPPER}[^\W\d_]*(?:[-'’]{_UPPER}?"
+                         r"[^\W\d_]+)*){1,3}")
 """A name shaped like a person's: two to four capitalised words of letters (``O'Donnell`` one of them)."""
 
 
@@ -85,12 +94,14 @@ def _known(word: str, names: frozenset[str]) -> bool:
 
 
 def person_named(key: str, text: str) -> bool:
-    """Whether a tool's value is a person's name: shaped as one, with a word that is a person's name, under a
-    key that says who someone is to a record (``manager``, ``opened_by``; not ``"owner": "Finance Team"``); a
-    given name and a surname under any key (``"third_party": "Tomasz Kowalczyk"``); or words of a script
-    without capitals under a key ending in ``name`` (``"driver_name": "طارق حداد"``)."""
+    """Whether a tool's value is a person's name: shaped as one under a key that says its record is a person
+    (``account_holder``, ``PEOPLE_KEY``); shaped as one, with a word that is a person's name, under a key that
+    says who someone is to a record (``manager``, ``opened_by``; not ``"owner": "Finance Team"``); a given name
+    and a surname under any key (``"third_party": "Tomasz Kowalczyk"``); or words of a script without capitals
+    under a key ending in ``name`` (``"driver_name": "طارق حداد"``)."""
     if PERSON_NAME.fullmatch(text):
-        return (PERSON_KEY.search(key) is not None and is_person(text)) or is_full_name(text)
+        return PEOPLE_KEY.search(key) is not None or (PERSON_KEY.search(key) is not None and is_person(text)) \
+            or is_full_name(text)
     words = text.split()
     return key.lower().endswith("name") and 2 <= len(words) <= 4 and all(map(str.isalpha, words)) and caseless(text)
 

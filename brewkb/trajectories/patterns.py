@@ -120,7 +120,15 @@ DEFAULT_PATTERNS: dict[str, str] = {
             rf"|\b(?i:my|our|his|her|their)\s+(?:husband|wife|partner|spouse|son|daughter|mother|father|mom|mum|dad"
             rf"|brother|sister|friend|colleague|coworker|boss|fianc[eé]e?|boyfriend|girlfriend|grandma|grandpa"
             rf"|grandmother|grandfather|grandson|granddaughter|aunt|uncle|cousin|niece|nephew|child|kid|baby"
-            rf"|neighbou?r|flatmate|roommate)\s+({_NAME_WORD}(?:\s+{_NAME_WORD}){{0,2}})\b",
+            rf"|neighbou?r|flatmate|roommate)\s+({_NAME_WORD}(?:\s+{_NAME_WORD}){{0,2}})\b"
+            # the same in other languages: "meine Frau Heike", "mi hijo Santiago", "ma fille Chloé"
+            rf"|\b(?i:mein(?:e|em|en|er)?|unser(?:e|em|en)?|mon|ma|mes|notre|mi|mis|nuestr[oa]s?|mio|mia|mía|mío"
+            rf"|meu|minha|mijn|onze|moja|mój|moj[ae]|мо[йяеи])\s+(?i:frau|mann|ehemann|ehefrau|sohn|tochter|mutter|vater"
+            rf"|bruder|schwester|freund(?:in)?|kollegen?|kollegin|oma|opa|femme|mari|fils|fille|mère|père|frère|s(?:œ|oe)ur"
+            rf"|amie?|collègue|grand-mère|grand-père|esposa|esposo|marido|mujer|hij[oa]|madre|padre|herman[oa]|amig[oa]"
+            rf"|abuel[oa]|moglie|figli[oa]|fratello|sorella|nonn[oa]|filh[oa]|mãe|pai|irmão|irmã|avó|avô|vrouw|zoon"
+            rf"|dochter|moeder|vader|broer|zus|żona|mąż|syn|córka|brat|siostra|жена|муж|сын|дочь|мама|папа|брат|сестра)"
+            rf"\s+({_NAME_WORD}(?:\s+{_NAME_WORD}){{0,2}})\b",
     # capitalised words, two of them in a row a given name and then a given name or a surname (``names``)
     "full_name": r"(?<![\w'’-])(?=[A-ZÀ-ÞА-ЯЁΑ-Ω])[^\W\d_]{2,}(?:-[^\W\d_]{2,})?"
                  r"(?: (?=[A-ZÀ-ÞА-ЯЁΑ-Ω])[^\W\d_]{2,}(?:-[^\W\d_]{2,})?){1,3}(?![\w-])",

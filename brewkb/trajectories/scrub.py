@@ -61,7 +61,19 @@ from typing import Any
 
 from brewkb.config import ScrubConfig
 from brewkb.errors import ConfigError
-from brewkb.trajectories.names import PERSON_NAME, is_person, person_named
+from brewkb.trajectories.keys import (
+    DEFAULT_KEYS,
+    ID_END,
+    MARKS,
+    MIN_ID,
+    NAME_KEYS,
+    PERSON_FIELDS,
+    SENSITIVE_KEY,
+    STREET_FIELDS,
+    is_id_key,
+    unmarked,
+)
+from brewkb.trajectories.names import PEOPLE_KEY, PERSON_NAME, is_full_name, is_person, person_named
 from brewkb.trajectories.patterns import (
     DEFAULT_PATTERNS,
     NAME_BESIDE,
@@ -79,6 +91,8 @@ __all__ = [
     "DEFAULT_PATTERNS",
     "ID_SHAPE",
     "Finding",
+    "MARKS",
+    "MIN_ID",
     "Scrubber",
     "is_id_key",
     "message_texts",
@@ -92,25 +106,6 @@ ID_SHAPE = re.compile(r"(?<![\w#№<-])[#№]?(?=[A-Za-z0-9_-]*\d)(?=[A-Za-z0-9_
 """A token shaped like an identifier: letters and digits (both), 5 to 40
 characters, maybe with ``_``/``-`` and a leading mark (``W2905754``,
 ``#W2905754``, ``PMT-440291``)."""
-_ID_KEY = re.compile(r"(?:^|[_\-\s.])(?i:ids?)$|[a-z0-9](?:Id|ID)s?$|^(?:ID|Id)s?$|(?i:codes?|numbers?)$")
-MIN_ID = 4
-"""Characters an id value needs (a value under an id key; ``12`` is too common to replace everywhere)."""
-MARKS = "#№"
-"""Leading marks an id is written with or without."""
-
-
-def is_id_key(key: str) -> bool:
-    """Whether a JSON key names an identifier: its name ends in ``id``/``ids``
-    (as a word: ``order_id``, ``userId``, ``ID``; not ``paid``), ``code``/``codes``
-    or ``number``/``numbers``."""
-    return _ID_KEY.search(key) is not None
-
-
-def unmarked(value: str) -> str:
-    """An id without its leading mark (``#W2905754`` → ``W2905754``)."""
-    return value.lstrip(MARKS) or value
-
-
 def _id_value(text: str, keyed: bool) -> bool:
     """Whether a tool's value is an id: under an id key, one token with a
     digit (or a short all-capitals code such as ``HXDUBJ``); under any key, one
@@ -130,23 +125,7 @@ def _kind_of(key: str) -> str:
     kind = key.lower()
     return kind if re.fullmatch(r"[a-z][a-z0-9_]{0,39}", kind) else "id"
 
-DEFAULT_KEYS: tuple[str, ...] = (
-    "user_id", "customer_id", "account_id", "member_id", "order_id", "reservation_id", "booking_id",
-    "confirmation_code", "ticket_id", "payment_id", "payment_method_id", "email", "phone", "phone_number",
-    "first_name", "last_name", "full_name", "dob", "date_of_birth", "address1", "address2", "zip",
-    "address", "street", "passport", "passport_number", "ssn", "iban", "password", "card_number",
-    "login", "username", "user_name", "postcode", "postal_code", "zip_code", "birth_date", "birthdate",
-    "plate", "license_plate", "licence_plate", "registration", "vin", "national_id",
-)
-"""JSON keys whose values in tool calls and results name a person or a booking."""
 
-PERSON_FIELDS = frozenset({"name", "address", "street", "city", "zip_code", "postal_code", "postcode"})
-"""Keys that are personal inside a record that also holds one of the personal keys (the town and postcode only
-when it holds a street too)."""
-
-NAME_KEYS = frozenset({"name", "full_name"})
-STREET_FIELDS = frozenset({"address", "address1", "address_line1", "street", "street_address"})
-"""Keys of a street: a record with one is an address, and its town and postcode are personal too."""
 ADMITTED = "admitted"
 """The ``meta`` key ``boundary.admit`` sets on a trajectory it scrubbed: scrubbing it again changes nothing."""
 
@@ -337,9 +316,10 @@ class Scrubber:
         return re.compile("_(?:" + "|".join(map(re.escape, sorted(self.keys))) + ")$") if self.keys else re.compile("$^")
 
     def _personal_key(self, key: str) -> bool:
-        """A personal key, or one that ends in one after an underscore (``vehicle_plate``, ``home_postcode``)."""
+        """A personal key, one that ends in one after an underscore (``vehicle_plate``, ``home_postcode``), or
+        one of someone's health or household (``SENSITIVE_KEY``)."""
         key = key.lower()
-        return key in self.keys or self._ending.search(key) is not None
+        return key in self.keys or self._ending.search(key) is not None or SENSITIVE_KEY.search(key) is not None
 
     def _collect(self, data: Any, found: dict[str, str], listed: dict[str, str], address: bool = False) -> None:
         """Personal values of a tool's JSON into ``found``; id-shaped items of
@@ -350,17 +330,23 @@ class Scrubber:
             return
         if isinstance(data, dict):
             # a record with a personal key is about a person: its name and address are personal too; so is
-            # the name of a record with an id, when it is shaped like a person's ("Maria Gonzalez")
+            # the name of a record with an id, when it is shaped like a person's and has a person's name in it and
+            # its id says it is a person (``patient_id``), or is a given name and a surname beside an id of nothing
+            # named (``id``: "Maria Gonzalez"); the name of a record whose ids are all of things is a thing's
+            # ("Mango Lassi" beside ``item_id``, "Victoria Dock" beside ``station_id``)
+            ids = [ID_END.sub("", str(k)) for k in data if is_id_key(str(k))]
+            thing = bool(ids) and all(i and not PEOPLE_KEY.search(i) for i in ids)  # only ids of things: station_id
+            name = data.get("name")
             person = any(str(k).lower() in self.keys for k in data) or (
-                any(is_id_key(str(k)) for k in data) and isinstance(data.get("name"), str)
-                and PERSON_NAME.fullmatch(data["name"].strip()) is not None and is_person(data["name"]))
+                isinstance(name, str) and PERSON_NAME.fullmatch(name.strip()) is not None and bool(ids) and (
+                    any(PEOPLE_KEY.search(i) for i in ids) and is_person(name) or not thing and is_full_name(name)))
             # its town and postcode are where someone lives when it holds a street (a hotel's city is no one's)
             fields = PERSON_FIELDS if address or any(str(k).lower() in STREET_FIELDS for k in data) else NAME_KEYS
             for key, value in data.items():
                 key = str(key)
                 scalar = isinstance(value, str | int) and not isinstance(value, bool)
                 text = str(value).strip() if scalar else ""
-                named = person_named(key, text)
+                named = person_named(key, text) and not (thing and key.lower() in NAME_KEYS)
                 personal = self._personal_key(key) or (person and key.lower() in fields) or named
                 if personal and scalar:
                     if len(unmarked(text)) >= MIN_VALUE and not _PLACEHOLDER.fullmatch(text):
