@@ -69,7 +69,7 @@ from collections.abc import Iterable
 from functools import cache, lru_cache
 
 from brewkb.trajectories.boundary import normalise
-from brewkb.trajectories.languages import INTERNAL_NOTE, NEW_RULE, NOTE_TO_THE_ASSISTANT, OVERRIDE
+from brewkb.trajectories.languages import INTERNAL_NOTE, NEW_RULE, NOTE_TO_THE_ASSISTANT, OVERRIDE, STAFF_MUST
 
 __all__ = ["instruction_reason", "name_reason", "is_html", "RULE_FOR_READER", "TO_THE_AGENT", "DIRECTS_A_CALL",
            "LINK", "MARKUP", "ASKS_FOR_A_SECRET", "HIDES_ITS_WORDS", "REASONS", "PLACEHOLDER"]
@@ -106,7 +106,7 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
         rf"(?:the\s+|my\s+|our\s+)?{_ROLE}\b"
         rf"|\b(?:note|message|instructions?|reminder)\s+(?:to|for)\s+(?:the\s+|my\s+|our\s+)?[a-z]+\s+{_ROLE}\b"
         r"|\b(?:write|put|add|save|note|store|keep)\s+(?:this|that|it)\s+(?:down\s+)?(?:in|to|into)\s+(?:your|the)\s+"
-        r"(?:notes|memory|records|knowledge(?: base)?)\b"
+        r"(?:notes|memory|records|knowledge(?: base)?)\b|\b(?:for|in|to)\s+your\s+(?:notes|memory|knowledge base)\b"
         rf"|\b(?:you are|you're|act as|pretend to be|as an?|you,? the)\s+(?:now\s+)?(?:an?\s+)?(?:helpful\s+)?"
         r"(?:ai|assistant|language model|llm|chatbot|large language model)\b"
         r"|<\|[^|>\n]{1,40}\|>|\[/?INST\]|<</?SYS>>|#{2,}\s*(?:instruction|system|response)\b"
@@ -285,7 +285,8 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"(?:never\s+|not\s+|always\s+|all\s+)?(?:charged|billed|free|waived|covered|refundable|exempt)|(?:never|not)\s+"
         r"(?:be\s+)?(?:charged|billed)|(?:never|don't|do not|doesn't|does not|won't|will not)\s+(?:have|need)\s+to\s+pay"
         r"|free of charge|for free|comes? with a free|at no (?:extra\s+|additional\s+)?(?:cost|charge))\b"
-        r"|\b(?:confirmed|promised|said|agreed)\s+(?:that|this|so)\s*(?:[.!]|$)"
+        r"|\b(?:confirmed|promised|said|agreed)\s+(?:that|this|so)(?:\s+(?:on|last|yesterday|earlier|today|this)\b"
+        r"[^.!?]{0,20})?\s*(?:[.!]|$)"
         r"|\bfor\s+(?:anyone|everyone|anybody|everybody|whoever)\s+(?:who\s+)?(?:asks|wants|calls|requests|needs)\b"
         r"|\bit(?:'s|’s|\s+is)\s+in\s+(?:the|your)\s+(?:terms|contract|policy|rules|handbook|conditions)\b"
         r"|\b(?:section|clause|article|paragraph|§)\s*\d+\.\d+"
@@ -315,7 +316,8 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"(?i)\b(?:staff|employees?|reps|representatives|agents|personnel|workers|clerks)\s+(?:must|should|shall|are to"
         r"|need to|have to|are required to|ought to)\b(?!\s+(?:not\s+)?(?:have|be)\b)"
         r"|\byou(?:'re|’re|\s+are)\s+(?:legally\s+)?(?:required|obliged|obligated|supposed)\s+to\b(?!\s+be\b)"
-        r"|\byou\s+ought\s+to\b")),
+        r"|\byou\s+ought\s+to\b"
+        rf"|{STAFF_MUST}")),
     (HIDES_ITS_WORDS, re.compile(r"(?<!\S)(?:[^\W\d_]\s{1,3}){9,}[^\W\d_](?!\S)")),
 )
 REASONS = tuple(dict.fromkeys(reason for reason, _ in _RULES))

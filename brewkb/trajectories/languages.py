@@ -1,6 +1,6 @@
 """The words of the instruction rules (``brewkb.trajectories.instructions``)
 in other languages than English: a note to the assistant, an internal note's
-label, rule 3's new rule and what holds for every customer, and rule 2, a verb of ignoring or skipping before instructions, rules
+label, rule 3's new rule, what holds for every customer and what agents or staff must do, and rule 2, a verb of ignoring or skipping before instructions, rules
 or checks (or the noun first, as Chinese, Japanese, Korean, Turkish and Hindi
 put it).
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import unicodedata
 
-__all__ = ["NOTE_TO_THE_ASSISTANT", "INTERNAL_NOTE", "OVERRIDE", "NEW_RULE"]
+__all__ = ["NOTE_TO_THE_ASSISTANT", "INTERNAL_NOTE", "OVERRIDE", "NEW_RULE", "STAFF_MUST"]
 
 
 def _nfkc(pattern: str) -> str:
@@ -79,3 +79,10 @@ NEW_RULE = _nfkc(
     r"|toutes\s+les|alle|tutti\s+i|tutte\s+le|wszystkich|всех)\s+(?:clientes?|clients?|kunden|clienti|klanten"
     r"|klientów|клиентов|usuarios|utilisateurs|nutzer|pasajeros|passagers|passagiere|passageiros))")
 """Rule 3: a new policy or rule, or what holds for every customer."""
+STAFF_MUST = _nfkc(
+    r"(?i:\b(?:(?:los|las)\s+(?:agentes|empleados|operadores|asesores)\s+(?:deben|tienen que)"
+    r"|(?:die\s+)?(?:agenten|mitarbeiter(?:innen)?|bearbeiter(?:innen)?)\s+(?:müssen|sollen|sollten)"
+    r"|les\s+(?:agents|employés|conseillers|opérateurs)\s+(?:doivent|devraient)|gli\s+(?:agenti|operatori)\s+devono"
+    r"|os\s+(?:agentes|atendentes|funcionários)\s+devem|de\s+(?:medewerkers|agenten)\s+(?:moeten|zouden)"
+    r"|(?:агенты|операторы|сотрудники)\s+должны|wakala\s+(?:wote\s+)?wanapaswa)\b)")
+"""Rule 3: what agents or staff must do, said to the agent."""
