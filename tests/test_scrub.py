@@ -232,13 +232,16 @@ def test_a_value_under_a_key_that_ends_in_a_personal_one_or_that_is_a_name_is_sc
     policy = json.dumps({"vehicle_plate": "8717 NFZ", "home_postcode": "D04 Y2R8", "third_party": "Tomasz Kowalczyk",
                          "national_id": "PR 55 39 43 B", "excess": 250, "claim_type": "Collision Damage",
                          "account_holder": "Siobhán Ní Bhriain", "allergy_notes": "HIV positive, on ARVs",
-                         "household": ["Wanjiru"], "service_health": "degraded"})
+                         "household": ["Wanjiru"], "service_health": "degraded", "drivers": ["Priya Raghunathan"],
+                         "beneficiaries": [{"name": "Rangi Parata", "share": 100}]})
     traj = _traj("Open a claim", [
         {"role": "user", "content": "My car 8717 NFZ was hit near D04 Y2R8 by Tomasz Kowalczyk; my NI is PR 55 39 43 B"},
         *_call("get_policy", {"policy_number": "HRP-1"}, policy, 1),
-        {"role": "user", "content": "I'm Siobhán Ní Bhriain, and Wanjiru can sign for it. The app was degraded."}])
+        {"role": "user", "content": "I'm Siobhán Ní Bhriain, and Wanjiru can sign for it. The app was degraded."},
+        {"role": "user", "content": "Rangi Parata gets it all; Priya Raghunathan drives."}])
     text = json.dumps(list(Scrubber.build().trajectory(traj).messages), ensure_ascii=False)
-    for value in ("8717 NFZ", "D04 Y2R8", "Tomasz", "Kowalczyk", "PR 55 39 43 B", "Siobhán", "HIV", "Wanjiru"):
+    for value in ("8717 NFZ", "D04 Y2R8", "Tomasz", "Kowalczyk", "PR 55 39 43 B", "Siobhán", "HIV", "Wanjiru",
+                  "Rangi", "Raghunathan"):
         assert value not in text
     # what is no person's stays, and a service's health is no one's
     assert "Collision Damage" in text and "250" in text and "The app was degraded." in text

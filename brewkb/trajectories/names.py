@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from functools import cache
 from typing import Any
 
-__all__ = ["PEOPLE_KEY", "PERSON_KEY", "PERSON_NAME", "caseless", "is_full_name", "is_person", "person_named"]
+__all__ = ["PEOPLE_KEY", "PERSON_KEY", "PERSON_NAME", "people_key", "caseless", "is_full_name", "is_person", "person_named"]
 
 
 PEOPLE_KEY = re.compile(r"(?i)(?:^|_)(?:holder|cardholder|policyholder|patient|customer|client|member|guest|spouse"
@@ -95,15 +95,27 @@ def _known(word: str, names: frozenset[str]) -> bool:
 
 def person_named(key: str, text: str) -> bool:
     """Whether a tool's value is a person's name: shaped as one under a key that says its record is a person
-    (``account_holder``, ``PEOPLE_KEY``); shaped as one, with a word that is a person's name, under a key that
-    says who someone is to a record (``manager``, ``opened_by``; not ``"owner": "Finance Team"``); a given name
+    (``account_holder``, ``beneficiaries``, ``guest_name``: ``people_key``); shaped as one, with a word that is a
+    person's name, under a key that says who someone is to a record (``manager``, ``opened_by``, ``drivers``,
+    ``driver_name``; not ``"owner": "Finance Team"``); a given name
     and a surname under any key (``"third_party": "Tomasz Kowalczyk"``); or words of a script without capitals
     under a key ending in ``name`` (``"driver_name": "طارق حداد"``)."""
     if PERSON_NAME.fullmatch(text):
-        return PEOPLE_KEY.search(key) is not None or (PERSON_KEY.search(key) is not None and is_person(text)) \
-            or is_full_name(text)
+        return people_key(key) or (_says(PERSON_KEY, key) and is_person(text)) or is_full_name(text)
     words = text.split()
     return key.lower().endswith("name") and 2 <= len(words) <= 4 and all(map(str.isalpha, words)) and caseless(text)
+
+
+def people_key(key: str) -> bool:
+    """Whether a key says its value is people (``PEOPLE_KEY``), in the plural or with ``_name`` too
+    (``beneficiaries``, ``guests``, ``guest_name``)."""
+    return _says(PEOPLE_KEY, key)
+
+
+def _says(keys: re.Pattern[str], key: str) -> bool:
+    """Whether ``key``, in the singular and without ``_name``, is one of ``keys``."""
+    stem = re.sub(r"(?i)_?names?$", "", key) or key
+    return any(keys.search(form) for form in (stem, re.sub(r"ies$", "y", stem), re.sub(r"s$", "", stem)))
 
 
 def caseless(text: str) -> bool:

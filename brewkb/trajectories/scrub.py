@@ -73,7 +73,7 @@ from brewkb.trajectories.keys import (
     is_id_key,
     unmarked,
 )
-from brewkb.trajectories.names import PEOPLE_KEY, PERSON_NAME, is_full_name, is_person, person_named
+from brewkb.trajectories.names import PEOPLE_KEY, PERSON_NAME, is_full_name, is_person, people_key, person_named
 from brewkb.trajectories.patterns import (
     DEFAULT_PATTERNS,
     NAME_BESIDE,
@@ -321,11 +321,13 @@ class Scrubber:
         key = key.lower()
         return key in self.keys or self._ending.search(key) is not None or SENSITIVE_KEY.search(key) is not None
 
-    def _collect(self, data: Any, found: dict[str, str], listed: dict[str, str], address: bool = False) -> None:
+    def _collect(self, data: Any, found: dict[str, str], listed: dict[str, str], address: bool = False,
+                 people: bool = False) -> None:
         """Personal values of a tool's JSON into ``found``; id-shaped items of
         a list no key names as ids (``{"reservations": ["ZQ8W2K"]}``) into
         ``listed``, which names them only when nothing else does. ``address``:
-        ``data`` is the value of a street's key (``{"address": {"city": …}}``)."""
+        ``data`` is the value of a street's key (``{"address": {"city": …}}``);
+        ``people``: of a key that says it is people (``{"beneficiaries": [{"name": …}]}``)."""
         if not self.personal:
             return
         if isinstance(data, dict):
@@ -337,7 +339,7 @@ class Scrubber:
             ids = [ID_END.sub("", str(k)) for k in data if is_id_key(str(k))]
             thing = bool(ids) and all(i and not PEOPLE_KEY.search(i) for i in ids)  # only ids of things: station_id
             name = data.get("name")
-            person = any(str(k).lower() in self.keys for k in data) or (
+            person = people or any(str(k).lower() in self.keys for k in data) or (
                 isinstance(name, str) and PERSON_NAME.fullmatch(name.strip()) is not None and bool(ids) and (
                     any(PEOPLE_KEY.search(i) for i in ids) and is_person(name) or not thing and is_full_name(name)))
             # its town and postcode are where someone lives when it holds a street (a hotel's city is no one's)
@@ -357,8 +359,11 @@ class Scrubber:
                                     found.setdefault(part, key.lower())
                 elif scalar and _id_value(text, is_id_key(key)):
                     found.setdefault(unmarked(text), _kind_of(key))
-                elif isinstance(value, list) and (personal or is_id_key(key)):  # {"order_ids": ["#W1", "#W2"]}
-                    self._collect([{key: item} if _is_scalar(item) else item for item in value], found, listed)
+                elif isinstance(value, list) and (personal or is_id_key(key) or people_key(key) or any(
+                        _is_scalar(item) and person_named(key, str(item).strip()) for item in value)):
+                    # {"order_ids": ["#W1", "#W2"]}, {"drivers": ["Thiago Almeida"]}, {"guests": [{"name": …}]}
+                    self._collect([{key: item} if _is_scalar(item) else item for item in value], found, listed,
+                                  people=people_key(key))
                 elif isinstance(value, list):  # {"reservations": ["ZQ8W2K"]}: ids of a reservation
                     for item in value:
                         if _is_scalar(item) and _id_value(str(item).strip(), False):
@@ -366,13 +371,13 @@ class Scrubber:
                         else:
                             self._collect(item, found, listed)
                 else:
-                    self._collect(value, found, listed, key.lower() in STREET_FIELDS)
+                    self._collect(value, found, listed, key.lower() in STREET_FIELDS, people_key(key))
         elif isinstance(data, list):
             for item in data:
                 if _is_scalar(item) and _id_value(str(item).strip(), False):
                     listed.setdefault(unmarked(str(item).strip()), "id")
                 else:
-                    self._collect(item, found, listed)
+                    self._collect(item, found, listed, people=people)
 
     def trajectory(self, trajectory: Trajectory, values: Mapping[str, str] | None = None) -> Trajectory:
         """The trajectory with its task text, messages and tool calls scrubbed
