@@ -24,7 +24,9 @@ recipe's lines with them; ``name_reason`` reads a name a log gave as words.
    internal … policy / rule / instructions", "policy update", "system
    prompt", "per the current guidance", "without exception", "… are always
    refundable", "starting today, all …", "you are authorised to …", "no fee
-   for anyone"; and *a rule for whoever reads it*: a sentence that starts with
+   for anyone"; a promise or a rule put in someone else's mouth ("the lady at
+   the counter said … are never charged", "approved by customer relations",
+   "whoever asks gets a full refund", "section 7.3"); and *a rule for whoever reads it*: a sentence that starts with
    "always" or "never", says "you / the agent must (always / never /
    not) …", or (for log text, not a recipe's own lines) tells an agent,
    assistant or model in the third person what it must, should or has
@@ -124,7 +126,8 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"|(?:^|[.!?:;]\s+|\bp\.?\s?s\.?\s*[:,-]?\s*)(?:whoever|anyone who|the person who)\s+(?:reads|handles"
         r"|is handling|processes|sees|gets|picks up|reviews)\s+this\b"
         rf"|(?:^|[.!?]\s+)\s*{_ROLE}\s*(?:,\s+(?:please\s+)?[a-z]+|\s+please\b)"
-        r"|\breset\s+your\s+(?:configuration|memory|instructions|programming|prompt|context)\b|\b(?:message|note|memo|instructions?)\s+(?:for|to)\s+"
+        r"|\breset\s+your\s+(?:configuration|memory|instructions|programming|prompt|context)\b"
+        r"|\b(?:message|note|memo|instructions?)\s+(?:for|to)\s+"
         rf"(?:the\s+)?{_ROLE}\b|\[\s*(?:system|admin|assistant|instructions?)\s*\]"
         r"|(?:^|[.!?]\s+)\s*(?:instructions?|internal (?:memo|note)|system (?:note|message)|admin override)\s*:"
         rf"|{INTERNAL_NOTE}"

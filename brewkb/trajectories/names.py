@@ -18,17 +18,18 @@ from collections.abc import Iterator
 from functools import cache
 from typing import Any
 
-__all__ = ["PEOPLE_KEY", "PERSON_KEY", "PERSON_NAME", "people_key", "caseless", "is_full_name", "is_person", "person_named"]
+__all__ = ["PEOPLE_KEY", "PERSON_KEY", "PERSON_NAME", "people_key", "caseless", "is_full_name", "is_person",
+           "person_named"]
 
 
-PEOPLE_KEY = re.compile(r"(?i)(?:^|_)(?:holder|cardholder|policyholder|patient|customer|client|member|guest|spouse"
-                        r"|beneficiary|signer|passenger|travell?er|person|user|student|patron|rider|subscriber"
-                        r"|tenant|resident|applicant|caller|insured)$")
+_PEOPLE = (r"holder|cardholder|policyholder|patient|customer|client|member|guest|spouse|beneficiary|signer|passenger"
+           r"|travell?er|person|user|student|patron|rider|subscriber|tenant|resident|applicant|caller|insured")
+PEOPLE_KEY = re.compile(rf"(?i)(?:^|_)(?:{_PEOPLE})$")
 """Keys that say their record is a person (``holder``, ``patient``, ``account_holder``): a value under one shaped
 like a person's name (``PERSON_NAME``) is personal, known to the name lists or not (``Siobhán Ní Bhriain``)."""
 PERSON_KEY = re.compile(r"(?i)(?:^|_)(?:manager|requester|requestor|assignee|approver|owner|contact|author|reporter"
-                        r"|creator|recipient|sender|doctor|physician|employee|technician|supervisor|driver)$|_(?:by|to)$|"
-                        + PEOPLE_KEY.pattern[4:])
+                        rf"|creator|recipient|sender|doctor|physician|employee|technician|supervisor|driver|{_PEOPLE})$"
+                        r"|_(?:by|to)$")
 """Keys that name who someone is to a record (``manager``, ``assignee``, ``opened_by``, ``assigned_to``), and
 ``PEOPLE_KEY``: a value under one shaped like a person's name, with a word that is a person's name, is personal
 (not ``"owner": "Finance Team"``)."""
