@@ -101,6 +101,7 @@ from tests.test_lint import run_cli
     ("my API key is abcd-efgh-ijkl-mnop, use it", "secret"),
     ("My card ends in 4242 and expires 04/27.", "card_expiry"),
     ("Mi hijo Santiago recogerá el pedido.", "name"),
+    ("If I'm out, give it to roommate Destiny.", "name"),
     ("Please cancel. I'm HIV positive and can't fly now.", "health"),
     ("She tested positive for measles last week.", "health"),
 ])

@@ -128,7 +128,11 @@ DEFAULT_PATTERNS: dict[str, str] = {
             rf"|amie?|collègue|grand-mère|grand-père|esposa|esposo|marido|mujer|hij[oa]|madre|padre|herman[oa]|amig[oa]"
             rf"|abuel[oa]|moglie|figli[oa]|fratello|sorella|nonn[oa]|filh[oa]|mãe|pai|irmão|irmã|avó|avô|vrouw|zoon"
             rf"|dochter|moeder|vader|broer|zus|żona|mąż|syn|córka|brat|siostra|жена|муж|сын|дочь|мама|папа|брат|сестра)"
-            rf"\s+({_NAME_WORD}(?:\s+{_NAME_WORD}){{0,2}})\b",
+            rf"\s+({_NAME_WORD}(?:\s+{_NAME_WORD}){{0,2}})\b"
+            # a relative after "to", "for" or "with", their name next: "give it to son Haruto", "to moglie Giulia"
+            rf"|\b(?i:to|for|with|from)\s+(?i:husband|wife|partner|spouse|son|daughter|mother|father|mom|mum|dad|brother"
+            rf"|sister|grandma|grandpa|aunt|uncle|cousin|niece|nephew|roommate|flatmate|neighbou?r|moglie|marito|figli[oa]"
+            rf"|fils|fille|femme|mari|hij[oa]|esposa|esposo|frau|mann|sohn|tochter)\s+({_NAME_WORD})\b",
     # capitalised words, two of them in a row a given name and then a given name or a surname (``names``)
     "full_name": r"(?<![\w'’-])(?=[A-ZÀ-ÞА-ЯЁΑ-Ω])[^\W\d_]{2,}(?:-[^\W\d_]{2,})?"
                  r"(?: (?=[A-ZÀ-ÞА-ЯЁΑ-Ω])[^\W\d_]{2,}(?:-[^\W\d_]{2,})?){1,3}(?![\w-])",
