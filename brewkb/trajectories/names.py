@@ -15,7 +15,7 @@ import importlib
 import pkgutil
 import re
 from collections.abc import Iterator
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 __all__ = ["PEOPLE_KEY", "PERSON_KEY", "PERSON_NAME", "people_key", "caseless", "is_full_name", "is_person",
@@ -113,6 +113,7 @@ def people_key(key: str) -> bool:
     return _says(PEOPLE_KEY, key)
 
 
+@lru_cache(maxsize=4096)  # a log names few keys, each many times
 def _says(keys: re.Pattern[str], key: str) -> bool:
     """Whether ``key``, in the singular and without ``_name``, is one of ``keys``."""
     stem = re.sub(r"(?i)_?names?$", "", key) or key
