@@ -1,8 +1,9 @@
 """The words of the instruction rules (``brewkb.trajectories.instructions``)
-in other languages than English: a note to the assistant, an internal note's
-label, rule 3's new rule, what holds for every customer and what agents or staff must do, and rule 2, a verb of ignoring or skipping before instructions, rules
-or checks (or the noun first, as Chinese, Japanese, Korean, Turkish and Hindi
-put it).
+in other languages than English: a note to the assistant or the handler, an
+internal note's label, rule 2 (a verb of ignoring or skipping before
+instructions, rules or checks, or the noun first, as Chinese, Japanese,
+Korean, Turkish and Hindi put it; a check said no longer needed) and rule 3
+(a new policy, what holds for every customer, what agents or staff must do).
 
 Each pattern is kept in Unicode NFKC, the form ``boundary.normalise`` gives
 the text it is read in: Thai ``ำ`` is two characters there.
