@@ -102,6 +102,8 @@ from tests.test_lint import run_cli
     ("My card ends in 4242 and expires 04/27.", "card_expiry"),
     ("Mi hijo Santiago recogerá el pedido.", "name"),
     ("If I'm out, give it to roommate Destiny.", "name"),
+    ("Claim 7: طارق حداد will drop the car off.", "full_name"),
+    ("Please add cover. נועה לוי is nervous about driving.", "full_name"),
     ("Please cancel. I'm HIV positive and can't fly now.", "health"),
     ("She tested positive for measles last week.", "health"),
 ])
@@ -148,7 +150,8 @@ def test_ordinary_numbers_and_codes_are_left_alone() -> None:
             "My reservation is NOT changed; the booking CANCELLED. The token is expired, the bearer of the card "
             "asks for a PIN code reset for 3 cards. From New York to Las Vegas on the West Coast in Basic Economy, "
             "paid by Gift Card; the api key is invalid. I am a big fan of the new app and go to the zoo on my way "
-            "home. Flight UA 123 on May 5 at 9 am from SFO to JFK with 2 bags.")
+            "home. Flight UA 123 on May 5 at 9 am from SFO to JFK with 2 bags. مرحبا، أريد إلغاء حجزي من فضلك. "
+            "The word شكرا means thanks.")
     assert Scrubber.build().text(text) == text
 
 

@@ -18,6 +18,8 @@ _LOCAL = r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]{1,64}"
 """An e-mail's local part (at most 64 characters), begun where a word begins."""
 _NAME_WORD = r"[A-Z][a-zß-öø-ÿ'’]+(?:-[A-Z]?[a-zß-öø-ÿ'’]+)*"
 """A word of a name as people write it: a capital, then lower-case letters (a hyphen may join two)."""
+_CASELESS_RUN = r"[\u0590-\u05ff\u0600-\u06ff]{2,}(?: [\u0590-\u05ff\u0600-\u06ff]{2,}){1,2}(?! [\u0590-\u05ff\u0600-\u06ff])"
+"""Two or three words of Hebrew or Arabic letters (scripts without capitals, written with spaces)."""
 _CONDITION_WORD = r"(?!(?:and|but|so|because|since|which|who|while)\b)[\w'’-]+"
 """A word of a condition's name: any word up to one that starts another clause."""
 _DIGIT_WORD = r"(?:zero|oh|one|two|three|four|five|six|seven|eight|nine)"
@@ -135,7 +137,11 @@ DEFAULT_PATTERNS: dict[str, str] = {
             rf"|fils|fille|femme|mari|hij[oa]|esposa|esposo|frau|mann|sohn|tochter)\s+({_NAME_WORD})\b",
     # capitalised words, two of them in a row a given name and then a given name or a surname (``names``)
     "full_name": r"(?<![\w'’-])(?=[A-ZÀ-ÞА-ЯЁΑ-Ω])[^\W\d_]{2,}(?:-[^\W\d_]{2,})?"
-                 r"(?: (?=[A-ZÀ-ÞА-ЯЁΑ-Ω])[^\W\d_]{2,}(?:-[^\W\d_]{2,})?){1,3}(?![\w-])",
+                 r"(?: (?=[A-ZÀ-ÞА-ЯЁΑ-Ω])[^\W\d_]{2,}(?:-[^\W\d_]{2,})?){1,3}(?![\w-])"
+                 # two or three words of Arabic or Hebrew letters between words of Latin ones: "Claim <claim_id>:
+                 # طارق حداد will drop the car off" (a text in those scripts is left as it is)
+                 rf"|(?:(?<=[A-Za-z>] )|(?<=[A-Za-z>][,:;] )){_CASELESS_RUN}(?=(?:['’]s)?[,.;:!?)]?(?:\s|$))"
+                 rf"|(?<!\S){_CASELESS_RUN}(?=(?:['’]s)?,? [A-Za-z<])",
     # a health condition said as one: "diagnosed with …", "recovering from …", "in hospital with …"; what else
     # one recovers from ("an outage") goes with it: a condition kept is worse than a word lost
     "health": rf"(?i:\b(?:diagnosed with|suffer(?:s|ing)? from|recover(?:s|ing|ed)? from|(?:being )?treated for"
@@ -204,7 +210,7 @@ def _name_ok(text: str, whole: str = "") -> bool:
 
 
 def _full_name_ok(text: str, whole: str = "") -> bool:
-    return is_full_name(text)
+    return is_full_name(text) or caseless(text)
 
 
 VALIDATORS = {"iban": _iban_ok, "phone": _phone_ok, "name": _name_ok, "full_name": _full_name_ok}
