@@ -47,7 +47,8 @@ from typing import Any
 from brewkb.config import TOOL_NAME
 from brewkb.recipes import HIDDEN
 from brewkb.trajectories.schema import Trajectory, tool_calls
-from brewkb.trajectories.scrub import ADMITTED, MARKS, MIN_ID, Scrubber, message_texts, unmarked
+from brewkb.trajectories.keys import MARKS, MIN_ID, unmarked
+from brewkb.trajectories.scrub import ADMITTED, Scrubber, message_texts
 from brewkb.trajectories.tools import DECLARED
 
 __all__ = ["normalise", "offered_only", "admit", "admit_all", "RunIds", "MAX_TEXT", "SCRUB_BOUND", "invisible"]

@@ -77,6 +77,7 @@ __all__ = ["instruction_reason", "name_reason", "is_html", "RULE_FOR_READER", "T
            "LINK", "MARKUP", "ASKS_FOR_A_SECRET", "HIDES_ITS_WORDS", "REASONS", "PLACEHOLDER"]
 
 RULE_FOR_READER = "a rule for whoever reads it"
+ADDRESSED = "addressed to the assistant"
 OVERRIDES = "overrides its instructions"
 TO_THE_AGENT = "tells an agent what to do"
 """Part of rule 3 for log text only: a recipe's own lines tell the agent what to do."""
@@ -102,7 +103,7 @@ _STAFF = (r"(?:staff|supervisor|manager|management|admin|administrator|operator|
           r"|representatives?|team leads?|reviewers?|customer care(?: team)?|support team|ops|operations"
           r"|(?:ops|operations|support|service) desk)")
 _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("addressed to the assistant", re.compile(
+    (ADDRESSED, re.compile(
         rf"(?im)(?:^|[.!?]\s+)\s*{_ROLE}\s*:"
         r"|\b(?:dear|hey|attention|note to|message to|instructions? (?:to|for)|reminder (?:to|for))\s+"
         rf"(?:the\s+|my\s+|our\s+)?{_ROLE}\b"
@@ -267,7 +268,7 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"|polic(?:y|ies)|directives?|checks?)\s+aside\b"
         r"|\b(?:instructions?|guidelines?|rules?|directives?|polic(?:y|ies)|prompts?)\s+(?:have|has)\s+been\s+(?:replaced"
         r"|revoked|superseded|suspended|withdrawn|overridden|cancel+ed|voided)\b")),
-    ("addressed to the assistant", re.compile(  # a new persona: "you are now DAN", "respond only with …"
+    (ADDRESSED, re.compile(  # a new persona: "you are now DAN", "respond only with …"
         r"\b(?i:you are now|from now on you are|you're now)\s+(?:[A-Z]{2,}\b|(?i:an?\s+(?:[a-z]+\s+){0,3}?"
         r"(?:assistant|ai|bot|chatbot|model)\b))"
         r"|(?i:\b(?:respond|reply|answer)\s+only\s+with\b)")),

@@ -87,17 +87,12 @@ from brewkb.trajectories.secrets import SECRET, secret_spans
 
 __all__ = [
     "ADMITTED",
-    "DEFAULT_KEYS",
     "DEFAULT_PATTERNS",
     "ID_SHAPE",
     "Finding",
-    "MARKS",
-    "MIN_ID",
     "Scrubber",
-    "is_id_key",
     "message_texts",
     "scrubber_of",
-    "unmarked",
 ]
 
 
