@@ -106,6 +106,13 @@ from tests.test_lint import run_cli
     ("Please add cover. נועה לוי is nervous about driving.", "full_name"),
     ("Please cancel. I'm HIV positive and can't fly now.", "health"),
     ("She tested positive for measles last week.", "health"),
+    ("Book me an automatic; I have epilepsy so I can't drive a manual.", "health"),
+    ("The discharge letter confirms osteoarthritis.", "health"),
+    ("Ich habe Epilepsie und Diabetes.", "health"),
+    ("I'm registered blind, please send it in large print.", "health"),
+    ("Please move us; my son has a heart condition.", "health"),
+    ("I use a wheelchair, I need an accessible room.", "health"),
+    ("She's 7 months pregnant and flying home.", "health"),
 ])
 def test_each_default_pattern_becomes_its_placeholder(text: str, kind: str) -> None:
     scrubbed = Scrubber.build().text(text)
@@ -151,7 +158,9 @@ def test_ordinary_numbers_and_codes_are_left_alone() -> None:
             "asks for a PIN code reset for 3 cards. From New York to Las Vegas on the West Coast in Basic Economy, "
             "paid by Gift Card; the api key is invalid. I am a big fan of the new app and go to the zoo on my way "
             "home. Flight UA 123 on May 5 at 9 am from SFO to JFK with 2 bags. مرحبا، أريد إلغاء حجزي من فضلك. "
-            "The word شكرا means thanks.")
+            "The word شكرا means thanks. My account is disabled and the feature is disabled; I had a stroke of "
+            "luck. I need the diagnosis code for the hypnosis session, and hearing aids for the visual aids team. "
+            "The academia team and the Kuwaitis watched a metamorphosis.")
     assert Scrubber.build().text(text) == text
 
 

@@ -28,6 +28,24 @@ _CASELESS_RUN = rf"{_HEBREW_ARABIC}{{2,}}(?: {_HEBREW_ARABIC}{{2,}}){{1,2}}(?! {
 """Two or three words of Hebrew or Arabic letters (scripts without capitals, written with spaces)."""
 _CONDITION_WORD = r"(?!(?:and|but|so|because|since|which|who|while)\b)[\w'’-]+"
 """A word of a condition's name: any word up to one that starts another clause."""
+_DIAGNOSIS = (r"(?i:epilep\w*|diabet\w*|asthma\w*|autis[mt]\w*|dementia|alzheimer\S*|parkinson\S*|schizophreni\w*"
+              r"|bipolar|dyslexi\w*|dyspraxi\w*|cancer|leuka?emia|lymphoma|melanoma|tumou?rs?|chemo(?:therapy)?"
+              r"|dialysis|pregnan(?:t|cy|cies)|miscarri\w*|infertil\w*|coeliac|celiac|crohn\S*|lupus|cerebral palsy"
+              r"|[a-z]{3,}(?<!kuwa)(?<!graf)(?<!graff)(?<!pol)(?<!com)(?<!bur)(?<!habd)itis"
+              r"|[a-z]{3,}(?<!diagn)(?<!progn)(?<!hypn)(?<!hipn)(?<!osm)(?<!symbi)(?<!simbi)(?<!morph)(?<!morf)(?<!apopt)(?<!mit)(?<!mei)(?<!theo)"
+              r"(?<!cyt)(?<!geon)osis|[a-z]*(?:an|leu[kc]|isch|thalass|septic|gl[yiu]c|lipid|kal|natr|calc|ur|ol)a?emia"
+              r"|[a-z]+plegi[ac]|[a-z]+phreni[ac])|\b(?:HIV|AIDS|ADHD|PTSD|COPD)")
+"""The name of a diagnosis, said of someone whatever the words around it ("I have epilepsy", "the letter confirms
+epilepsy"): common conditions, and the endings of medical names (arthritis, fibrosis, anaemia, paraplegic) but
+for the common words that end so (diagnosis, metamorphosis, Kuwaitis, academia)."""
+_CONDITION = (r"(?i:blind|deaf|disabled|disability|disabilities|wheelchair|crutches|depression|anxiety|stroke(?! of)"
+              r"|heart (?:attack|condition|disease)|(?:medical|health|mental health|chronic) (?:condition|issue)s?"
+              r"|allerg(?:y|ies)|migraines?|insomnia|visually impaired|hard of hearing|partially sighted"
+              r"|(?:[a-z]+ ){1,2}?(?:disease|disorder|syndrome))")
+"""A condition of someone, when it is said of a person: "I'm blind", "my son has a heart condition"."""
+_DISCLOSED = (r"(?i:\bI(?:'m| am|'ve got| have| had|'ve had| use| suffer from| live with)|\b(?:he|she)(?:'s| is| has| had"
+              r"| uses)|\bwho (?:is|has|had|uses)|\b(?:my|our) (?:[a-z]+ ){0,1}?(?:" + _RELATIVE +
+              r"|friend|child|kid|baby|boy|girl)(?:'s| is| has| had| uses)|\b(?:registered|legally|partially))")
 _DIGIT_WORD = r"(?:zero|oh|one|two|three|four|five|six|seven|eight|nine)"
 _STREET = (r"Street|St|Avenue|Ave|Road|Rd|Boulevard|Blvd|Lane|Ln|Drive|Dr|Court|Ct|Place|Pl|Way|Terrace|Parkway"
            r"|Pkwy|Highway|Hwy|Square|Sq|Circle|Cir|Trail|Close|Crescent|Row|Alley|Mews|Gardens|Grove|Walk|Rise")
@@ -150,7 +168,13 @@ DEFAULT_PATTERNS: dict[str, str] = {
               rf"|treatment for|(?:in|to) hospital (?:with|for)|hospitali[sz]ed (?:with|for)|allergic to|medical history of"
               rf"|surgery (?:on|for)|a case of|tested positive for)\s+)({_CONDITION_WORD}(?:\s{_CONDITION_WORD}){{0,4}})"
               # a condition in capitals said positive: "I'm HIV positive", "COVID-positive"
-              r"|\b[A-Z][A-Z0-9]{1,9}(?:-\d{1,2})?[- ]positive\b",
+              r"|\b[A-Z][A-Z0-9]{1,9}(?:-\d{1,2})?[- ]positive\b"
+              # a diagnosis, wherever it is named: "I have epilepsy so I can't drive a manual"
+              rf"|(?<![\w-])(?:(?i:type [12i]+) )?(?:{_DIAGNOSIS})(?:['’]s)?(?:(?i: disease| syndrome| disorder)\b)?(?![\w-])"
+              # a condition said of a person: "I'm registered blind", "my son has a heart condition", "I use a
+              # wheelchair"
+              rf"|{_DISCLOSED}\s+(?:(?i:a|an|some|mild|severe|chronic|bad|terrible|really|quite|very)\s+){{0,2}}"
+              rf"({_CONDITION})(?![\w-])",
     "zip": r"(?i:\b(?:zip|postal|post ?code|eircode|plz|código postal|code postal)(?:\s+code)?(?:\s+is)?)[:\s]+"
            r"((?=[A-Z0-9 -]{0,9}\d)[A-Z0-9]{2,5}(?:[ -][A-Z0-9]{3,4})?)(?![\w-])"
            # a British postcode on its own: LS1 4AP, SW1A 1AA
