@@ -94,7 +94,9 @@ from tests.test_lint import run_cli
     ("the car's registration is AB12 CDE", "plate"),
     ("book my car JO84 PBF into a shop", "plate"),
     ("my car 品川 929 あ 27-17 was hit", "plate"),
-    ("my licence plate is KA 01 AB 1234", "id"),
+    ("we settled with the other driver (MH 65 FU 9414).", "plate"),
+    ("제 차는 29가 7978 입니다", "plate"),
+    ("my licence plate is KA 01 AB 1234", "plate"),
     ("the key is AKIA IOSF ODNN 7EXA MPLE.", "secret"),
     ("here it is: s k - p r o j - a b c 1 2 3 d e f 4 5 6", "secret"),
     ("token = supersecretvalue", "secret"),
@@ -113,6 +115,8 @@ from tests.test_lint import run_cli
     ("Please move us; my son has a heart condition.", "health"),
     ("I use a wheelchair, I need an accessible room.", "health"),
     ("She's 7 months pregnant and flying home.", "health"),
+    ("Claimant reports a broken femur.", "health"),
+    ("Claimant reports long COVID.", "health"),
 ])
 def test_each_default_pattern_becomes_its_placeholder(text: str, kind: str) -> None:
     scrubbed = Scrubber.build().text(text)
@@ -160,7 +164,7 @@ def test_ordinary_numbers_and_codes_are_left_alone() -> None:
             "home. Flight UA 123 on May 5 at 9 am from SFO to JFK with 2 bags. مرحبا، أريد إلغاء حجزي من فضلك. "
             "The word شكرا means thanks. My account is disabled and the feature is disabled; I had a stroke of "
             "luck. I need the diagnosis code for the hypnosis session, and hearing aids for the visual aids team. "
-            "The academia team and the Kuwaitis watched a metamorphosis.")
+            "The academia team and the Kuwaitis watched a metamorphosis. COVID-related cancellations are refunded.")
     assert Scrubber.build().text(text) == text
 
 

@@ -31,21 +31,25 @@ _CONDITION_WORD = r"(?!(?:and|but|so|because|since|which|who|while)\b)[\w'’-]+
 _DIAGNOSIS = (r"(?i:epilep\w*|diabet\w*|asthma\w*|autis[mt]\w*|dementia|alzheimer\S*|parkinson\S*|schizophreni\w*"
               r"|bipolar|dyslexi\w*|dyspraxi\w*|cancer|leuka?emia|lymphoma|melanoma|tumou?rs?|chemo(?:therapy)?"
               r"|dialysis|pregnan(?:t|cy|cies)|miscarri\w*|infertil\w*|coeliac|celiac|crohn\S*|lupus|cerebral palsy"
+              r"|concussion|(?:sleep )?apno?ea|(?:broken|fractured|sprained|dislocated|torn) (?:left "
+              r"|right )?(?:arm|leg|wrist|ankle|hip|femur|knee|shoulder|elbow|collarbone|rib|neck|foot|pelvis|spine"
+              r"|jaw|toe|finger)s?"
               r"|[a-z]{3,}(?<!kuwa)(?<!graf)(?<!graff)(?<!pol)(?<!com)(?<!bur)(?<!habd)itis"
               r"|[a-z]{3,}(?<!diagn)(?<!progn)(?<!hypn)(?<!hipn)(?<!osm)(?<!symbi)(?<!simbi)(?<!morph)(?<!morf)(?<!apopt)(?<!mit)(?<!mei)(?<!theo)"
               r"(?<!cyt)(?<!geon)osis|[a-z]*(?:an|leu[kc]|isch|thalass|septic|gl[yiu]c|lipid|kal|natr|calc|ur|ol)a?emia"
               r"|[a-z]+plegi[ac]|[a-z]+phreni[ac])|\b(?:HIV|AIDS|ADHD|PTSD|COPD)")
 """The name of a diagnosis, said of someone whatever the words around it ("I have epilepsy", "the letter confirms
-epilepsy"): common conditions, and the endings of medical names (arthritis, fibrosis, anaemia, paraplegic) but
+epilepsy", "reports a broken femur"): common conditions and injuries, and the endings of medical names (arthritis, fibrosis, anaemia, paraplegic) but
 for the common words that end so (diagnosis, metamorphosis, Kuwaitis, academia)."""
 _CONDITION = (r"(?i:blind|deaf|disabled|disability|disabilities|wheelchair|crutches|depression|anxiety|stroke(?! of)"
               r"|heart (?:attack|condition|disease)|(?:medical|health|mental health|chronic) (?:condition|issue)s?"
-              r"|allerg(?:y|ies)|migraines?|insomnia|visually impaired|hard of hearing|partially sighted"
+              r"|allerg(?:y|ies)|migraines?|insomnia|(?:long )?covid(?:-19)?|visually impaired|hard of hearing|partially sighted"
               r"|(?:[a-z]+ ){1,2}?(?:disease|disorder|syndrome))")
 """A condition of someone, when it is said of a person: "I'm blind", "my son has a heart condition"."""
 _DISCLOSED = (r"(?i:\bI(?:'m| am|'ve got| have| had|'ve had| use| suffer from| live with)|\b(?:he|she)(?:'s| is| has| had"
               r"| uses)|\bwho (?:is|has|had|uses)|\b(?:my|our) (?:[a-z]+ ){0,1}?(?:" + _RELATIVE +
-              r"|friend|child|kid|baby|boy|girl)(?:'s| is| has| had| uses)|\b(?:registered|legally|partially))")
+              r"|friend|child|kid|baby|boy|girl)(?:'s| is| has| had| uses)|\b(?:reports|reported|registered|legally"
+              r"|partially))")
 _DIGIT_WORD = r"(?:zero|oh|one|two|three|four|five|six|seven|eight|nine)"
 _STREET = (r"Street|St|Avenue|Ave|Road|Rd|Boulevard|Blvd|Lane|Ln|Drive|Dr|Court|Ct|Place|Pl|Way|Terrace|Parkway"
            r"|Pkwy|Highway|Hwy|Square|Sq|Circle|Cir|Trail|Close|Crescent|Row|Alley|Mews|Gardens|Grove|Walk|Rise")
@@ -200,8 +204,11 @@ DEFAULT_PATTERNS: dict[str, str] = {
     # not a date, nor a longer run (a trace id, a hash)
     "number": r"(?<![\w.,/-])(?!\d{4}[-/.]\d{1,2}[-/.]\d{1,2}(?![\d]))(?!\d{1,2}[-/.]\d{1,2}[-/.]\d{2,4}(?!\d))"
               r"\d(?:[ ./-]?\d){6,18}(?![\w-])",
-    # a number plate of a shape no other text has: British (AB12 CDE), Japanese (品川 330 あ 12-34)
-    "plate": r"\b[A-Z]{2}\d{2} [A-Z]{3}\b|[\u4e00-\u9fff]{1,4}\s?\d{2,3}\s?[\u3040-\u309f]\s?\d{1,2}-\d{2}(?!\d)",
+    # a number plate of a shape no other text has: British (AB12 CDE), Indian (MH 65 FU 9414), Japanese
+    # (品川 330 あ 12-34), Korean (29가 7978)
+    "plate": r"\b[A-Z]{2}\d{2} [A-Z]{3}\b|\b[A-Z]{2}[ -]?\d{1,2}[ -]?[A-Z]{1,3}[ -]?\d{4}\b"
+             r"|[\u4e00-\u9fff]{1,4}\s?\d{2,3}\s?[\u3040-\u309f]\s?\d{1,2}-\d{2}(?!\d)"
+             r"|(?<!\d)\d{2,3}[\uac00-\ud7a3] ?\d{4}(?!\d)",
     # a value given as an id or a number of any kind: "my employee id is E555123", "tax id 12-3456789", written
     # whole or in groups of capitals and digits ("QQ 12 34 56 C", a plate "KA 01 AB 1234")
     "id": r"(?i:\b(?:id|ids|identifier|number|nummer|numéro|número|numero|no\.|num|licen[cs]e(?: plate)?|plate"
