@@ -104,6 +104,9 @@ from tests.test_lint import run_cli
     ("My card ends in 4242 and expires 04/27.", "card_expiry"),
     ("Mi hijo Santiago recogerá el pedido.", "name"),
     ("If I'm out, give it to roommate Destiny.", "name"),
+    ("If I'm out, give it to abuela Rosa.", "name"),
+    ("The second contact is my mother-in-law Lakshmi.", "name"),
+    ("My twins Chidi and Ada will collect it.", "name"),
     ("Claim 7: طارق حداد will drop the car off.", "full_name"),
     ("Please add cover. נועה לוי is nervous about driving.", "full_name"),
     ("Please cancel. I'm HIV positive and can't fly now.", "health"),
@@ -117,6 +120,9 @@ from tests.test_lint import run_cli
     ("She's 7 months pregnant and flying home.", "health"),
     ("Claimant reports a broken femur.", "health"),
     ("Claimant reports long COVID.", "health"),
+    ("I can't carry bags: I broke my wrist last week.", "health"),
+    ("Oat milk please, she's lactose intolerant.", "health"),
+    ("Estoy embarazada de siete meses.", "health"),
 ])
 def test_each_default_pattern_becomes_its_placeholder(text: str, kind: str) -> None:
     scrubbed = Scrubber.build().text(text)
@@ -250,14 +256,14 @@ def test_a_value_under_a_key_that_ends_in_a_personal_one_or_that_is_a_name_is_sc
                          "national_id": "PR 55 39 43 B", "excess": 250, "claim_type": "Collision Damage",
                          "account_holder": "Siobhán Ní Bhriain", "allergy_notes": "HIV positive, on ARVs",
                          "household": ["Wanjiru"], "service_health": "degraded", "drivers": ["Priya Raghunathan"],
-                         "beneficiaries": [{"name": "Rangi Parata", "share": 100}]})
+                         "beneficiaries": [{"name": "Rangi Parata", "share": 100}], "tenant": "Sven de Vries"})
     traj = _traj("Open a claim", [
         {"role": "user", "content": "My car 8717 NFZ was hit near D04 Y2R8 by Tomasz Kowalczyk; my NI is PR 55 39 43 B"},
         *_call("get_policy", {"policy_number": "HRP-1"}, policy, 1),
         {"role": "user", "content": "I'm Siobhán Ní Bhriain, and Wanjiru can sign for it. The app was degraded."},
-        {"role": "user", "content": "Rangi Parata gets it all; Priya Raghunathan drives."}])
+        {"role": "user", "content": "Rangi Parata gets it all; Priya Raghunathan drives; Sven de Vries rents it."}])
     text = json.dumps(list(Scrubber.build().trajectory(traj).messages), ensure_ascii=False)
-    for value in ("8717 NFZ", "D04 Y2R8", "Tomasz", "Kowalczyk", "PR 55 39 43 B", "Siobhán", "HIV", "Wanjiru",
+    for value in ("8717 NFZ", "D04 Y2R8", "Tomasz", "Kowalczyk", "PR 55 39 43 B", "Siobhán", "HIV", "Wanjiru", "Vries",
                   "Rangi", "Raghunathan"):
         assert value not in text
     # what is no person's stays, and a service's health is no one's

@@ -36,9 +36,11 @@ PERSON_KEY = re.compile(r"(?i)(?:^|_)(?:manager|requester|requestor|assignee|app
 
 _UPPER = "[" + "".join(c for c in map(chr, range(0x41, 0x530)) if c.isupper()) + "]"
 """A capital letter of the Latin, Greek or Cyrillic alphabets (``Ó``, ``Ł``, ``Ж``)."""
-PERSON_NAME = re.compile(rf"{_UPPER}[^\W\d_]*(?:[-'’]{_UPPER}?[^\W\d_]+)*(?:\s+{_UPPER}[^\W\d_]*(?:[-'’]{_UPPER}?"
-                         r"[^\W\d_]+)*){1,3}")
-"""A name shaped like a person's: two to four capitalised words of letters (``O'Donnell`` one of them)."""
+_PARTICLE = r"(?:\s+(?:de|da|di|do|dos|das|du|del|della|der|den|van|von|ten|ter|le|la|al|el|bin|binti|ibn|bint|ní|nic))"
+PERSON_NAME = re.compile(rf"{_UPPER}[^\W\d_]*(?:[-'’]{_UPPER}?[^\W\d_]+)*(?:{_PARTICLE}{{0,2}}\s+{_UPPER}[^\W\d_]*"
+                         rf"(?:[-'’]{_UPPER}?[^\W\d_]+)*){{1,3}}")
+"""A name shaped like a person's: two to four capitalised words of letters (``O'Donnell`` one of them), a
+surname's particles between them (``Sven de Vries``, ``Ludwig van der Berg``)."""
 
 
 @cache

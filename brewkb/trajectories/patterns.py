@@ -19,9 +19,11 @@ _LOCAL = r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]{1,64}"
 _NAME_WORD = r"[A-Z][a-zß-öø-ÿ'’]+(?:-[A-Z]?[a-zß-öø-ÿ'’]+)*"
 """A word of a name as people write it: a capital, then lower-case letters (a hyphen may join two)."""
 _RELATIVE = (r"husband|wife|partner|spouse|son|daughter|mother|father|mom|mum|dad|brother|sister|grandma|grandpa|aunt"
-             r"|uncle|cousin|niece|nephew|roommate|flatmate|neighbou?r")
+             r"|uncle|cousin|niece|nephew|roommate|flatmate|neighbou?r|(?:mother|father|son|daughter|brother|sister)-in-law"
+             r"|step(?:son|daughter|mother|father|mum|dad)|twins?|carer|caregiver|guardian|godmother|godfather")
 """Relatives and housemates in English: "my son Lukas", "give it to roommate Destiny"."""
-_RELATIVE_ELSEWHERE = r"moglie|marito|figli[oa]|fils|fille|femme|mari|hij[oa]|esposa|esposo|frau|mann|sohn|tochter"
+_RELATIVE_ELSEWHERE = (r"moglie|marito|figli[oa]|fils|fille|femme|mari|hij[oa]|esposa|esposo|frau|mann|sohn|tochter"
+                       r"|abuel[oa]|nonn[oa]|av[óô]|oma|opa")
 """The closest relatives in other languages, as they come after "to" too ("to moglie Giulia")."""
 _HEBREW_ARABIC = r"[\u0590-\u05ff\u0600-\u06ff]"
 _CASELESS_RUN = rf"{_HEBREW_ARABIC}{{2,}}(?: {_HEBREW_ARABIC}{{2,}}){{1,2}}(?! {_HEBREW_ARABIC})"
@@ -33,13 +35,15 @@ _NOT_DIAGNOSIS = (r"(?:mis)?diagnosis|prognosis|gnosis|h[iy]pnosis|osmosis|s[iy]
                   r"|politis|comitis|buritis|caenorhabditis|a?ccademia|academia|loucademia|bohemia|boemia|epidemia"
                   r"|pandemia|a?premia|tremia|blasfemia|eu(?:ph|f)emia|[gj]eremia|nehemia")
 """Common words with the endings of medical names."""
-_BODY = (r"(?:left |right )?(?:arm|leg|wrist|ankle|hip|femur|knee|shoulder|elbow|collarbone|rib|neck|foot|pelvis|spine"
+# a part of the body after a word that says it is injured: "a broken femur", "broke my wrist"
+_BODY = (r"(?:(?:my|his|her|their|a) )?(?:left |right )?(?:arm|leg|wrist|ankle|hip|femur|knee|shoulder|elbow|collarbone|rib|neck|foot|pelvis|spine"
          r"|jaw|toe|finger)s?")
-_DIAGNOSIS = (r"(?i:a(?:sthma\w*|utis[mt]\w*|lzheimer\S*|pno?ea)|b(?:ipolar|roken " + _BODY + r")|c(?:ancer|o?eliac"
+_DIAGNOSIS = (r"(?i:a(?:sthma\w*|utis[mt]\w*|lzheimer\S*|pno?ea)|b(?:ipolar|roken? " + _BODY + r")|c(?:ancer|o?eliac"
               r"|rohn\S*|erebral palsy|hemo(?:therapy)?|oncussion)|d(?:iabet\w*|ementia|ys(?:lexi|praxi)\w*|ialysis"
-              r"|islocated " + _BODY + r")|epilep\w*|fractured " + _BODY + r"|infertil\w*|l(?:upus|ymphoma)"
-              r"|m(?:elanoma|iscarri\w*)|p(?:arkinson\S*|regnan(?:t|cy|cies))|s(?:chizophreni\w*|leep apno?ea|prained "
-              + _BODY + r")|t(?:umou?rs?|orn " + _BODY + r"))|(?:HIV|AIDS|ADHD|PTSD|COPD)\b"
+              r"|islocated " + _BODY + r")|epilep\w*|fractured " + _BODY + r"|in(?:fertil\w*|jured " + _BODY + r"|sulin pump)"
+              r"|l(?:upus|ymphoma|actose intoleran\w*)|gluten intoleran\w*|pacemaker|herzschrittmacher|marcapasos"
+              r"|m(?:elanoma|iscarri\w*)|p(?:arkinson\S*|regnan(?:t|cy|cies))|embarazada|enceinte|incinta|gr[áa]vida|(?:sch|z)wanger|беременна|s(?:chizophreni\w*|leep apno?ea|prained "
+              + _BODY + r")|t(?:umou?rs?|or[en] " + _BODY + r"))|(?:HIV|AIDS|ADHD|PTSD|COPD)\b"
               rf"|(?=[A-Za-z]{{2,}}(?:itis|osis|a?emia|plegi[ac]|phreni[ac])(?![\w-]))(?!(?i:{_NOT_DIAGNOSIS})(?![\w-]))"
               r"[A-Za-z]+")
 """The name of a diagnosis, said of someone whatever the words around it ("I have epilepsy", "the letter confirms
@@ -154,7 +158,7 @@ DEFAULT_PATTERNS: dict[str, str] = {
             # one word is enough after "my" and a relative: "my son Lukas", "My dad Finn"
             rf"|\b(?i:my|our|his|her|their)\s+(?:{_RELATIVE}|friend|colleague|coworker|boss|fianc[eé]e?|boyfriend"
             rf"|girlfriend|grandmother|grandfather|grandson|granddaughter|child|kid|baby)"
-            rf"\s+({_NAME_WORD}(?:\s+{_NAME_WORD}){{0,2}})\b"
+            rf"\s+({_NAME_WORD}(?:\s+{_NAME_WORD}){{0,2}}(?:,?\s+(?:and|&)\s+{_NAME_WORD})?)\b"
             # the same in other languages: "meine Frau Heike", "mi hijo Santiago", "ma fille Chloé"
             rf"|\b(?i:mein(?:e|em|en|er)?|unser(?:e|em|en)?|mon|ma|mes|notre|mi|mis|nuestr[oa]s?|mio|mia|mía|mío"
             rf"|meu|minha|mijn|onze|moja|mój|moj[ae]|мо[йяеи])\s+(?i:{_RELATIVE_ELSEWHERE}|ehemann|ehefrau|mutter|vater"
