@@ -123,6 +123,11 @@ from tests.test_lint import run_cli
     ("I can't carry bags: I broke my wrist last week.", "health"),
     ("Oat milk please, she's lactose intolerant.", "health"),
     ("Estoy embarazada de siete meses.", "health"),
+    ("I'm eight months sober from alcohol addiction.", "health"),
+    ("I tore my ACL skiing.", "health"),
+    ("I'm on sertraline and quetiapine.", "medication"),
+    ("I need a refill of my Truvada today.", "medication"),
+    ("My doctor switched me off Lipitor.", "medication"),
 ])
 def test_each_default_pattern_becomes_its_placeholder(text: str, kind: str) -> None:
     scrubbed = Scrubber.build().text(text)
@@ -170,7 +175,8 @@ def test_ordinary_numbers_and_codes_are_left_alone() -> None:
             "home. Flight UA 123 on May 5 at 9 am from SFO to JFK with 2 bags. مرحبا، أريد إلغاء حجزي من فضلك. "
             "The word شكرا means thanks. My account is disabled and the feature is disabled; I had a stroke of "
             "luck. I need the diagnosis code for the hypnosis session, and hearing aids for the visual aids team. "
-            "The academia team and the Kuwaitis watched a metamorphosis. COVID-related cancellations are refunded.")
+            "The academia team and the Kuwaitis watched a metamorphosis. COVID-related cancellations are refunded. "
+            "Alcoholic drinks are free, and a refill of coffee.")
     assert Scrubber.build().text(text) == text
 
 
@@ -249,6 +255,16 @@ def test_lint_warns_about_personal_data_in_any_recipe(tmp_path: Path) -> None:
         "1. Do it.", "1. Do it. My password is <password> Email me after.")  # a placeholder is no value
     (tmp_path / "refund.md").write_text(recipe_text("refund", body=clean))
     assert lint_paths([tmp_path]) == []
+
+
+def test_a_name_a_tool_gave_is_scrubbed_however_the_user_cases_it() -> None:
+    traj = _traj("Move my visit", [{"role": "user", "content": "hi its oluwaseun  adeyemi, move my visit"},
+                                   *_call("find_patient", {"last_name": "Adeyemi"},
+                                         json.dumps({"patient_id": "PT-761308", "name": "Oluwaseun Adeyemi"}), 1),
+                                   {"role": "user", "content": "I will come. OLUWASEUN ADEYEMI"}])
+    out = Scrubber.build().trajectory(traj)
+    assert out.messages[0]["content"] == "hi its <name>, move my visit"
+    assert out.messages[3]["content"] == "I will come. <name>"
 
 
 def test_a_value_under_a_key_that_ends_in_a_personal_one_or_that_is_a_name_is_scrubbed_everywhere() -> None:

@@ -43,7 +43,8 @@ PERSON_FIELDS = frozenset({"name", "address", "street", "city", "zip_code", "pos
 """Keys that are personal inside a record that also holds one of the personal keys (the town and postcode only
 when it holds a street too)."""
 
-SENSITIVE_KEY = re.compile(r"(?:^|_)(?:allerg(?:y|ies|ens?)|medications?|medicines?|diagnos[ie]s|disabilit(?:y|ies)"
+SENSITIVE_KEY = re.compile(r"(?:^|_)(?:allerg(?:y|ies|ens?)|medications?|medicines?|drugs?|prescribed|indications?"
+                           r"|symptoms?|diagnos[ie]s|disabilit(?:y|ies)"
                            r"|impairments?|medical(?:_(?:conditions?|notes?|needs|history|info))?"
                            r"|health_(?:conditions?|notes?|needs|history|info)"
                            r"|household(?:_members?)?|family_members?|dependants?|dependents?|next_of_kin|relatives)"

@@ -30,26 +30,46 @@ _CASELESS_RUN = rf"{_HEBREW_ARABIC}{{2,}}(?: {_HEBREW_ARABIC}{{2,}}){{1,2}}(?! {
 """Two or three words of Hebrew or Arabic letters (scripts without capitals, written with spaces)."""
 _CONDITION_WORD = r"(?!(?:and|but|so|because|since|which|who|while)\b)[\w'’-]+"
 """A word of a condition's name: any word up to one that starts another clause."""
-_NOT_DIAGNOSIS = (r"(?:mis)?diagnosis|prognosis|gnosis|h[iy]pnosis|osmosis|s[iy]mbiosis|metamor(?:ph|f)osis"
-                  r"|apot(?:h?e)?osis|apoptosis|mitosis|meiosis|(?:endo|exo|phago)cytosis|geonosis|kuwaitis|graff?itis"
-                  r"|politis|comitis|buritis|caenorhabditis|a?ccademia|academia|loucademia|bohemia|boemia|epidemia"
-                  r"|pandemia|a?premia|tremia|blasfemia|eu(?:ph|f)emia|[gj]eremia|nehemia")
+
+
+def _ends_in(*endings: str) -> str:
+    """A regex that holds where the text before ends in one of ``endings`` (one look behind each: they are
+    checked once, where a word ends, which keeps a long list fast)."""
+    return "(?:" + "|".join(f"(?<={ending})" for ending in endings) + ")"
+
+
+_NOT_DIAGNOSIS = ("gnosis", "hypnosis", "hipnosis", "osmosis", "symbiosis", "simbiosis", "morphosis", "morfosis",
+                  "theosis", "teosis", "apoptosis", "mitosis", "meiosis", "cytosis", "geonosis", "kuwaitis", "graffitis",
+                  "grafitis", "politis", "comitis", "buritis", "rhabditis", "cademia", "bohemia", "boemia", "epidemia",
+                  "pandemia", "premia", "tremia", "blasfemia", "euphemia", "eufemia", "geremia", "jeremia", "nehemia")
 """Common words with the endings of medical names."""
 # a part of the body after a word that says it is injured: "a broken femur", "broke my wrist"
 _BODY = (r"(?:(?:my|his|her|their|a) )?(?:left |right )?(?:arm|leg|wrist|ankle|hip|femur|knee|shoulder|elbow|collarbone|rib|neck|foot|pelvis|spine"
-         r"|jaw|toe|finger)s?")
-_DIAGNOSIS = (r"(?i:a(?:sthma\w*|utis[mt]\w*|lzheimer\S*|pno?ea)|b(?:ipolar|roken? " + _BODY + r")|c(?:ancer|o?eliac"
-              r"|rohn\S*|erebral palsy|hemo(?:therapy)?|oncussion)|d(?:iabet\w*|ementia|ys(?:lexi|praxi)\w*|ialysis"
-              r"|islocated " + _BODY + r")|epilep\w*|fractured " + _BODY + r"|in(?:fertil\w*|jured " + _BODY + r"|sulin pump)"
-              r"|l(?:upus|ymphoma|actose intoleran\w*)|gluten intoleran\w*|pacemaker|herzschrittmacher|marcapasos"
-              r"|m(?:elanoma|iscarri\w*)|p(?:arkinson\S*|regnan(?:t|cy|cies))|embarazada|enceinte|incinta|gr[áa]vida|(?:sch|z)wanger|беременна|s(?:chizophreni\w*|leep apno?ea|prained "
-              + _BODY + r")|t(?:umou?rs?|or[en] " + _BODY + r"))|(?:HIV|AIDS|ADHD|PTSD|COPD)\b"
-              rf"|(?=[A-Za-z]{{2,}}(?:itis|osis|a?emia|plegi[ac]|phreni[ac])(?![\w-]))(?!(?i:{_NOT_DIAGNOSIS})(?![\w-]))"
-              r"[A-Za-z]+")
+         r"|jaw|toe|finger|acl|achilles|meniscus|ligament|tendon)s?")
+_DIAGNOSIS = (r"(?i:a(?:sthma\w*|utis[mt]\w*|lzheimer\S*|pno?ea|ddictions?|lcoholism|norexi\w*)|b(?:ipolar|ulimi\w*"
+              r"|roken? " + _BODY + r")|c(?:ancer|o?eliac|rohn\S*|erebral palsy|hemo(?:therapy)?|oncussion)"
+              r"|d(?:iabet\w*|ementia|ys(?:lexi|praxi)\w*|ialysis|epressive|islocated " + _BODY + r")|e(?:pilep\w*"
+              r"|mbarazada|nceinte)|fractured " + _BODY + r"|g(?:luten intoleran\w*|r[áa]vida)|(?:hypo|hyper)thyroidism"
+              r"|in(?:fertil\w*|jured " + _BODY + r"|sulin pump|cinta)|l(?:upus|ymphoma|actose intoleran\w*)"
+              r"|m(?:elanoma|iscarri\w*|arcapasos)|p(?:arkinson\S*|regnan(?:t|cy|cies)|acemaker|sychotic)"
+              r"|s(?:chizophreni\w*|leep apno?ea|prained " + _BODY + r")|t(?:umou?rs?|or[en] " + _BODY + r")"
+              r"|(?:carcin|sarc|glauc|hemat|haemat|myel|mening|gli|aden|fibr|neur)oma|herzschrittmacher|(?:sch|z)wanger"
+              r"|беременна)|(?:HIV|AIDS|ADHD|PTSD|COPD|IVF|PrEP)\b"
+              r"|(?<![\w-])[A-Za-z]{4,}+(?![\w-])" + _ends_in("itis", "osis", "emia", "plegia", "plegic", "phrenia", "phrenic")
+              + "".join(f"(?<!(?i:{word}))" for word in _NOT_DIAGNOSIS))
 """The name of a diagnosis, said of someone whatever the words around it ("I have epilepsy", "the letter confirms
 epilepsy", "reports a broken femur"): common conditions and injuries (grouped by their first letter, which keeps
 the pattern fast), and the endings of medical names (arthritis, fibrosis, anaemia, paraplegic) but for the common
 words that end so (diagnosis, metamorphosis, Kuwaitis, academia)."""
+_DRUG_STEMS = ("pril", "sartan", "olol", "dipine", "statin", "gliptin", "gliflozin", "glutide", "formin", "prazole",
+               "itidine", "otidine", "etidine", "oxetine", "traline", "triptyline", "azepam", "azolam", "iapine", "zapine",
+               "peridone", "ipramine", "nazole", "dazole", "mycin", "cillin", "cycline", "oxacin", "clovir", "fovir", "mivir", "navir", "buvir", "mab",
+               "tinib", "parin", "docaine", "vacaine", "codone", "morphone", "orphine", "hadone", "profen", "coxib",
+               "nisone", "sisone", "thasone", "isolone", "inolone", "drolone", "sterone", "adiol", "thyroxine", "trigine",
+               "phenidate", "amfetamine", "amphetamine", "triptan", "lukast", "setron", "dronate", "zosin", "buterol",
+               "moterol", "tropium", "afil", "gabalin", "apentin", "atadine", "amadol", "oxone", "fentanyl", "metacin",
+               "fenac", "semide", "thiazide", "barbital")
+"""Endings of medicines' international names (WHO INN stems: lisinopril, sertraline, quetiapine, semaglutide)."""
 _CONDITION = (r"(?i:blind|deaf|disabled|disability|disabilities|wheelchair|crutches|depression|anxiety|stroke(?! of)"
               r"|heart (?:attack|condition|disease)|(?:medical|health|mental health|chronic) (?:condition|issue)s?"
               r"|allerg(?:y|ies)|migraines?|insomnia|(?:long )?covid(?:-19)?|visually impaired|hard of hearing|partially sighted"
@@ -188,6 +208,12 @@ DEFAULT_PATTERNS: dict[str, str] = {
               # wheelchair"
               rf"|{_DISCLOSED}\s+(?:(?i:a|an|some|mild|severe|chronic|bad|terrible|really|quite|very)\s+){{0,2}}"
               rf"({_CONDITION})(?![\w-])",
+    # a medicine, by the ending of its international name ("I'm on sertraline"), by a few names without one, and a
+    # name after words that say it is a medicine ("a refill of my Truvada", "my doctor switched me off Lipitor")
+    "medication": r"(?<![\w-])[A-Za-z]{6,}+(?![\w-])" + _ends_in(*_DRUG_STEMS) +
+                  r"|(?<![\w-])(?i:insulin(?: [a-z]+ine)?|aspirin|paracetamol|acetaminophen|warfarin)\b"
+                  r"|(?i:\b(?:refills? (?:of|for|on)|prescriptions? (?:of|for)|prescribed|switched (?:me )?(?:off|to|from))"
+                  r"\s+(?:(?:my|his|her|their|the|some|more) )?)([A-Z][a-z]+(?:-[A-Z]?[a-z]+)?)\b",
     "zip": r"(?i:\b(?:zip|postal|post ?code|eircode|plz|código postal|code postal)(?:\s+code)?(?:\s+is)?)[:\s]+"
            r"((?=[A-Z0-9 -]{0,9}\d)[A-Z0-9]{2,5}(?:[ -][A-Z0-9]{3,4})?)(?![\w-])"
            # a British postcode on its own: LS1 4AP, SW1A 1AA

@@ -455,13 +455,15 @@ def _forms(value: str) -> tuple[str, ...]:
 
 @lru_cache(maxsize=65536)
 def _written(value: str) -> str:
-    """A regex of ``value`` as written in text: as it is, and each of its other
-    ``_forms`` (an id in any case, with a space, dot, dash or underscore
+    """A regex of ``value`` as written in text: as it is (words of several in any case and spacing: ``oluwaseun
+    adeyemi``), and each of its other ``_forms`` (an id in any case, with a space, dot, dash or underscore
     between any of its characters: ``SOFIA KIM 7287``, ``W 2905754``); a date
     in every way people write one (``patterns.date_written``)."""
     loose = [form for form in _forms(value) if any(c.isdigit() for c in form)]
     date = date_of(value)
-    return "|".join([re.escape(value), *("(?i:" + r"[\s._-]?".join(form) + ")" for form in loose),
+    words = value.split()
+    as_is = re.escape(value) if len(words) < 2 else "(?i:" + r"\s+".join(map(re.escape, words)) + ")"
+    return "|".join([as_is, *("(?i:" + r"[\s._-]?".join(form) + ")" for form in loose),
                      *([date_written(date)] if date else [])])
 
 
