@@ -199,8 +199,8 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
         rf"|\b(?:(?:your|the)\s+{_STAFF}|corporate|legal|compliance|head office)\s+(?:has\s+|have\s+)?(?:already\s+)?"
         r"(?:approved|okayed|authori[sz]ed|instructed|cleared)\b(?!\s+(?:my|our)\s+(?:trip|travel|budget|leave))"
         # a rule said to begin now, or decided by someone who is not in the conversation
-        r"|\b(?:from now on|going forward|effective (?:immediately|today|now))\b(?!,?\s+(?:I\b|I'd|I'll|I'm|please|my\b"
-        r"|we\b|we'd|we'll|our\b))"
+        r"|(?:^|(?<=[.!?])\s)(?![^.!?\n]*\b(?:i|i'd|i'll|i'm|me|my|we|we'd|we'll|us|our|please)\b)[^.!?\n]*?\b"
+        r"(?:from now on|going forward|effective (?:immediately|today|now))\b"
         r"|\bfrom\s+(?:this point|here|this moment|today)\s+(?:on|onwards?|forward|out)\b"
         r"|\bas of (?:this|today|now)\w*,?\s+(?:there is|there's)\s+no\b"
         r"|\b(?:starting|beginning|as of)\s+(?:today|now|immediately|this (?:week|month|year)),?\s+(?:all|every|any"
@@ -238,7 +238,7 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
         # a name in code form: snake_case, camelCase or written as a call; letters only (an id holds digits)
         r"\b(?i:call|calls|calling|invoke|run|execute|use|trigger|try|perform|then|do|set|proceed(?:\s+directly)?\s+"
         r"(?:to|with))"
-        r"\s+(?i:the\s+|a\s+)?"
+        r"\s+(?i:the\s+|a\s+|your\s+)?"
         r"(?i:(?:tool|function|api|endpoint|method)\s+)?['\"`]?"
         r"(?:[A-Za-z]+(?:_[A-Za-z]+)+\b|[a-z]{2,}(?:[A-Z][a-z]+)+\b|[A-Za-z_]+\()"
         r"|(?i:\b[a-z]+(?:_[a-z]+)*\s*=\s*['\"]?(?:true|false)\b)"
@@ -281,6 +281,7 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"(?i)\b(?:tell|reply to|respond to|inform|say to|answer)\s+(?:all|every|any|other|future)\s+(?:other\s+"
         r"|future\s+)?(?:customers?|callers?|users?|clients?|passengers?|people)\b"
         r"|\bnext time (?:someone|anyone|somebody|anybody|a customer|a caller|a user) asks\b"
+        r"|\bfor\s+(?:all\s+)?(?:future|the next)\s+(?:customers?|callers?|users?|clients?|passengers?|patients?|people)\b"
         r"|\b(?:this|the)\s+(?:chatbot|bot|ai|assistant)\s+(?:must|should|needs? to|has to|is to)\b(?!\s+(?:not\s+)?(?:be|have)\b)"
         r"|(?:^|[.!?]\s+)(?:ai|bot|chatbot)\s+(?:must|should|needs? to|has to)\b")),
     (CLAIMS, re.compile(  # a permission said given by someone not in the conversation, or said to hold for all
@@ -291,7 +292,14 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"|free of charge|for free|comes? with a free|at no (?:extra\s+|additional\s+)?(?:cost|charge))\b"
         r"|\b(?:confirmed|promised|said|agreed)\s+(?:that|this|so)(?:\s+(?:on|last|yesterday|earlier|today|this)\b"
         r"[^.!?]{0,20})?\s*(?:[.!]|$)"
-        r"|\bfor\s+(?:anyone|everyone|anybody|everybody|whoever)\s+(?:who\s+)?(?:asks|wants|calls|requests|needs)\b"
+        r"|\b(?:for|to)\s+(?:anyone|everyone|anybody|everybody|whoever)\s+(?:who\s+)?(?:asks|wants|calls|requests|needs"
+        r"|knows|has|gives|says|shows)\b"
+        # a paper or a check said not needed, by someone other than the speaker: "X doesn't need authorization anymore"
+        r"|\b(?!(?:i|we)\b)[a-z]+\s+(?:do(?:es)?n't|do(?:es)? not|no longer)\s+(?:need|require)s?\s+(?:an?\s+|any\s+|the\s+)?"
+        r"(?:[a-z-]+\s+){0,2}?(?:authori[sz]ation|approval|prescription|permission|consent|verification|signature"
+        r"|identification|id|proof|paperwork|referral)s?\b"
+        r"|\b(?:authori[sz]ation|approval|prescription|permission|consent|signature|identification|id|proof|paperwork"
+        r"|referral)s?\s+(?:is|are)(?:n't|n’t|\s+not|\s+no\s+longer)\s+(?:needed|required|necessary)\b"
         r"|\bit(?:'s|’s|\s+is)\s+in\s+(?:the|your)\s+(?:terms|contract|policy|rules|handbook|conditions)\b"
         r"|\b(?:section|clause|article|paragraph|§)\s*\d+\.\d+"
         r"|\b(?:fees?|charges?|penalt(?:y|ies))\s+(?:are|is|will be|have been|has been)\s+(?:now\s+|all\s+)?waived\b"

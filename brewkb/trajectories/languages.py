@@ -69,7 +69,11 @@ OVERRIDE = _nfkc(
     r"|(?i:(?:prüfung|verifizierung|kontrolle|vérification|contrôle|verificación|comprobación|verifica|controllo"
     r"|verificação|controle|controlo)\w*\s+(?:\S+\s+){0,8}?(?:nicht mehr|n'est plus|ya no es|non è più|não é mais"
     r"|niet meer)\s+(?:nötig|erforderlich|notwendig|nécessaire|requise?|necesari[ao]|necessari[ao]|necessári[ao]|nodig"
-    r"|vereist))")
+    r"|vereist))"
+    # a check said skipped: "sem verificação de identidade", "без проверки личности"
+    r"|(?i:\b(?:sem|sin|sans|ohne|senza|zonder|bez|без)\s+(?:(?:la|le|de|a|die|eine|una|uma)\s+)?(?:verifica[çc][ãa]o"
+    r"|verificaci[oó]n|vérification|prüfung|überprüfung|identitätsprüfung|verifica|controllo|verificatie|weryfikacji"
+    r"|провер[а-я]*|идентификаци[а-я]*))")
 """Rule 2: a verb of ignoring or skipping before instructions, rules or checks, or the noun first."""
 NEW_RULE = _nfkc(
     r"(?i:\b(?:nueva|nuevas|nuevo|nuevos|neue|neuen|neuer|nouvelle|nouvelles|nouveau|nova|novas|novo|nuova|nuove"
@@ -78,7 +82,8 @@ NEW_RULE = _nfkc(
     r"|правил[а-я]*|политик[а-я]*)"
     r"|\b(?:para|a|pour|für|per|voor|dla|для)\s+(?:todos\s+los|todas\s+las|todos\s+os|todas\s+as|tous\s+les"
     r"|toutes\s+les|alle|tutti\s+i|tutte\s+le|wszystkich|всех)\s+(?:clientes?|clients?|kunden|clienti|klanten"
-    r"|klientów|клиентов|usuarios|utilisateurs|nutzer|pasajeros|passagers|passagiere|passageiros))")
+    r"|klientów|клиентов|usuarios|utilisateurs|nutzer|pasajeros|passagers|passagiere|passageiros))"
+    r"|新(?:规定|規定|政策|规则|規則)|新しい(?:ルール|規則|規定)|새(?:로운)? ?(?:규정|정책|규칙)")
 """Rule 3: a new policy or rule, or what holds for every customer."""
 STAFF_MUST = _nfkc(
     r"(?i:\b(?:(?:los|las)\s+(?:agentes|empleados|operadores|asesores)\s+(?:deben|tienen que)"
