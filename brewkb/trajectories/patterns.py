@@ -159,11 +159,22 @@ DEFAULT_PATTERNS: dict[str, str] = {
     "name": r"\b(?:[Ii]'m|I am|[Mm]y name is|[Tt]his is|[Yy]ou are|[Ii]t'?s|[Ii]t is|(?i:je m'appelle|je suis|me llamo|mi nombre es"
             r"|mi chiamo|ich heiße|ich heisse|mein name ist|meu nome é|eu sou|nazywam się|меня зовут|mijn naam is"
             r"|jag heter|benim adım|mă numesc|με λένε))"
-            r"\s+([A-ZА-ЯЁΑ-Ω][^\W\d_]+(?:\s+(?:(?:de|van|der|von|da|di|le|la)\s+)?[A-ZА-ЯЁΑ-Ω][^\W\d_]+)+)"
+            r"\s+([A-ZА-ЯЁΑ-Ω][^\W\d_]+(?:-[A-ZА-ЯЁΑ-Ω]?[^\W\d_]+)?(?:\s+(?:(?:de|van|der|von|da|di|le|la)\s+)?"
+            r"[A-ZА-ЯЁΑ-Ω][^\W\d_]+(?:-[A-ZА-ЯЁΑ-Ω]?[^\W\d_]+)?)+)"
             r"|(?:我叫|我的名字是|私の名前は|わたしの名前は|제 이름은)\s*([\u4e00-\u9fff\u3040-\u30ff\uac00-\ud7af]{2,6})"
-            r"|(?:^|(?<=[.!?,;:]\s))([A-Z][^\W\d_]+\s+[A-Z][^\W\d_]+)\s+here\b"
+            # a name said in other scripts: "安藤です、…と申します", "안녕하세요, 김민준입니다", "ผมชื่อสมชาย", "मेरा नाम … है"
+            r"|([\u4e00-\u9fff\u3040-\u30ff]{2,6})(?:と申します|といいます|と言います)"
+            r"|(?:저는|안녕하세요[,.]?)\s*([\uac00-\ud7a3]{2,4})(?:입니다|이에요|예요|(?:이)?라고 합니다)"
+            r"|(?:ผม|ฉัน|ดิฉัน|หนู)ชื่อ\s*([\u0e00-\u0e7f]{2,20})|मेरा नाम\s+([\u0900-\u097f]+(?:\s+[\u0900-\u097f]+)?)\s+है"
+            r"|اسمي\s+([\u0600-\u06ff]{2,}(?:\s+[\u0600-\u06ff]{2,})?)|(?:שמי|קוראים לי)\s+([\u0590-\u05ff]{2,}(?:\s+"
+            r"[\u0590-\u05ff]{2,})?)|(?:Իմ անունը|Անունս)\s+([\u0530-\u058f]{2,}(?:\s+[\u0530-\u058f]{2,})?)"
+            r"|ჩემი სახელია\s+([\u10a0-\u10ff]{2,}(?:\s+[\u10a0-\u10ff]{2,})?)"
+            # a name said before "here" or "speaking": "Jane Doe here", "Hey - Sione Taufa speaking"
+            r"|(?:^|(?<=[.!?,;:-]\s))([A-Z][^\W\d_]+\s+[A-Z][^\W\d_]+)\s+(?:here|speaking)\b"
             # a name given as a label's value ("Name: Jane Doe", "name's Jane Doe") or under a sign-off
             rf"|(?i:\bname)(?:\s*:|'s|’s|\s+is)\s+({_NAME_WORD}(?:\s+{_NAME_WORD}){{1,2}})\b"
+            rf"|(?i:\b(?:patient|customer|client|member|guest|caller|passenger|holder))\s*:\s+"
+            rf"({_NAME_WORD}(?:\s+{_NAME_WORD}){{1,2}})\b"
             rf"|(?:^|(?<=[.!?\n]\s)|(?<=\n))(?:Regards|Best regards|Kind regards|Warm regards|Best|Cheers|Thanks"
             rf"|Thank you|Many thanks|Sincerely|Yours(?: truly| sincerely)?)\s*[,:—–-]?\s+"
             rf"({_NAME_WORD}(?:\s+{_NAME_WORD}){{1,2}})\s*[.!]?\s*$"
@@ -267,7 +278,7 @@ def _phone_ok(text: str, whole: str = "") -> bool:
 
 
 _SAYS_NAME = re.compile(r"(?i:\bnamed?\b|\bname's|nome|nombre|зовут|heiße|heisse|appelle|llamo|chiamo|nazywam|naam"
-                        r"|heter|adım|numesc|λένε)|名|叫|이름")
+                        r"|heter|adım|numesc|λένε|անուն)|名|叫|이름|申します|ชื่อ|नाम|اسمي|שמי|קוראים|სახელ")
 """Words that say a name follows ("my name is", "named", "Меня зовут", "我叫"): a name so given is one, known or not."""
 
 
