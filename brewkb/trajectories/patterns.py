@@ -54,7 +54,8 @@ _DIAGNOSIS = (r"(?i:a(?:sthma\w*|utis[mt]\w*|lzheimer\S*|pno?ea|ddictions?|lcoho
               r"|m(?:elanoma|iscarri\w*|arcapasos)|p(?:arkinson\S*|regnan(?:t|cy|cies)|acemaker|sychotic)"
               r"|s(?:chizophreni\w*|leep apno?ea|prained " + _BODY + r")|t(?:umou?rs?|or[en] " + _BODY + r")"
               r"|(?:carcin|sarc|glauc|hemat|haemat|myel|mening|gli|aden|fibr|neur)oma|herzschrittmacher|(?:sch|z)wanger"
-              r"|беременна)|(?:HIV|AIDS|ADHD|PTSD|COPD|IVF|PrEP)\b"
+              r"|беременна|eczema|emphysema|o?edema|(?:fibro|neur)?myalgia|neuralgia|(?:eating|panic|anxiety|personality"
+              r"|seizure|mood|obsessive[- ]compulsive|substance use) disorders?)|(?:HIV|AIDS|ADHD|PTSD|COPD|IVF|PrEP)\b"
               r"|(?<![\w-])[A-Za-z]{4,}+(?![\w-])" + _ends_in("itis", "osis", "emia", "plegia", "plegic", "phrenia", "phrenic")
               + "".join(f"(?<!(?i:{word}))" for word in _NOT_DIAGNOSIS))
 """The name of a diagnosis, said of someone whatever the words around it ("I have epilepsy", "the letter confirms
