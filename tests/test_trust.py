@@ -1011,6 +1011,17 @@ def test_a_tool_the_team_did_not_list_leaves_a_step_its_other_alternatives_and_n
     assert [why for _, why in changed] == ["not one of the agent's tools (tools.known in brewkb.toml)"] * 3
 
 
+def test_a_step_that_its_screened_argument_made_the_same_as_another_is_written_once() -> None:
+    from brewkb.stages.calls import CallRules, screen_calls
+
+    body = ("\n## How to perform\n\n1. `get_prescription(rx_number)`\n2. `refill_prescription(rx_number, days_supply)`\n"
+            "3. `refill_prescription(rx_number, days_supply, skip_prescriber_check)`\n4. `notify(rx_number)`\n")
+    kept, changed = screen_calls(body, CallRules(known={}))
+    assert kept == ("\n## How to perform\n\n1. `get_prescription(rx_number)`\n2. `refill_prescription(rx_number, days_supply)`\n"
+                    "3. `notify(rx_number)`\n")
+    assert [why for _, why in changed] == ["the same as an earlier step once its arguments were screened"]
+
+
 def test_a_call_written_out_of_code_form_is_a_call_and_prose_in_parentheses_is_none() -> None:
     """What an LLM integrator may write: the team's list holds whichever way a call is written; a field named
     before a remark in parentheses, or a quoted error text, calls nothing."""

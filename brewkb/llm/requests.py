@@ -22,6 +22,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from brewkb.trajectories.quote import SENTENCE_END
 from brewkb.trajectories.schema import ToolCall, tool_calls
 from brewkb.trajectories.tools import concept_of_tool, is_lookup, is_write, name_words
 
@@ -144,14 +145,13 @@ def lookup_concept(calls: Sequence[ToolCall]) -> str | None:
     return concept_of_tool(lookups[-1].name) if lookups else None
 
 
-SENTENCE = re.compile(r"(?<=[.!?])\s+")
 
 
 def request_clause(text: str, concept: str) -> str:
     """The sentences of a user turn that ask for ``concept``'s action (those
     naming its action, else its object), without the greeting and small talk
     around them; the whole turn when none does."""
-    sentences = [s for s in SENTENCE.split(" ".join(text.split())) if s]
+    sentences = [s for s in SENTENCE_END.split(" ".join(text.split())) if s]
     words = concept.split()
     acts = bool(words) and action_verb(words[0]) is not None
     asking = [s for s in sentences if (names_action(s, concept) if acts else names_object(s, concept))]

@@ -158,13 +158,18 @@ def screen_calls(body: str, rules: CallRules) -> tuple[str, list[tuple[str, str]
     docstring), and the lines changed or left out, with why."""
     kept: list[str] = []
     changed: list[tuple[str, str]] = []
+    steps: set[str] = set()  # the steps of the section so far, without their numbers
     for line in body.split("\n"):
         normal = unicodedata.normalize("NFKC", line)  # fullwidth parentheses are parentheses
         new, why = _line(normal, rules)
+        steps = set() if normal.startswith("#") else steps
+        if new is not None and (item := _ITEM.match(new)) and new[item.end():] in steps:
+            new, why = None, "the same as an earlier step once its arguments were screened"
         if new != normal:
             changed.append((line, why))
         if new is not None:
             kept.append(line if new == normal else new)
+            steps.update([kept[-1][item.end():]] if (item := _ITEM.match(kept[-1])) else [])
     if not changed:
         return body, changed
     number = 0

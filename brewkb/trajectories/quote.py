@@ -42,9 +42,10 @@ from brewkb.trajectories.schema import Trajectory, tool_calls
 from brewkb.trajectories.scrub import ID_SHAPE
 
 __all__ = ["Quote", "HeldBack", "quote", "held_back", "log_texts", "read_texts", "screen", "MAX_QUOTE", "LogIndex",
-           "Copies", "COPIES", "shown"]
+           "Copies", "COPIES", "shown", "SENTENCE_END"]
 
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+SENTENCE_END = re.compile(r"(?<=[.!?])(?<!\bDr\.)(?<!\bMr\.)(?<!\bMrs\.)(?<!\bMs\.)(?<!\bMx\.)(?<!\bSt\.)(?<!\bProf\.)\s+")
+"""Where a sentence ends: after a full stop, an exclamation or a question mark, not after a title ("Dr. Hart")."""
 MAX_QUOTE = 240
 """Characters a quoted text keeps by default."""
 SHOWN = 200
@@ -255,7 +256,7 @@ def screen(body: str, texts: Sequence[str] | LogIndex) -> tuple[str, list[tuple[
     kept, dropped = [], []
     for line in body.split("\n"):
         content = _STRUCTURE.sub("", line)  # the recipe's own heading or list mark is not the line's content
-        reason = next((r for s in _SENTENCE_END.split(content) if s.strip()
+        reason = next((r for s in SENTENCE_END.split(content) if s.strip()
                        and (r := instruction_reason(s, skip=(TO_THE_AGENT, DIRECTS_A_CALL))) is not None
                        and index.shares(s)), None)
         if reason is not None:
