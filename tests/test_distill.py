@@ -130,6 +130,11 @@ def test_distill_imported_logs_ends_with_a_clean_pr(kb: Path, tmp_path: Path, fm
     tree = next(line for line in shown.splitlines() if line.startswith("Search tree of"))
     assert "reward gain +0.000" not in tree and "reward gain -" not in tree, tree  # no gain is shown as none
     assert brewkb(kb, "lint").returncode == 0
+    # once reviewed, the node branches go; the PR and its body stay
+    gone = brewkb(kb, "gc", "air", "--json")
+    assert gone.returncode == 0 and json.loads(gone.stdout)["deleted"] > 0, gone.stderr
+    assert git(kb, "branch", "--list", "brew/air/*").split() == ["brew/air/archive", "brew/air/kb", "brew/air/pr"]
+    assert brewkb(kb, "pr", "air", "--body-only").stdout == shown
 
 
 def test_refine_on_imported_logs_is_refused_with_a_pointer_to_distill(kb: Path, tmp_path: Path) -> None:
