@@ -64,6 +64,7 @@ from tests.test_lint import run_cli
     ("Reisepassnummer C01X00T47", "passport"),
     ("my birthday's 3 March 1980", "birth_date"),
     ("DOB: 03-Mar-1980", "birth_date"),
+    ("Sure - d.o.b. 1999-02-18.", "birth_date"),
     ("born 3rd March '80", "birth_date"),
     ("Mein Geburtsdatum ist 03.03.1980", "birth_date"),
     ("fecha de nacimiento 03/03/1980", "birth_date"),

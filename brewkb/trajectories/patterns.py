@@ -101,7 +101,7 @@ DEFAULT_PATTERNS: dict[str, str] = {
                      r"\s*[:=#]?\s*(\d{3}\s\d{3}|\d(?: \d){3,7}|\d{3,8})(?![\w-])",
     "birth_date": r"(?i:\b(?:dob|d\.o\.b\.?|date of birth|birth ?date|birthday|born(?: on)?|geburtsdatum|geboren(?: am)?"
                   r"|fecha de nacimiento|nacid[oa](?: el)?|date de naissance|née? le|data di nascita|nat[oa] il"
-                  r"|data de nascimento|nascid[oa] em)\b)(?:'s|’s)?(?:\s+(?:is|was|ist|es|est|è|é))?"
+                  r"|data de nascimento|nascid[oa] em)(?!\w))(?:'s|’s)?(?:\s+(?:is|was|ist|es|est|è|é))?"
                   r"\s*[:=]?\s*(?:the\s+)?(\d{4}[-/.]\d{1,2}[-/.]\d{1,2}|\d{1,2}[-/.]\d{1,2}[-/.]\d{2,4}"
                   r"|\d{1,2}[-/. ](?i:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\.?[-/. ]\d{2,4}"
                   r"|(?:\d{1,2}(?:st|nd|rd|th)?\s+(?:of\s+)?)?(?i:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*"
