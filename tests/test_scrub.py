@@ -130,6 +130,7 @@ from tests.test_lint import run_cli
     ("Claimant reports a broken femur.", "health"),
     ("Claimant reports long COVID.", "health"),
     ("I can't carry bags: I broke my wrist last week.", "health"),
+    ("Pause my plan, I can't cycle until my ankle heals.", "health"),
     ("Oat milk please, she's lactose intolerant.", "health"),
     ("Estoy embarazada de siete meses.", "health"),
     ("I'm eight months sober from alcohol addiction.", "health"),

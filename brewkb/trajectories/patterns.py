@@ -44,8 +44,9 @@ _NOT_DIAGNOSIS = ("gnosis", "hypnosis", "hipnosis", "osmosis", "symbiosis", "sim
                   "pandemia", "premia", "tremia", "blasfemia", "euphemia", "eufemia", "geremia", "jeremia", "nehemia")
 """Common words with the endings of medical names."""
 # a part of the body after a word that says it is injured: "a broken femur", "broke my wrist"
-_BODY = (r"(?:(?:my|his|her|their|a) )?(?:left |right )?(?:arm|leg|wrist|ankle|hip|femur|knee|shoulder|elbow|collarbone|rib|neck|foot|pelvis|spine"
-         r"|jaw|toe|finger|acl|achilles|meniscus|ligament|tendon)s?")
+_PART = (r"(?:arm|leg|wrist|ankle|hip|femur|knee|shoulder|elbow|collarbone|rib|neck|foot|pelvis|spine|jaw|toe|finger"
+         r"|acl|achilles|meniscus|ligament|tendon)")
+_BODY = rf"(?:(?:my|his|her|their|a) )?(?:left |right )?{_PART}s?"
 _DIAGNOSIS = (r"(?i:a(?:sthma\w*|utis[mt]\w*|lzheimer\S*|pno?ea|ddictions?|lcoholism|norexi\w*)|b(?:ipolar|ulimi\w*"
               r"|roken? " + _BODY + r")|c(?:ancer|o?eliac|rohn\S*|erebral palsy|hemo(?:therapy)?|oncussion)"
               r"|d(?:iabet\w*|ementia|ys(?:lexi|praxi)\w*|ialysis|epressive|islocated " + _BODY + r")|e(?:pilep\w*"
@@ -216,6 +217,9 @@ DEFAULT_PATTERNS: dict[str, str] = {
               r"|\b[A-Z][A-Z0-9]{1,9}(?:-\d{1,2})?[- ]positive\b"
               # a diagnosis, wherever it is named: "I have epilepsy so I can't drive a manual"
               rf"|(?<![\w-])(?:(?i:type [12i]+) )?(?:{_DIAGNOSIS})(?:['’]s)?(?:(?i: disease| syndrome| disorder)\b)?(?![\w-])"
+              # an injured part of someone's body: "until my ankle heals", "my wrist is broken"
+              rf"|(?i:\b(?:my|his|her|their) (?:left |right )?{_PART}s? (?:heals|has healed|is healing|is (?:broken"
+              r"|fractured|sprained|injured|in a cast)))\b"
               # a condition said of a person: "I'm registered blind", "my son has a heart condition", "I use a
               # wheelchair"
               rf"|{_DISCLOSED}\s+(?:(?i:a|an|some|mild|severe|chronic|bad|terrible|really|quite|very)\s+){{0,2}}"
