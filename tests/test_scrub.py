@@ -93,6 +93,7 @@ from tests.test_lint import run_cli
     ("Patient: Hamid Rezaei.", "name"),
     ("안녕하세요, 김민준입니다.", "name"),
     ("佐藤花子と申します。", "name"),
+    ("佐藤花子です.英語ですみません.", "name"),
     ("ผมชื่อสมชาย ครับ", "name"),
     ("मेरा नाम राहुल शर्मा है", "name"),
     ("Իմ անունը Արամ Պետրոսյան", "name"),

@@ -19,7 +19,7 @@ from functools import cache, lru_cache
 from typing import Any
 
 __all__ = ["PEOPLE_KEY", "PERSON_KEY", "PERSON_NAME", "people_key", "caseless", "is_full_name", "is_person",
-           "person_named"]
+           "begins_with_name", "person_named"]
 
 
 _PEOPLE = (r"holder|cardholder|policyholder|patient|customer|client|member|guest|spouse|beneficiary|signer|passenger"
@@ -89,6 +89,12 @@ def is_person(text: str) -> bool:
     """Whether a name-shaped text has a word, or a part of a double name, that is a person's name (``Tomasz
     O'Donnell``, ``Finn``, ``Adebayo-Okafor``; not ``Finance Team``, ``Front Desk`` or ``Galaxy``)."""
     return any(part in _names()[1] for word in text.split() for part in word.strip(".,").split("-"))
+
+
+def begins_with_name(text: str) -> bool:
+    """Whether a text of a script written without spaces begins with a person's name (``佐藤花子``; not
+    ``予約``)."""
+    return any(text[:n] in _names()[1] for n in (1, 2, 3))
 
 
 def _known(word: str, names: frozenset[str]) -> bool:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from brewkb.trajectories.names import PERSON_KEY, caseless, is_full_name, is_person
+from brewkb.trajectories.names import PERSON_KEY, begins_with_name, caseless, is_full_name, is_person
 
 __all__ = ["DEFAULT_PATTERNS", "VALIDATORS", "NAME_BESIDE", "whole_name", "date_of", "date_written"]
 
@@ -166,6 +166,7 @@ DEFAULT_PATTERNS: dict[str, str] = {
             r"|(?:我叫|我的名字是|私の名前は|わたしの名前は|제 이름은)\s*([\u4e00-\u9fff\u3040-\u30ff\uac00-\ud7af]{2,6})"
             # a name said in other scripts: "安藤です、…と申します", "안녕하세요, 김민준입니다", "ผมชื่อสมชาย", "मेरा नाम … है"
             r"|([\u4e00-\u9fff\u3040-\u30ff]{2,6})(?:と申します|といいます|と言います)"
+            r"|(?:^|(?<=[。.!！?？\s]))([\u4e00-\u9fff]{2,4})です(?=[。.、,!！?？\s]|$)"
             r"|(?:저는|안녕하세요[,.]?)\s*([\uac00-\ud7a3]{2,4})(?:입니다|이에요|예요|(?:이)?라고 합니다)"
             r"|(?:ผม|ฉัน|ดิฉัน|หนู)ชื่อ\s*([\u0e00-\u0e7f]{2,20})|मेरा नाम\s+([\u0900-\u097f]+(?:\s+[\u0900-\u097f]+)?)\s+है"
             r"|اسمي\s+([\u0600-\u06ff]{2,}(?:\s+[\u0600-\u06ff]{2,})?)|(?:שמי|קוראים לי)\s+([\u0590-\u05ff]{2,}(?:\s+"
@@ -289,7 +290,10 @@ _SAYS_NAME = re.compile(r"(?i:\bnamed?\b|\bname's|nome|nombre|зовут|heiße|
 
 def _name_ok(text: str, whole: str = "") -> bool:
     """A name found by the words around it: one said to be a name, one a word of which is a person's name, or one
-    of a script without capitals (``Regards, Travel Desk`` and ``It's Unlimited Plus`` are none)."""
+    of a script without capitals (``Regards, Travel Desk`` and ``It's Unlimited Plus`` are none); said only with
+    "です", one that begins with a person's name (``佐藤花子です``, not ``予約です``)."""
+    if whole.endswith("です"):
+        return begins_with_name(text)
     return _SAYS_NAME.search(whole) is not None or is_person(text) or caseless(text)
 
 
