@@ -162,14 +162,17 @@ def screen_calls(body: str, rules: CallRules) -> tuple[str, list[tuple[str, str]
     for line in body.split("\n"):
         normal = unicodedata.normalize("NFKC", line)  # fullwidth parentheses are parentheses
         new, why = _line(normal, rules)
-        steps = set() if normal.startswith("#") else steps
-        if new is not None and (item := _ITEM.match(new)) and new[item.end():] in steps:
+        if normal.startswith("#"):
+            steps = set()
+        item = _ITEM.match(new or "")
+        if new is not None and item and new[item.end():] in steps:
             new, why = None, "the same as an earlier step once its arguments were screened"
         if new != normal:
             changed.append((line, why))
         if new is not None:
             kept.append(line if new == normal else new)
-            steps.update([kept[-1][item.end():]] if (item := _ITEM.match(kept[-1])) else [])
+            if item:
+                steps.add(new[item.end():])
     if not changed:
         return body, changed
     number = 0
