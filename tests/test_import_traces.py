@@ -116,6 +116,24 @@ def _offering(traces: dict[str, Path], folder: Path, offered: list[str]) -> Path
     return folder / "offered.jsonl"
 
 
+@pytest.mark.parametrize(("fmt", "mode"), [("otel", "genai"), ("openinference", "openinference")])
+def test_an_outcomes_file_labels_trace_conversations_by_their_conversation_id(
+        traces: dict[str, Path], kb: Path, tmp_path: Path, fmt: str, mode: str) -> None:
+    """docs/trajectories.md: a trace's conversation id (``gen_ai.conversation.id`` or ``session.id``, else the
+    trace's, as the log has it; its task id too) is the id an outcomes file names it by."""
+    assert brewkb(kb, "import", str(traces[mode]), "--format", fmt, "--run", "plain").returncode == 0
+    ids = [t.task_id for t in read_jsonl(kb / "runs" / "plain" / "rollouts.jsonl")]
+    assert len(set(ids)) == 10
+    (tmp_path / "labels.csv").write_text("conversation_id,success\n" + "".join(f"{i},{n % 2}\n"
+                                                                                for n, i in enumerate(ids)))
+    done = brewkb(kb, "import", str(traces[mode]), "--format", fmt, "--run", "labelled",
+                  "--outcomes", str(tmp_path / "labels.csv"), "--json")
+    assert done.returncode == 0, done.stderr
+    assert (json.loads(done.stdout)["unlabelled"], json.loads(done.stdout)["success_rate"]) == (0, 0.5)
+    labelled = {t.task_id: t.success for t in read_jsonl(kb / "runs" / "labelled" / "rollouts.jsonl")}
+    assert labelled == {i: bool(n % 2) for n, i in enumerate(ids)}
+
+
 @pytest.mark.parametrize("every_call", [True, False])
 def test_a_trace_whose_model_calls_name_the_tools_they_offered_learns_from_no_call_of_another(
         traces: dict[str, Path], kb: Path, tmp_path: Path, every_call: bool) -> None:

@@ -22,8 +22,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from brewkb.trajectories.quote import SENTENCE_END
-from brewkb.trajectories.schema import ToolCall, tool_calls
+from brewkb.trajectories.schema import SENTENCE_END, ToolCall, tool_calls
 from brewkb.trajectories.tools import concept_of_tool, is_lookup, is_write, name_words
 
 __all__ = ["ACTION_VERBS", "STOPWORDS", "ASSENT", "action_verb", "verb_of", "names_action", "names_object", "asks_for",

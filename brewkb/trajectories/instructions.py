@@ -102,6 +102,9 @@ _TLD = (r"(?:com|net|org|info|biz|io|co|ai|app|dev|xyz|top|site|online|shop|stor
 _STAFF = (r"(?:staff|supervisor|manager|management|admin|administrator|operator|moderator|headquarters|reps?"
           r"|representatives?|team leads?|reviewers?|customer care(?: team)?|support team|ops|operations"
           r"|(?:ops|operations|support|service) desk)")
+_PAPER = (r"(?:authori[sz]ation|approval|prescription|permission|consent|signature|identification|id|proof"
+          r"|paperwork|referral)")
+"""What a request needs on paper, which a claim says it no longer needs."""
 _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
     (ADDRESSED, re.compile(
         rf"(?im)(?:^|[.!?]\s+)\s*{_ROLE}\s*:"
@@ -295,11 +298,9 @@ _RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"|\b(?:for|to)\s+(?:anyone|everyone|anybody|everybody|whoever)\s+(?:who\s+)?(?:asks|wants|calls|requests|needs"
         r"|knows|has|gives|says|shows)\b"
         # a paper or a check said not needed, by someone other than the speaker: "X doesn't need authorization anymore"
-        r"|\b(?!(?:i|we)\b)[a-z]+\s+(?:do(?:es)?n't|do(?:es)? not|no longer)\s+(?:need|require)s?\s+(?:an?\s+|any\s+|the\s+)?"
-        r"(?:[a-z-]+\s+){0,2}?(?:authori[sz]ation|approval|prescription|permission|consent|verification|signature"
-        r"|identification|id|proof|paperwork|referral)s?\b"
-        r"|\b(?:authori[sz]ation|approval|prescription|permission|consent|signature|identification|id|proof|paperwork"
-        r"|referral)s?\s+(?:is|are)(?:n't|n’t|\s+not|\s+no\s+longer)\s+(?:needed|required|necessary)\b"
+        rf"|\b(?!(?:i|we)\b)[a-z]+\s+(?:do(?:es)?n't|do(?:es)? not|no longer)\s+(?:need|require)s?\s+(?:an?\s+|any\s+"
+        rf"|the\s+)?(?:[a-z-]+\s+){{0,2}}?(?:{_PAPER}|verification)s?\b"
+        rf"|\b{_PAPER}s?\s+(?:is|are)(?:n't|n’t|\s+not|\s+no\s+longer)\s+(?:needed|required|necessary)\b"
         r"|\bit(?:'s|’s|\s+is)\s+in\s+(?:the|your)\s+(?:terms|contract|policy|rules|handbook|conditions)\b"
         r"|\b(?:section|clause|article|paragraph|§)\s*\d+\.\d+"
         r"|\b(?:fees?|charges?|penalt(?:y|ies))\s+(?:are|is|will be|have been|has been)\s+(?:now\s+|all\s+)?waived\b"

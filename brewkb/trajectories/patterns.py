@@ -57,16 +57,17 @@ _DIAGNOSIS = (r"(?i:a(?:sthma\w*|utis[mt]\w*|lzheimer\S*|pno?ea|ddictions?|lcoho
               r"|(?:carcin|sarc|glauc|hemat|haemat|myel|mening|gli|aden|fibr|neur)oma|herzschrittmacher|(?:sch|z)wanger"
               r"|беременна|eczema|emphysema|o?edema|(?:fibro|neur)?myalgia|neuralgia|(?:eating|panic|anxiety|personality"
               r"|seizure|mood|obsessive[- ]compulsive|substance use) disorders?)|(?:HIV|AIDS|ADHD|PTSD|COPD|IVF|PrEP)\b"
-              r"|(?<![\w-])[A-Za-z]{4,}+(?![\w-])" + _ends_in("itis", "osis", "emia", "plegia", "plegic", "phrenia", "phrenic")
+              r"|(?<![\w-])[A-Za-z]{4,}+(?![\w-])"
+              + _ends_in("itis", "osis", "emia", "plegia", "plegic", "phrenia", "phrenic")
               + "".join(f"(?<!(?i:{word}))" for word in _NOT_DIAGNOSIS))
 """The name of a diagnosis, said of someone whatever the words around it ("I have epilepsy", "the letter confirms
 epilepsy", "reports a broken femur"): common conditions and injuries (grouped by their first letter, which keeps
 the pattern fast), and the endings of medical names (arthritis, fibrosis, anaemia, paraplegic) but for the common
 words that end so (diagnosis, metamorphosis, Kuwaitis, academia)."""
 _DRUG_STEMS = ("pril", "sartan", "olol", "dipine", "statin", "gliptin", "gliflozin", "glutide", "formin", "prazole",
-               "itidine", "otidine", "etidine", "oxetine", "traline", "triptyline", "azepam", "azolam", "iapine", "zapine",
-               "peridone", "ipramine", "nazole", "dazole", "mycin", "cillin", "cycline", "oxacin", "clovir", "fovir", "mivir", "navir", "buvir", "mab",
-               "tinib", "parin", "docaine", "vacaine", "codone", "morphone", "orphine", "hadone", "profen", "coxib",
+               "itidine", "otidine", "etidine", "oxetine", "traline", "triptyline", "azepam", "azolam", "iapine",
+               "zapine", "peridone", "ipramine", "nazole", "dazole", "mycin", "cillin", "cycline", "oxacin", "clovir",
+               "fovir", "mivir", "navir", "buvir", "mab", "tinib", "parin", "docaine", "vacaine", "codone", "morphone", "orphine", "hadone", "profen", "coxib",
                "nisone", "sisone", "thasone", "isolone", "inolone", "drolone", "sterone", "adiol", "thyroxine", "trigine",
                "phenidate", "amfetamine", "amphetamine", "triptan", "lukast", "setron", "dronate", "zosin", "buterol",
                "moterol", "tropium", "afil", "gabalin", "apentin", "atadine", "amadol", "oxone", "fentanyl", "metacin",
@@ -74,8 +75,8 @@ _DRUG_STEMS = ("pril", "sartan", "olol", "dipine", "statin", "gliptin", "glifloz
 """Endings of medicines' international names (WHO INN stems: lisinopril, sertraline, quetiapine, semaglutide)."""
 _CONDITION = (r"(?i:blind|deaf|disabled|disability|disabilities|wheelchair|crutches|depression|anxiety|stroke(?! of)"
               r"|heart (?:attack|condition|disease)|(?:medical|health|mental health|chronic) (?:condition|issue)s?"
-              r"|allerg(?:y|ies)|migraines?|insomnia|(?:long )?covid(?:-19)?|visually impaired|hard of hearing|partially sighted"
-              r"|(?:[a-z]+ ){1,2}?(?:disease|disorder|syndrome))")
+              r"|allerg(?:y|ies)|migraines?|insomnia|(?:long )?covid(?:-19)?|visually impaired|hard of hearing"
+              r"|partially sighted|(?:[a-z]+ ){1,2}?(?:disease|disorder|syndrome))")
 """A condition of someone, when it is said of a person: "I'm blind", "my son has a heart condition"."""
 _DISCLOSED = (r"(?i:\bI(?:'m| am|'ve got| have| had|'ve had| use| suffer from| live with)|\b(?:he|she)(?:'s| is| has| had"
               r"| uses)|\bwho (?:is|has|had|uses)|\b(?:my|our) (?:[a-z]+ ){0,1}?(?:" + _RELATIVE +
@@ -284,8 +285,9 @@ def _phone_ok(text: str, whole: str = "") -> bool:
 
 
 _SAYS_NAME = re.compile(r"(?i:\bnamed?\b|\bname's|nome|nombre|зовут|heiße|heisse|appelle|llamo|chiamo|nazywam|naam"
-                        r"|heter|adım|numesc|λένε|անուն)|名|叫|이름|申します|ชื่อ|नाम|اسمي|שמי|קוראים|სახელ")
-"""Words that say a name follows ("my name is", "named", "Меня зовут", "我叫"): a name so given is one, known or not."""
+                        r"|heter|adım|numesc|λένε|անուն)|名|叫|이름|სახელ")
+"""Words that say a name follows ("my name is", "named", "Меня зовут", "我叫"): a name so given is one, known or not
+(a name in a script without capitals needs none: ``_name_ok``)."""
 
 
 def _name_ok(text: str, whole: str = "") -> bool:

@@ -38,14 +38,12 @@ from brewkb.trajectories.instructions import (
     TO_THE_AGENT,
     instruction_reason,
 )
-from brewkb.trajectories.schema import Trajectory, tool_calls
+from brewkb.trajectories.schema import SENTENCE_END, Trajectory, tool_calls
 from brewkb.trajectories.scrub import ID_SHAPE
 
 __all__ = ["Quote", "HeldBack", "quote", "held_back", "log_texts", "read_texts", "screen", "MAX_QUOTE", "LogIndex",
-           "Copies", "COPIES", "shown", "SENTENCE_END"]
+           "Copies", "COPIES", "shown"]
 
-SENTENCE_END = re.compile(r"(?<=[.!?])(?<!\bDr\.)(?<!\bMr\.)(?<!\bMrs\.)(?<!\bMs\.)(?<!\bMx\.)(?<!\bSt\.)(?<!\bProf\.)\s+")
-"""Where a sentence ends: after a full stop, an exclamation or a question mark, not after a title ("Dr. Hart")."""
 MAX_QUOTE = 240
 """Characters a quoted text keeps by default."""
 SHOWN = 200

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -36,6 +37,7 @@ __all__ = [
     "tool_calls",
     "content_id",
     "render_compact",
+    "SENTENCE_END",
 ]
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
@@ -50,6 +52,10 @@ whatever task ids their log gives them (``brewkb.stages.concepts.tasks_of``)."""
 UNNAMED_TASK = "unnamed_task"
 """``meta`` key: true when the log named no task, so the task id is the importer's
 (an ``openai`` line's number and a digest of its messages)."""
+
+SENTENCE_END = re.compile(r"(?<=[.!?])(?<!\bDr\.)(?<!\bMr\.)(?<!\bMrs\.)(?<!\bMs\.)(?<!\bMx\.)(?<!\bSt\.)(?<!\bProf\.)\s+")
+"""Where a sentence of a message ends: after a full stop, an exclamation or a question mark, not after a title
+("Dr. Hart")."""
 
 
 def content_id(value: Any, length: int = 16) -> str:
