@@ -197,9 +197,9 @@ DEFAULT_PATTERNS: dict[str, str] = {
             # the same in other languages: "meine Frau Heike", "mi hijo Santiago", "ma fille Chloé"
             rf"|\b(?i:mein(?:e|em|en|er)?|unser(?:e|em|en)?|mon|ma|mes|notre|mi|mis|nuestr[oa]s?|mio|mia|mía|mío"
             rf"|meu|minha|mijn|onze|moja|mój|moj[ae]|мо[йяеи])\s+(?i:{_RELATIVE_ELSEWHERE}|ehemann|ehefrau|mutter|vater"
-            rf"|bruder|schwester|freund(?:in)?|kollegen?|kollegin|oma|opa|mère|père|frère|s(?:œ|oe)ur|amie?|collègue"
-            rf"|grand-mère|grand-père|marido|mujer|madre|padre|herman[oa]|amig[oa]|abuel[oa]|fratello|sorella|nonn[oa]"
-            rf"|filh[oa]|mãe|pai|irmão|irmã|avó|avô|vrouw|zoon|dochter|moeder|vader|broer|zus|żona|mąż|syn|córka|brat"
+            rf"|bruder|schwester|freund(?:in)?|kollegen?|kollegin|mère|père|frère|s(?:œ|oe)ur|amie?|collègue"
+            rf"|grand-mère|grand-père|marido|mujer|madre|padre|herman[oa]|amig[oa]|fratello|sorella"
+            rf"|filh[oa]|mãe|pai|irmão|irmã|vrouw|zoon|dochter|moeder|vader|broer|zus|żona|mąż|syn|córka|brat"
             rf"|siostra|жена|муж|сын|дочь|мама|папа|брат|сестра)\s+({_NAME_WORD}(?:\s+{_NAME_WORD}){{0,2}})\b"
             # a relative after "to", "for" or "with", their name next: "give it to son Haruto", "to moglie Giulia"
             rf"|\b(?i:to|for|with|from)\s+(?i:{_RELATIVE}|{_RELATIVE_ELSEWHERE})\s+({_NAME_WORD})\b",
